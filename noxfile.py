@@ -1,0 +1,53 @@
+"""Sessions: `nox -s report` (profile, render, build the site) and `nox -s tests`."""
+
+from __future__ import annotations
+
+import nox
+
+nox.needs_version = ">=2024.4.15"
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+
+# The venvs see the host's site-packages so that a host's own torch (a CUDA build on a GPU
+# host) satisfies `torch>=...` and pip downloads no second copy.
+VENV = ["--system-site-packages"]
+
+
+def install(session: nox.Session, *groups: str) -> None:
+    session.install("-e", ".")
+    for group in groups:
+        session.install(*nox.project.dependency_groups(PYPROJECT, group))
+
+
+@nox.session(venv_params=VENV)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (CPU only; tiny models built in-process)."""
+    install(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(venv_params=VENV)
+def report(session: nox.Session) -> None:
+    """Profile the default suite for this host, render the pages, build the site."""
+    install(session)
+    session.run("reportgen", "profile", *session.posargs)
+    session.run("reportgen", "render", "--runs", "runs", "--docs", "docs")
+    session.run("mkdocs", "build", "--strict")
+
+
+@nox.session(venv_params=VENV, default=False)
+def serve(session: nox.Session) -> None:
+    """Render the committed runs and preview the site with live reload."""
+    install(session)
+    session.run("reportgen", "render", "--runs", "runs", "--docs", "docs")
+    session.run("mkdocs", "serve", *session.posargs)
+
+
+@nox.session(venv_params=VENV, default=False)
+def publish(session: nox.Session) -> None:
+    """Render the committed runs and deploy the site to GitHub Pages (gh-pages branch)."""
+    install(session)
+    session.run("reportgen", "render", "--runs", "runs", "--docs", "docs")
+    session.run("mkdocs", "gh-deploy", "--strict", "--force", *session.posargs)

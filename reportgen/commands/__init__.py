@@ -1,0 +1,6 @@
+"""One module per sub-command; each exposes ``register(subparsers)``.
+
+Command modules stay cheap to import: torch is imported inside ``run``.
+"""
+
+COMMANDS: tuple[str, ...] = ("profile", "env", "summary", "render", "check")
