@@ -1,0 +1,52 @@
+"""Claims from papers and blog posts, checked against the runs (render side: no torch).
+
+* :func:`load_claims` reads and validates ``claims/*.yaml`` (a bad claim is a UserError
+  naming the file and field);
+* :func:`check` evaluates every claim against ``runs/`` into a :class:`CheckReport`;
+* :func:`pages` renders the Findings section (Markdown, keyed by relative path) and
+  :func:`claims_for_combination` lists the claims that bear on one combination.
+"""
+
+from __future__ import annotations
+
+from reportgen.claims.evaluate import (
+    INCONCLUSIVE,
+    MIXED,
+    NOT_TESTED,
+    REFUTED,
+    SUPPORTED,
+    VERDICTS,
+    CheckReport,
+    ClaimResult,
+    check,
+    evaluate_claim,
+    load_observations,
+)
+from reportgen.claims.pages import (
+    chart_spec,
+    claims_for_combination,
+    combination_section,
+    pages,
+)
+from reportgen.claims.registry import Claim, load_claim, load_claims
+
+__all__ = [
+    "INCONCLUSIVE",
+    "MIXED",
+    "NOT_TESTED",
+    "REFUTED",
+    "SUPPORTED",
+    "VERDICTS",
+    "CheckReport",
+    "Claim",
+    "ClaimResult",
+    "chart_spec",
+    "check",
+    "claims_for_combination",
+    "combination_section",
+    "evaluate_claim",
+    "load_claim",
+    "load_claims",
+    "load_observations",
+    "pages",
+]

@@ -1,0 +1,277 @@
+"""Metric expressions of claim predicates: parsing (no eval) and reading them from records.
+
+Grammar (whitespace is ignored)::
+
+    expression := term | term "/" term
+    term       := name [ "(" [ argument ("," argument)* ] ")" ]
+    argument   := value | "attn=" implementation
+
+    share(<category or glob>)              attribution.categories[c].share, summed over a glob
+    latency                                timing.median with its 95% CI (ms)
+    kernels_per_forward[(<category>)]      attribution.launches_per_forward, or one category's
+    memory.<field>                         e.g. memory.peak_allocated_bytes
+    flops.<field>                          e.g. flops.total_counted, flops.analytic.<category>
+
+``attn=<implementation>`` picks one variant from a group of combinations that differ only in
+their attention implementation: it makes the predicate compare variants.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from reportgen.categories import CATEGORIES
+
+VALID_FORMS = (
+    "share(<category or glob>), latency, kernels_per_forward[(<category>)], "
+    "memory.<field>, flops.<field>; each may take attn=<implementation>; "
+    "a ratio is <metric> / <metric>"
+)
+
+MEMORY_FIELDS = (
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "attention_activation_bytes.analytic",
+    "attention_activation_bytes.measured",
+)
+FLOPS_FIELDS = (
+    "total_analytic",
+    "total_counted",
+    "achieved_flops_per_s",
+    "peak_flops_per_s",
+    "percent_of_peak",
+)
+
+_TERM = re.compile(r"^(?P<name>[a-z_]+(?:\.[a-z_.*]+)?)(?:\((?P<args>[^()]*)\))?$")
+_IMPL = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+class MetricError(ValueError):
+    """A metric expression that does not parse or names nothing that exists."""
+
+
+@dataclass(frozen=True)
+class Term:
+    kind: str  # share | latency | kernels | memory | flops
+    arg: str | None  # category (glob) or field path
+    attn: str | None
+    text: str
+
+    @property
+    def unit(self) -> str:
+        return {
+            "share": "share",
+            "latency": "ms",
+            "kernels": "kernels",
+            "memory": "bytes",
+            "flops": "FLOP",
+        }[self.kind]
+
+
+@dataclass(frozen=True)
+class Metric:
+    numerator: Term
+    denominator: Term | None
+    text: str
+
+    @property
+    def terms(self) -> tuple[Term, ...]:
+        return (self.numerator,) if self.denominator is None else (self.numerator, self.denominator)
+
+    @property
+    def selects_variants(self) -> bool:
+        return any(t.attn is not None for t in self.terms)
+
+    @property
+    def unit(self) -> str:
+        return "ratio" if self.denominator is not None else self.numerator.unit
+
+
+def _categories(pattern: str) -> list[str]:
+    return [c for c in CATEGORIES if fnmatch.fnmatchcase(c, pattern)]
+
+
+def _check_category(pattern: str, text: str, allow_glob: bool) -> None:
+    if not allow_glob and any(ch in pattern for ch in "*?["):
+        raise MetricError(f"{text!r}: a single category, not a glob")
+    if not _categories(pattern):
+        raise MetricError(
+            f"{text!r}: no category matches {pattern!r}; categories: {', '.join(CATEGORIES)}"
+        )
+
+
+def parse_term(text: str) -> Term:
+    compact = re.sub(r"\s+", "", text)
+    match = _TERM.match(compact)
+    if not match:
+        raise MetricError(f"unknown metric {text.strip()!r}; valid: {VALID_FORMS}")
+    name, raw_args = match["name"], match["args"]
+    positional: list[str] = []
+    attn: str | None = None
+    for arg in filter(None, (raw_args or "").split(",")):
+        key, eq, value = arg.partition("=")
+        if not eq:
+            positional.append(arg)
+        elif key == "attn" and _IMPL.match(value) and attn is None:
+            attn = value
+        else:
+            raise MetricError(
+                f"{text.strip()!r}: unknown argument {arg!r}; the only selector is attn=<implementation>"
+            )
+    if raw_args is not None and not raw_args and name != "latency":
+        raise MetricError(f"{text.strip()!r}: empty argument list")
+
+    head, _, field = name.partition(".")
+    if name == "share":
+        if len(positional) != 1:
+            raise MetricError(
+                f"{text.strip()!r}: share takes one category or glob, e.g. share(attention.*)"
+            )
+        _check_category(positional[0], text.strip(), allow_glob=True)
+        return Term("share", positional[0], attn, compact)
+    if name == "latency":
+        if positional:
+            raise MetricError(
+                f"{text.strip()!r}: latency takes no category (it is the whole forward)"
+            )
+        return Term("latency", None, attn, compact)
+    if name == "kernels_per_forward":
+        if len(positional) > 1:
+            raise MetricError(f"{text.strip()!r}: kernels_per_forward takes at most one category")
+        if positional:
+            _check_category(positional[0], text.strip(), allow_glob=False)
+        return Term("kernels", positional[0] if positional else None, attn, compact)
+    if head in ("memory", "flops") and field and not positional:
+        valid = MEMORY_FIELDS if head == "memory" else FLOPS_FIELDS
+        prefixes = ("by_category_bytes.",) if head == "memory" else ("analytic.", "counted.")
+        prefix = next((p for p in prefixes if field.startswith(p)), None)
+        if prefix is not None:
+            _check_category(field[len(prefix) :], text.strip(), allow_glob=False)
+        elif field not in valid:
+            raise MetricError(
+                f"unknown metric {text.strip()!r}; {head} fields: "
+                f"{', '.join(valid + tuple(p + '<category>' for p in prefixes))}"
+            )
+        return Term(head, field, attn, compact)
+    raise MetricError(f"unknown metric {text.strip()!r}; valid: {VALID_FORMS}")
+
+
+def parse_metric(text: str) -> Metric:
+    if not isinstance(text, str) or not text.strip():
+        raise MetricError(f"a metric is a non-empty string; valid: {VALID_FORMS}")
+    parts = text.split("/")
+    if len(parts) > 2:
+        raise MetricError(f"{text.strip()!r}: at most one '/' (a ratio of two metrics)")
+    numerator = parse_term(parts[0])
+    denominator = parse_term(parts[1]) if len(parts) == 2 else None
+    if denominator is not None and (numerator.attn is None) != (denominator.attn is None):
+        raise MetricError(
+            f"{text.strip()!r}: both sides of a ratio select a variant (attn=...), or neither"
+        )
+    return Metric(numerator, denominator, re.sub(r"\s+", " ", text.strip()))
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A value with its 95% interval; ``exact`` values (counts) have low == high == value."""
+
+    value: float
+    low: float
+    high: float
+    interval: str  # how the interval was obtained, for the page
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "value": self.value,
+            "ci_low": self.low,
+            "ci_high": self.high,
+            "interval": self.interval,
+        }
+
+
+def _dig(record: dict[str, Any], path: str) -> Any:
+    node: Any = record
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _share_interval(record: dict[str, Any], cats: list[str], share: float) -> Measured:
+    attribution = record.get("attribution") or {}
+    entries = [(attribution.get("categories") or {}).get(c) or {} for c in cats]
+    # Preferred: per-iteration times from the profiled pass (range over iterations).
+    series = [e.get("per_iteration_ms") for e in entries]
+    totals = (record.get("profile") or {}).get("per_iteration_ms")
+    if (
+        totals
+        and all(isinstance(s, list) and len(s) == len(totals) for s in series)
+        and len(totals) > 1
+    ):
+        per_iter = [sum(s[i] for s in series) / totals[i] for i in range(len(totals)) if totals[i]]  # type: ignore[index]
+        if per_iter:
+            return Measured(share, min(per_iter), max(per_iter), "range over profiled iterations")
+    # Else: share = category time / forward time, with the forward time anywhere in the
+    # latency's 95% CI; the category time has no interval of its own.
+    timing = record.get("timing") or {}
+    median, low, high = timing.get("median"), timing.get("ci_low"), timing.get("ci_high")
+    if median and low and high:
+        return Measured(share, share * median / high, min(1.0, share * median / low), "latency CI propagated")
+    return Measured(share, share, share, "no interval recorded")
+
+
+def read_term(term: Term, record: dict[str, Any]) -> Measured | str:
+    """The term's value in one ``ok`` record, or a string saying why it has none."""
+    if term.kind == "share":
+        categories = (record.get("attribution") or {}).get("categories") or {}
+        cats = [c for c in _categories(term.arg or "") if c in categories]
+        shares = [categories[c].get("share") for c in cats]
+        if not cats or any(s is None for s in shares):
+            return f"no attribution for {term.arg}"
+        return _share_interval(record, cats, float(sum(shares)))
+    if term.kind == "latency":
+        timing = record.get("timing") or {}
+        if timing.get("median") is None:
+            return "no timing"
+        median = float(timing["median"])
+        low = timing.get("ci_low")
+        high = timing.get("ci_high")
+        if low is None or high is None:
+            return Measured(median, median, median, "no interval recorded")
+        conf = timing.get("confidence", 0.95)
+        return Measured(
+            median,
+            float(low),
+            float(high),
+            f"{conf:.0%} CI of the median ({timing.get('ci_method', 'n/a')})",
+        )
+    if term.kind == "kernels":
+        attribution = record.get("attribution") or {}
+        if term.arg is None:
+            count = attribution.get("launches_per_forward")
+        else:
+            count = ((attribution.get("categories") or {}).get(term.arg) or {}).get("launches")
+        if count is None:
+            where = "on this device" if attribution.get("basis") == "device" else "on a CPU run"
+            return f"no kernel launch counts {where}"
+        return Measured(float(count), float(count), float(count), "exact count")
+    value = _dig(record.get(term.kind) or {}, term.arg or "")
+    if value is None:
+        return f"no {term.kind}.{term.arg} recorded"
+    return Measured(float(value), float(value), float(value), "exact")
+
+
+def ratio(a: Measured, b: Measured) -> Measured | str:
+    """a / b with the interval [low_a / high_b, high_a / low_b] (positive quantities)."""
+    if b.value == 0 or b.low <= 0 or b.high <= 0:
+        return "denominator is zero"
+    interval = (
+        "ratio of CI endpoints"
+        if (a.low, a.high, b.low, b.high) != (a.value, a.value, b.value, b.value)
+        else "exact"
+    )
+    return Measured(a.value / b.value, a.low / b.high, a.high / b.low, interval)

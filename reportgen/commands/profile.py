@@ -1,0 +1,111 @@
+"""``reportgen profile``: run a suite and store one record per combination under runs/.
+
+Everything is validated (suite file, flags, device, --out) before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from reportgen.errors import UserError
+from reportgen.suite import (
+    ATTN_IMPLEMENTATIONS,
+    DEVICES,
+    DTYPES,
+    MODES,
+    SCALES,
+    default_suite_name,
+    load_suite,
+    parse_overrides,
+)
+
+# (flag, dest = the suite key it overrides, metavar, help); lists are comma-separated.
+_OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
+    ("--models", "models", "LIST", "models: presets, transformers model types, config.json paths"),
+    ("--scale", "scale", "SCALE", f"model size: {' | '.join(SCALES)}"),
+    ("--seq-lens", "seq_lens", "LIST", "sequence lengths, e.g. 128,512"),
+    ("--batch-sizes", "batch_sizes", "LIST", "batch sizes, e.g. 1,4"),
+    ("--dtypes", "dtypes", "LIST", f"dtypes: {', '.join(DTYPES)}"),
+    ("--attn", "attn", "LIST", f"attention implementations: {', '.join(ATTN_IMPLEMENTATIONS)}"),
+    ("--modes", "modes", "LIST", f"modes: {', '.join(MODES)}"),
+    ("--device", "device", "DEVICE", f"device: {' | '.join(DEVICES)} (default: the suite's)"),
+    ("--budget-s", "budget_s", "SECONDS", "timing budget per combination"),
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "profile",
+        help="measure a suite of combinations into runs/",
+        description="Measure every combination of a suite (timing, then a profiled pass) and "
+        "store one record per combination. Rerunning the same command resumes; a list flag "
+        "replaces that key in every [[matrix]] table of the suite.",
+    )
+    parser.add_argument(
+        "--suite",
+        metavar="NAME|PATH",
+        help="built-in suite name or a suite TOML file (default: gpu-default with CUDA, else cpu-default)",
+    )
+    for flag, dest, metavar, text in _OVERRIDES:
+        # Plain strings: values are checked by suite.parse_overrides, which names the flag
+        # in a one-line error (argparse's choices would print usage instead).
+        parser.add_argument(flag, dest=dest, metavar=metavar, help=text)
+    parser.add_argument("--out", default="runs", metavar="DIR", help="results root (default: runs)")
+    parser.add_argument("--force", action="store_true", help="re-measure combinations already done")
+    parser.add_argument(
+        "--list", action="store_true", help="print the combination ids and exit; writes nothing"
+    )
+    parser.set_defaults(func=run)
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command as given, rebuilt from the parsed flags (argv may not be ours)."""
+    parts = ["reportgen", "profile"]
+    if args.suite:
+        parts += ["--suite", args.suite]
+    for flag, dest, _, _ in _OVERRIDES:
+        value = getattr(args, dest)
+        if value is not None:
+            parts += [flag, str(value)]
+    if args.out != "runs":
+        parts += ["--out", args.out]
+    if args.force:
+        parts.append("--force")
+    return shlex.join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from reportgen import runner
+
+    overrides = parse_overrides({dest: getattr(args, dest) for _, dest, _, _ in _OVERRIDES})
+    suite_name = args.suite or default_suite_name(overrides.get("device", "auto"))
+    suite = load_suite(suite_name, overrides)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out: '{out}' exists and is not a directory")
+    suite = suite.with_device(runner.resolve_device(suite.settings.device))
+    combos = suite.combinations()
+
+    if args.list:
+        for combo in combos:
+            print(combo.id)
+        return 0
+
+    result = runner.run_suite(suite, out=out, force=args.force, command=command_line(args))
+    _print_summary(result.store.run_dir)
+    return 0
+
+
+def _print_summary(run_dir: Path) -> None:
+    from reportgen.commands.summary import render_table, run_rows, table_console
+    from reportgen.schema import load_run
+
+    run = load_run(run_dir)
+    rows = run_rows(run)
+    counts = run.record.get("counts", {})
+    title = f"{run.run_id}: " + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+    console = table_console()
+    console.print(render_table(rows, title=title))
+    console.print(f"records: {run_dir}", markup=False, highlight=False)

@@ -1,0 +1,214 @@
+"""``reportgen summary RUN_DIR``: one row per combination, as a table, JSON or CSV.
+
+The row builders (:func:`run_rows`, :func:`combination_row`, :func:`flatten_row`) are
+plain data functions over stored records, with no torch, so the render side and the
+runner's end-of-run table reuse them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from reportgen.categories import CATEGORIES
+from reportgen.schema import Run, load_combination, load_run
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+COMBINATION_FIELDS: tuple[str, ...] = (
+    "model",
+    "scale",
+    "mode",
+    "dtype",
+    "attn_implementation",
+    "batch_size",
+    "seq_len",
+    "device",
+)
+LATENCY_FIELDS: tuple[str, ...] = ("median", "ci_low", "ci_high", "n")
+FORMATS: tuple[str, ...] = ("table", "json", "csv")
+PENDING = "pending"  # in the suite, no record yet (an interrupted or running run)
+
+_TO_MS = {"ms": 1.0, "s": 1e3, "us": 1e-3, "ns": 1e-6}
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "summary",
+        help="one row per combination of a run",
+        description="One row per combination of a run: status, median latency with its "
+        "95%% CI, profiler overhead and the time share of each category.",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds run.json)")
+    parser.add_argument(
+        "--format", choices=FORMATS, default="table", help="output format (default: table)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = run_rows(load_run(args.run_dir))
+    if args.format == "json":
+        sys.stdout.write(json.dumps(rows, indent=2, allow_nan=False) + "\n")
+    elif args.format == "csv":
+        sys.stdout.write(rows_to_csv(rows))
+    else:
+        table_console().print(render_table(rows))
+    return 0
+
+
+# --- rows -----------------------------------------------------------------------------
+
+
+def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary row of one combination record (any status)."""
+    combination = record.get("combination") or {}
+    timing = record.get("timing") or {}
+    profile = record.get("profile") or {}
+    categories = (record.get("attribution") or {}).get("categories") or {}
+    scale = _TO_MS.get(str(timing.get("unit", "ms")), 1.0)
+
+    def ms(key: str) -> float | None:
+        value = timing.get(key)
+        return None if value is None else float(value) * scale
+
+    return {
+        "id": record.get("id"),
+        **{key: combination.get(key) for key in COMBINATION_FIELDS},
+        "status": record.get("status"),
+        "reason": record.get("reason"),
+        "latency_ms": {
+            "median": ms("median"),
+            "ci_low": ms("ci_low"),
+            "ci_high": ms("ci_high"),
+            "n": timing.get("n"),
+        },
+        "profiler_overhead": profile.get("overhead_ratio"),
+        "shares": {
+            name: categories[name].get("share")
+            for name in _ordered_categories(categories)
+            if isinstance(categories[name], Mapping)
+        },
+    }
+
+
+def pending_row(combo_id: str, combination: Mapping[str, Any] | None) -> dict[str, Any]:
+    return combination_row({"id": combo_id, "combination": combination or {}, "status": PENDING})
+
+
+def run_rows(run: Run) -> list[dict[str, Any]]:
+    """One row per combination of the run, in suite order; unmeasured ones ``pending``."""
+    spec = (run.record.get("suite") or {}).get("spec") or {}
+    ids = [str(i) for i in run.record.get("combinations", [])]
+    by_id = dict(zip(ids, spec.get("combinations") or []))
+    rows = []
+    for combo_id in run.combination_ids():
+        path = run.combination_path(combo_id)
+        if path.is_file():
+            rows.append(combination_row(load_combination(path)))
+        else:
+            rows.append(pending_row(combo_id, by_id.get(combo_id)))
+    return rows
+
+
+def _ordered_categories(names: Iterable[str]) -> list[str]:
+    names = list(names)
+    known = [c for c in CATEGORIES if c in names]
+    return known + sorted(n for n in names if n not in CATEGORIES)
+
+
+def flatten_row(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested objects become dotted keys: ``latency_ms.median``, ``shares.attention.core``."""
+    flat: dict[str, Any] = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_row(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def csv_columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    rows = list(rows)
+    categories = _ordered_categories({c for row in rows for c in row.get("shares", {})})
+    return (
+        ["id", *COMBINATION_FIELDS, "status", "reason"]
+        + [f"latency_ms.{f}" for f in LATENCY_FIELDS]
+        + ["profiler_overhead"]
+        + [f"shares.{c}" for c in categories]
+    )
+
+
+def rows_to_csv(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=csv_columns(rows), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        # repr() of a float round-trips exactly; None is an empty cell.
+        writer.writerow(
+            {
+                k: ("" if v is None else repr(v) if isinstance(v, float) else v)
+                for k, v in flatten_row(row).items()
+            }
+        )
+    return buffer.getvalue()
+
+
+# --- display --------------------------------------------------------------------------
+
+
+def _ci_text(latency: Mapping[str, Any]) -> str:
+    low, high = latency.get("ci_low"), latency.get("ci_high")
+    return f"[{low:.4g}, {high:.4g}]" if low is not None and high is not None else ""
+
+
+def _shares_text(shares: Mapping[str, Any], top: int = 3) -> str:
+    ranked = sorted(((v, k) for k, v in shares.items() if v is not None), reverse=True)[:top]
+    return ", ".join(f"{name} {value:.0%}" for value, name in ranked)
+
+
+def table_console() -> Console:
+    """stdout; wide when piped, so a 40-character combination id does not wrap the table."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title)
+    table.add_column("combination", no_wrap=True)
+    table.add_column("status")
+    table.add_column("median ms", justify="right")
+    table.add_column("95% CI", justify="right")
+    table.add_column("profiled/unprofiled", justify="right")
+    table.add_column("top categories / reason", overflow="fold")
+    styles = {"ok": "green", "skipped": "yellow", "failed": "red", PENDING: "dim"}
+    for row in rows:
+        status = str(row.get("status"))
+        overhead = row.get("profiler_overhead")
+        latency = row.get("latency_ms") or {}
+        detail = (
+            _shares_text(row.get("shares") or {}) if status == "ok" else (row.get("reason") or "")
+        )
+        # Text cells: a reason like "shape [1, 2]" must not be read as rich markup.
+        table.add_row(
+            Text(str(row.get("id"))),
+            Text(status, style=styles.get(status, "")),
+            "" if latency.get("median") is None else f"{latency['median']:.4g}",
+            _ci_text(latency),
+            "" if overhead is None else f"{overhead:.2f}x",
+            Text(detail),
+        )
+    return table

@@ -1,0 +1,157 @@
+"""One combination end to end: build, unprofiled timing, profiled pass, FLOPs, memory.
+
+Returns the record's measurement sections (ARCHITECTURE.md): model, inputs, timing,
+profile, attribution, ops, memory, flops. A combination that cannot run here raises
+`reportgen.errors.Skip`; anything else propagates and the runner records ``failed``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reportgen import flops as flops_mod
+from reportgen import models
+from reportgen.timing import time_step
+
+__all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
+
+_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+# implementations that hold the whole Lq x Lk score matrix (and its softmax) at once
+_MATERIALISING = {"eager": 2, "sdpa-math": 2, "naive": 2, "naive-inplace": 1}
+
+
+class OutOfMemory(RuntimeError):
+    """The device ran out of memory; the message is the record's failure reason."""
+
+
+def attention_activation_bytes(info: dict[str, Any], combo: Any) -> int:
+    """Bytes of attention scores live during one attention call, analytically.
+
+    eager / sdpa-math materialise scores and probabilities: B*H*Lq*Lk*bytes*2 (in-place
+    softmax: *1). Fused backends (sdpa flash/efficient/cudnn, flash_attention_2, and plain
+    sdpa, which picks a fused kernel where one applies) keep O(L) state per row and no
+    score matrix, counted here as 0.
+    """
+    copies = _MATERIALISING.get(combo.attn_implementation, 0)
+    heads = info.get("num_heads")
+    if not copies or not heads:
+        return 0
+    length = int(combo.seq_len)
+    lq, lk = (1, length + 1) if combo.mode == "decode" else (length, length)
+    return int(combo.batch_size) * int(heads) * lq * lk * _BYTES[combo.dtype] * copies
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peaks(device: torch.device) -> tuple[int | None, int | None]:
+    if device.type != "cuda":
+        return None, None
+    return int(torch.cuda.max_memory_allocated(device)), int(torch.cuda.max_memory_reserved(device))
+
+
+def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, device: torch.device) -> dict[str, Any]:
+    from reportgen.structure import module_categories
+
+    hints = models.analytic_hints(built.model)
+    analytic = flops_mod.analytic(built.info, combo, hints)
+    notes = [flops_mod.CORE_NOTE]
+    try:
+        categories = module_categories(built.model, built.step)
+        counted, counter_notes = flops_mod.counted(built.model, built.step, categories, analytic=analytic)
+        notes += counter_notes
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the counter is a cross-check, not the measurement
+        counted = None
+        notes.append(f"flop_counter failed: {type(exc).__name__}: {exc}")
+        with contextlib.suppress(Exception):
+            built.step.reset()
+    analytic.pop("overhead", None)
+    if counted is not None:
+        counted.pop("overhead", None)
+    total = float(sum(analytic.values()))
+    achieved = total / (median_ms / 1e3) if median_ms > 0 else None
+    peak = None
+    if device.type == "cuda":
+        peak = flops_mod.peak_flops(torch.cuda.get_device_name(device), combo.dtype)
+        if peak is None:
+            notes.append(f"no peak FLOP/s on record for {torch.cuda.get_device_name(device)} in {combo.dtype}")
+    return {
+        "analytic": analytic,
+        "counted": counted,
+        "total_analytic": total,
+        "total_counted": None if counted is None else float(sum(counted.values())),
+        "achieved_flops_per_s": achieved,
+        "peak_flops_per_s": peak,
+        "percent_of_peak": 100.0 * achieved / peak if peak and achieved is not None else None,
+        "notes": notes,
+    }
+
+
+def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
+             profile_iterations: int, holder: list[models.BuiltModel]) -> dict[str, Any]:
+    from reportgen.profiling import profile_step
+
+    device = torch.device(combo.device)
+    built = models.build(combo, device, seed=seed)
+    holder.append(built)
+    # after the build: the peak covers weights and the steady-state forward, not
+    # transients of random initialisation
+    _reset_peak(device)
+    timing = time_step(built.step, budget_s=budget_s)
+    peak_allocated, peak_reserved = _peaks(device)
+
+    trace_path = Path(run_dir) / "traces" / f"{combo_id}.trace.json.gz"
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    profiled = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path)
+    profile = dict(profiled["profile"])
+    profile["overhead_ratio"] = (profile["median_ms"] / timing["median"]
+                                 if timing["median"] and profile.get("median_ms") is not None else None)
+
+    memory = dict(profiled.get("memory") or {})
+    # CUDA's allocator statistics where there are any; on the CPU the profiler's memory
+    # events (the forward's own peak above its starting point) are all there is
+    if peak_allocated is not None:
+        memory["peak_allocated_bytes"] = peak_allocated
+    memory.setdefault("peak_allocated_bytes", None)
+    memory["peak_reserved_bytes"] = peak_reserved
+    activation = dict(memory.get("attention_activation_bytes") or {})
+    activation["analytic"] = attention_activation_bytes(built.info, combo)
+    if activation.get("measured") is None:
+        activation["measured"] = (memory.get("by_category_bytes") or {}).get("attention.core")
+    memory["attention_activation_bytes"] = activation
+
+    return {
+        "model": built.info,
+        "inputs": dict(built.step.inputs_info),
+        "timing": timing,
+        "profile": profile,
+        "attribution": profiled["attribution"],
+        "ops": profiled["ops"],
+        "memory": memory,
+        "flops": _flops_section(built, combo, timing["median"], device),
+    }
+
+
+def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int = 0,
+            profile_iterations: int = 3) -> dict[str, Any]:
+    """Measure one combination; see the module docstring. Out-of-memory becomes
+    `OutOfMemory` ("out of memory: ..."), raised after the model is freed."""
+    holder: list[models.BuiltModel] = []
+    oom: str | None = None
+    try:
+        return _measure(combo, run_dir=run_dir, combo_id=combo_id, budget_s=budget_s, seed=seed,
+                        profile_iterations=profile_iterations, holder=holder)
+    except torch.OutOfMemoryError as exc:
+        # only the message leaves this block: the traceback's frames pin the tensors
+        oom = "out of memory: " + (str(exc).strip().splitlines() or ["(no message)"])[0]
+    finally:
+        models.free(holder.pop() if holder else None)
+    raise OutOfMemory(oom)

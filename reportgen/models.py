@@ -1,0 +1,595 @@
+"""Model presets, building from transformers configs with random weights, ``--scale tiny``,
+seeded inputs, and `Step` objects (one measured iteration) for each mode.
+
+Nothing here downloads: every model comes from a config (a preset's overrides, a
+transformers model type's defaults, or a local config.json) and ``from_config``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from reportgen.errors import Skip, UserError
+
+MICRO = "attention-micro"
+SCALES = ("reference", "tiny")
+MODES = ("forward", "prefill", "decode")
+ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
+
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+_SDPA_BACKENDS = {
+    "sdpa-math": "MATH",
+    "sdpa-flash": "FLASH_ATTENTION",
+    "sdpa-efficient": "EFFICIENT_ATTENTION",
+    "sdpa-cudnn": "CUDNN_ATTENTION",
+}
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", *_SDPA_BACKENDS, "flash_attention_2", "naive", "naive-inplace")
+_MICRO_ONLY = ("naive", "naive-inplace")
+
+# name -> (transformers model_type, config overrides). Everything not overridden keeps the
+# config class default, which for these types is already the named checkpoint's shape.
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    "bert-base": ("bert", {}),
+    "bert-large": ("bert", {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+                            "intermediate_size": 4096}),
+    "gpt2": ("gpt2", {}),
+    "gpt2-medium": ("gpt2", {"n_embd": 1024, "n_layer": 24, "n_head": 16}),
+    "t5-small": ("t5", {}),
+    "t5-base": ("t5", {"d_model": 768, "d_ff": 3072, "num_layers": 12, "num_decoder_layers": 12,
+                       "num_heads": 12, "d_kv": 64}),
+    "llama-small": ("llama", {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                              "num_key_value_heads": 4, "intermediate_size": 2048, "vocab_size": 32000,
+                              "head_dim": 64}),
+    "llama-1b": ("llama", {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+                           "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
+                           "head_dim": 64, "tie_word_embeddings": True, "rope_theta": 500000.0,
+                           "max_position_embeddings": 131072, "bos_token_id": 128000,
+                           "eos_token_id": 128001}),
+    "llama-3-8b": ("llama", {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                             "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+                             "head_dim": 128, "rope_theta": 500000.0, "max_position_embeddings": 8192,
+                             "bos_token_id": 128000, "eos_token_id": 128001}),
+    "mistral-7b": ("mistral", {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                               "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+                               "head_dim": 128}),
+}
+
+# --scale tiny: attribute names (canonical or transformers aliases) -> tiny value. Set only
+# where the config has the attribute, so no model needs code of its own.
+TINY_HIDDEN = 64
+TINY_LAYERS = 2
+TINY_HEADS = 4
+TINY_KV_HEADS = 2
+TINY_FF = 128
+TINY_HEAD_DIM = TINY_HIDDEN // TINY_HEADS
+TINY_VOCAB = 1024
+_HIDDEN_NAMES = ("hidden_size", "d_model", "n_embd", "embed_dim", "word_embed_proj_dim", "embedding_size")
+_LAYER_NAMES = ("num_hidden_layers", "num_layers", "num_decoder_layers", "encoder_layers",
+                "decoder_layers", "n_layer")
+_HEAD_NAMES = ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads", "n_head",
+               "num_heads")
+_KV_HEAD_NAMES = ("num_key_value_heads", "num_kv_heads")
+_FF_NAMES = ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim")
+_HEAD_DIM_NAMES = ("d_kv", "head_dim")
+_POSITION_NAMES = ("max_position_embeddings", "n_positions", "n_ctx")
+
+
+@dataclass(frozen=True, eq=False)
+class ModelSpec:
+    """A resolved model name: where its config comes from."""
+
+    name: str
+    model_type: str
+    source: str  # "preset" | "model_type" | "config_file" | "micro"
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def make_config(self, scale: str = "reference", min_positions: int = 0) -> Any:
+        """The transformers config at ``scale``; ``min_positions`` is the longest sequence
+        the model will see (tiny configs grow their position tables to fit it)."""
+        if self.source == "micro":
+            raise UserError(f"{MICRO} has no transformers config")
+        if scale not in SCALES:
+            raise UserError(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}")
+        from transformers import CONFIG_MAPPING
+
+        config_cls = CONFIG_MAPPING[self.model_type]
+        if self.source == "config_file":
+            config = config_cls.from_dict(dict(self.overrides))
+        else:
+            config = config_cls(**dict(self.overrides))
+        if scale == "tiny":
+            shrink_config(config, min_positions=min_positions)
+        return config
+
+
+def model_choices() -> list[str]:
+    """The preset names (any transformers model type or config.json path also resolves)."""
+    return list(PRESETS)
+
+
+def resolve(name: str) -> ModelSpec:
+    """A preset, ``attention-micro``, a path to a config.json, or a transformers model type."""
+    if name == MICRO:
+        return ModelSpec(name=name, model_type=MICRO, source="micro")
+    if name in PRESETS:
+        model_type, overrides = PRESETS[name]
+        return ModelSpec(name=name, model_type=model_type, source="preset", overrides=dict(overrides))
+    from transformers import CONFIG_MAPPING
+
+    if name in CONFIG_MAPPING:  # before paths: a folder named like a type must not shadow it
+        return ModelSpec(name=name, model_type=name, source="model_type")
+    path = Path(name)
+    if name.endswith(".json") or path.is_dir():
+        file = path / "config.json" if path.is_dir() else path
+        if not file.is_file():
+            raise UserError(f"model config file not found: {file}")
+        try:
+            data = json.loads(file.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"cannot read model config {file}: {exc}") from exc
+        file_type: Any = data.get("model_type") if isinstance(data, dict) else None
+        if file_type not in CONFIG_MAPPING:
+            raise UserError(f"{file}: model_type {file_type!r} is not a transformers model type")
+        data = {k: v for k, v in data.items() if k != "model_type"}
+        return ModelSpec(name=name, model_type=file_type, source="config_file", overrides=data)
+    raise UserError(
+        f"unknown model {name!r}; choose a preset ({', '.join(model_choices())}), {MICRO}, "
+        "a transformers model type (e.g. bert, llama, opt, bart) or a path to a config.json"
+    )
+
+
+# --- configs -------------------------------------------------------------------------
+
+
+def _has(config: Any, name: str) -> bool:
+    return name in getattr(config, "attribute_map", {}) or name in vars(config)
+
+
+def _first(config: Any, names: tuple[str, ...]) -> Any:
+    for name in names:
+        if _has(config, name):
+            value = getattr(config, name, None)
+            if value is not None:
+                return value
+    return None
+
+
+def shrink_config(config: Any, *, min_positions: int = 0) -> Any:
+    """Shrink any transformers config in place to a tiny one of the same architecture,
+    through the standard attribute names and their common aliases."""
+    old_layers = _first(config, _LAYER_NAMES)
+    old_heads = _first(config, _HEAD_NAMES)
+    old_kv = _first(config, _KV_HEAD_NAMES)
+    for names, value in ((_HIDDEN_NAMES, TINY_HIDDEN), (_LAYER_NAMES, TINY_LAYERS), (_HEAD_NAMES, TINY_HEADS),
+                         (_FF_NAMES, TINY_FF), (_HEAD_DIM_NAMES, TINY_HEAD_DIM)):
+        for name in names:
+            if _has(config, name):
+                setattr(config, name, value)
+    if old_kv is not None:
+        # keep grouped-query attention grouped, and multi-head attention multi-head
+        kv = TINY_KV_HEADS if old_heads is not None and old_kv < old_heads else TINY_HEADS
+        for name in _KV_HEAD_NAMES:
+            if _has(config, name):
+                setattr(config, name, kv)
+    # per-layer lists (layer_types, ...) must match the new depth
+    if isinstance(old_layers, int):
+        for name, value in list(vars(config).items()):
+            if "layer" in name and isinstance(value, list) and len(value) == old_layers:
+                setattr(config, name, value[:TINY_LAYERS])
+    if _has(config, "vocab_size"):
+        config.vocab_size = TINY_VOCAB
+        # special token ids feed padding_idx; out of range they would break the embedding
+        for name, value in list(vars(config).items()):
+            if not name.endswith("_token_id"):
+                continue
+            if isinstance(value, int) and value >= TINY_VOCAB:
+                setattr(config, name, TINY_VOCAB - 1)
+            elif isinstance(value, list):
+                setattr(config, name, [v if v < TINY_VOCAB else TINY_VOCAB - 1 for v in value])
+    for name in _POSITION_NAMES:
+        if _has(config, name):
+            current = getattr(config, name, None)
+            if isinstance(current, int) and current < min_positions:
+                setattr(config, name, min_positions)
+    return config
+
+
+def architecture(config: Any) -> str:
+    """"encoder", "decoder" (a causal LM) or "encoder-decoder", read from transformers'
+    own class mappings: a type with a causal-LM class and no masked-LM class is a decoder
+    (BERT-likes have both, and are encoders)."""
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    model_type = config.model_type
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return "decoder"
+    return "encoder"
+
+
+def _auto_class(config: Any, arch: str) -> Any:
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+
+    if arch == "decoder":
+        return transformers.AutoModelForCausalLM
+    if arch == "encoder-decoder" and config.model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        return transformers.AutoModelForSeq2SeqLM
+    return transformers.AutoModel
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise UserError(f"unknown dtype {name!r}; choose from {', '.join(DTYPES)}") from None
+
+
+def attn_backend(impl: str, device: torch.device, dtype: torch.dtype) -> tuple[str, Any | None]:
+    """(transformers attn_implementation, SDPBackend or None) for one of
+    ATTN_IMPLEMENTATIONS; Skip where the device cannot run it."""
+    if impl not in ATTN_IMPLEMENTATIONS:
+        raise UserError(f"unknown attn_implementation {impl!r}; choose from {', '.join(ATTN_IMPLEMENTATIONS)}")
+    if impl in _MICRO_ONLY:
+        raise Skip(f"attn_implementation {impl} applies only to {MICRO}")
+    if impl == "flash_attention_2":
+        if device.type != "cuda":
+            raise Skip("flash_attention_2 needs a CUDA device")
+        if importlib.util.find_spec("flash_attn") is None:
+            raise Skip("flash_attention_2 needs the flash_attn package, which is not installed")
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise Skip("flash_attention_2 runs only in fp16 or bf16")
+        return impl, None
+    if impl in _SDPA_BACKENDS:
+        from torch.nn.attention import SDPBackend
+
+        if impl in ("sdpa-efficient", "sdpa-cudnn") and device.type != "cuda":
+            raise Skip(f"{impl} needs a CUDA device")
+        return "sdpa", getattr(SDPBackend, _SDPA_BACKENDS[impl])
+    return impl, None
+
+
+def check_dtype(dtype: torch.dtype, device: torch.device) -> None:
+    if dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise Skip(f"bf16 is not supported on {torch.cuda.get_device_name(device)}")
+
+
+# --- inputs and steps ----------------------------------------------------------------
+
+
+class StepLike(Protocol):
+    device: torch.device
+    inputs_info: dict[str, Any]
+
+    def __call__(self) -> Any: ...
+    def reset(self) -> None: ...
+    def sync(self) -> None: ...
+
+
+def random_ids(shape: tuple[int, ...], vocab_size: int, generator: torch.Generator) -> torch.Tensor:
+    """Seeded token ids in [1, vocab): drawn on the CPU so a seed means the same ids on
+    every device; id 0 (often padding) is avoided so inputs are never all zeros."""
+    return torch.randint(1, max(2, vocab_size), shape, generator=generator, dtype=torch.long)
+
+
+class Step:
+    """One measured iteration: ``step()`` runs the forward (no sync inside), ``reset()``
+    restores state between iterations (untimed), ``sync()`` waits for the device."""
+
+    def __init__(self, model: nn.Module, kwargs: dict[str, Any], *, device: torch.device,
+                 inputs_info: dict[str, Any], backend: Any | None = None, mode: str = "forward") -> None:
+        self.model = model
+        self.kwargs = kwargs
+        self.device = device
+        self.inputs_info = inputs_info
+        self.backend = backend
+        self.mode = mode
+
+    def _kernel(self) -> contextlib.AbstractContextManager[Any]:
+        if self.backend is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import sdpa_kernel
+
+        return sdpa_kernel(self.backend)
+
+    def __call__(self) -> Any:
+        with torch.inference_mode(), self._kernel():
+            return self.model(**self.kwargs)
+
+    def reset(self) -> None:
+        return None
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def _cache_of(output: Any) -> Any:
+    for name in ("cache", "past_key_values"):
+        cache = getattr(output, name, None)
+        if cache is not None:
+            return cache
+    raise RuntimeError("the model returned no KV cache with use_cache=True")
+
+
+class DecodeStep(Step):
+    """One new token per sequence against a KV cache of ``kv_len`` tokens, built once
+    (untimed); ``reset()`` crops the cache back so every iteration sees the same length."""
+
+    def __init__(self, model: nn.Module, prefill_kwargs: dict[str, Any], decode_kwargs: dict[str, Any],
+                 cache_arg: str, kv_len: int, **kw: Any) -> None:
+        super().__init__(model, decode_kwargs, **kw)
+        self.prefill_kwargs = prefill_kwargs
+        self.cache_arg = cache_arg
+        self.kv_len = kv_len
+        self._fill()
+
+    def _fill(self) -> None:
+        with torch.inference_mode(), self._kernel():
+            out = self.model(**self.prefill_kwargs)
+        self.cache = _cache_of(out)
+        self.kwargs[self.cache_arg] = self.cache
+        self.sync()
+
+    def cache_len(self) -> int:
+        return int(self.cache.get_seq_length())
+
+    def reset(self) -> None:
+        extra = self.cache_len() - self.kv_len
+        if extra <= 0:
+            return
+        if getattr(self.cache, "is_croppable", True) and hasattr(self.cache, "crop"):
+            with torch.inference_mode():
+                # negative: remove that many tokens (the one form every transformers version reads)
+                self.cache.crop(-extra)
+        else:
+            self._fill()
+
+
+def _forward_params(model: nn.Module) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(model.forward).parameters)
+
+
+def make_step(model: nn.Module, config: Any, arch: str, mode: str, *, batch_size: int, seq_len: int,
+              device: torch.device, backend: Any | None, seed: int, name: str) -> Step:
+    if mode not in MODES:
+        raise UserError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    if mode != "forward" and arch != "decoder":
+        raise Skip(f"{mode} applies to causal LMs; {name} is an {arch}")
+    params = _forward_params(model)
+    gen = torch.Generator().manual_seed(seed)
+    vocab = int(_first(config, ("vocab_size",)) or TINY_VOCAB)
+    shape = (batch_size, seq_len)
+    ids = random_ids(shape, vocab, gen).to(device)
+    kwargs: dict[str, Any] = {"input_ids": ids}
+    if "attention_mask" in params:
+        kwargs["attention_mask"] = torch.ones(shape, dtype=torch.long, device=device)
+    cache_arg = "cache" if "cache" in params else "past_key_values"
+    info = {"seed": seed, "input_shape": list(shape), "tokens": batch_size * seq_len, "kv_len": None}
+    common: dict[str, Any] = {"device": device, "backend": backend, "mode": mode}
+    if mode == "forward":
+        if arch == "encoder-decoder":
+            kwargs["decoder_input_ids"] = random_ids(shape, vocab, gen).to(device)
+        if "use_cache" in params:
+            kwargs["use_cache"] = False
+        return Step(model, kwargs, inputs_info=info, **common)
+    kwargs["use_cache"] = True
+    if mode == "prefill":
+        # generation computes logits for the last position only; so do we
+        if "logits_to_keep" in params:
+            kwargs["logits_to_keep"] = 1
+        return Step(model, kwargs, inputs_info=info, **common)
+    new_ids = random_ids((batch_size, 1), vocab, gen).to(device)
+    decode_kwargs: dict[str, Any] = {"input_ids": new_ids, "use_cache": True}
+    if "attention_mask" in params:
+        decode_kwargs["attention_mask"] = torch.ones((batch_size, seq_len + 1), dtype=torch.long, device=device)
+    info = {"seed": seed, "input_shape": [batch_size, 1], "tokens": batch_size, "kv_len": seq_len}
+    prefill_kwargs = dict(kwargs)
+    if "logits_to_keep" in params:
+        prefill_kwargs["logits_to_keep"] = 1
+    return DecodeStep(model, prefill_kwargs, decode_kwargs, cache_arg, seq_len, inputs_info=info, **common)
+
+
+# --- building ------------------------------------------------------------------------
+
+
+@dataclass
+class BuiltModel:
+    model: nn.Module
+    info: dict[str, Any]
+    step: StepLike
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else str(value)
+    return str(value)
+
+
+def _is_attention(module: nn.Module) -> bool:
+    return "Attention" in type(module).__name__
+
+
+def _is_projection(module: nn.Module) -> bool:
+    weight = getattr(module, "weight", None)
+    return isinstance(weight, torch.Tensor) and weight.dim() == 2 and not isinstance(module, nn.Embedding)
+
+
+def _first_block(model: nn.Module) -> nn.Module | None:
+    """The first item of a ModuleList that holds an attention module: a transformer block."""
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) > 0:
+            first = module[0]
+            if any(_is_attention(m) for m in first.modules()):
+                return first
+    return None
+
+
+def _mlp_projections(block: nn.Module) -> list[nn.Module]:
+    found: list[nn.Module] = []
+
+    def walk(module: nn.Module) -> None:
+        for child in module.children():
+            if _is_attention(child):
+                continue
+            if _is_projection(child) and not list(child.children()):
+                found.append(child)
+            walk(child)
+
+    walk(block)
+    return found
+
+
+def analytic_hints(model: nn.Module) -> dict[str, Any]:
+    """What the analytic FLOP count reads from the model's structure rather than its
+    config: the MLP's projections per block (3 when gated, 2 when a fused gate-up is one
+    module), their weight elements (2 FLOPs each per token, whatever the fusion), and
+    whether a pooler follows the encoder."""
+    block = _first_block(model)
+    projs = _mlp_projections(block) if block is not None else []
+    weights: list[torch.Tensor] = [p.weight for p in projs]  # type: ignore[misc]
+    width = max((max(w.shape) for w in weights), default=None)
+    params = sum(int(w.numel()) for w in weights)
+    pooler = any("Pooler" in type(m).__name__ for m in model.modules())
+    return {"mlp_projections": len(projs) or None, "mlp_width": width, "mlp_weight_elements": params or None,
+            "pooler": pooler}
+
+
+def model_info(name: str, model: nn.Module, arch: str) -> dict[str, Any]:
+    """The record's ``model`` section."""
+    config: Any = model.config
+    hidden = _first(config, _HIDDEN_NAMES[:3])
+    heads = _first(config, _HEAD_NAMES)
+    kv_heads = _first(config, _KV_HEAD_NAMES) or heads
+    head_dim = _first(config, _HEAD_DIM_NAMES)
+    if head_dim is None and hidden and heads:
+        head_dim = hidden // heads
+    ff = _first(config, _FF_NAMES) or analytic_hints(model)["mlp_width"]
+    return {
+        "name": name,
+        "model_type": config.model_type,
+        "architecture": arch,
+        "class": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "num_layers": _first(config, _LAYER_NAMES),
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "intermediate_size": ff,
+        "vocab_size": _first(config, ("vocab_size",)),
+        "config": _json_safe(config.to_diff_dict()),
+    }
+
+
+def _check_positions(model: nn.Module, needed: int, name: str) -> None:
+    """Learned position tables cannot index past their size (on a GPU that would be a
+    device-side assert, which poisons the context), so refuse up front."""
+    for module_name, module in model.named_modules():
+        if isinstance(module, nn.Embedding) and "position" in module_name.lower():
+            if module.num_embeddings < needed:
+                raise Skip(f"{name} has {module.num_embeddings} learned positions ({module_name}); "
+                           f"this combination needs {needed}")
+
+
+def _instantiate(config: Any, arch: str, impl: str, dtype: torch.dtype, device: torch.device) -> nn.Module:
+    cls = _auto_class(config, arch)
+    try:
+        with torch.device(device):
+            model = cls.from_config(config, attn_implementation=impl, dtype=dtype)
+    except (ValueError, ImportError, NotImplementedError) as exc:
+        message = str(exc)
+        if "attn" in message.lower() or "attention" in message.lower():
+            raise Skip(f"{config.model_type} does not support attn_implementation={impl}: {message}") from exc
+        raise
+    return model.to(device).eval()
+
+
+_SKIP_RUNTIME = ("No available kernel", "not implemented for", "No viable backend")
+
+
+def _trial(step: StepLike) -> None:
+    """One untimed iteration: lazy initialisation stays out of the samples, and a
+    backend the shapes/dtype/device cannot use surfaces as a Skip, not a failure."""
+    try:
+        step()
+        step.sync()
+    except RuntimeError as exc:
+        if isinstance(exc, torch.OutOfMemoryError):
+            raise
+        message = str(exc)
+        if any(s in message for s in _SKIP_RUNTIME):
+            raise Skip(message.strip().splitlines()[0]) from exc
+        raise
+    step.reset()
+
+
+def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0) -> BuiltModel:
+    """Build ``combo``'s model with random weights on ``device`` (default combo.device),
+    its info dict and its Step. Raises Skip for combinations that cannot run here."""
+    if combo.model == MICRO:
+        from reportgen import micro  # written alongside; imported only when asked for
+
+        module, info, step = micro.build(combo, device if device is not None else combo.device, seed=seed)
+        return BuiltModel(module, info, step)
+    spec = resolve(combo.model)
+    dev = torch.device(device if device is not None else combo.device)
+    dtype = torch_dtype(combo.dtype)
+    check_dtype(dtype, dev)
+    impl, backend = attn_backend(combo.attn_implementation, dev, dtype)
+    needed = combo.seq_len + (1 if combo.mode == "decode" else 0)
+    config = spec.make_config(getattr(combo, "scale", "reference"), min_positions=needed)
+    arch = architecture(config)
+    if combo.mode != "forward" and arch != "decoder":
+        raise Skip(f"{combo.mode} applies to causal LMs; {spec.name} is an {arch}")
+    # the seed fixes the random weights too (without touching the caller's RNG state), so
+    # a rerun computes on the same numbers
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        torch.manual_seed(seed)
+        model = _instantiate(config, arch, impl, dtype, dev)
+    if getattr(model, "main_input_name", "input_ids") != "input_ids":
+        raise Skip(f"{spec.name} takes {model.main_input_name}, not token ids")
+    _check_positions(model, needed, spec.name)
+    info = model_info(spec.name, model, arch)
+    built_step: StepLike = make_step(model, model.config, arch, combo.mode, batch_size=combo.batch_size, seq_len=combo.seq_len,
+                                      device=dev, backend=backend, seed=seed, name=spec.name)
+    _trial(built_step)
+    return BuiltModel(model, info, built_step)
+
+
+def free(result: BuiltModel | None) -> None:
+    """Drop the model, its inputs and any KV cache, then return cached CUDA blocks."""
+    if result is not None:
+        step = result.step
+        for attr in ("model", "kwargs", "cache", "prefill_kwargs"):
+            with contextlib.suppress(AttributeError):
+                delattr(step, attr)
+        result.model = None  # type: ignore[assignment]
+        result.step = None  # type: ignore[assignment]
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -1,0 +1,113 @@
+"""The profiled pass: torch.profiler over a few labelled forwards, a gzipped trace.
+
+Timing comes from the unprofiled pass (METHOD.md rule 1); this pass only apportions it.
+Each iteration runs inside an ``rg|iteration`` range with the module hooks of
+``reportgen.structure`` installed, so ``reportgen.attribution`` can split it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from reportgen.attribution import ATTRIBUTION_KEYS, ITERATION_LABEL, analyse_trace
+from reportgen.structure import install_hooks
+
+__all__ = ["profile_step", "write_gzip_atomic"]
+
+
+class Step(Protocol):
+    device: torch.device
+
+    def __call__(self) -> Any: ...
+
+    def reset(self) -> None: ...
+
+    def sync(self) -> None: ...
+
+
+def write_gzip_atomic(path: Path, data: bytes) -> int:
+    """Gzip ``data`` to ``path`` via a temp file in the same directory (a reader never
+    sees a half-written trace); returns the size written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            # mtime=0: the same trace gives the same bytes.
+            with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
+                gz.write(data)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path.stat().st_size
+
+
+def _record(step: Step, model: nn.Module, iterations: int, warmup: int, out: Path) -> None:
+    activities = [ProfilerActivity.CPU]
+    if step.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with install_hooks(model):
+        with profile(activities=activities,
+                     schedule=schedule(wait=0, warmup=warmup, active=iterations, repeat=1),
+                     record_shapes=True, profile_memory=True, with_flops=True) as prof:
+            for _ in range(warmup + iterations):
+                # The sync sits inside the range: on a GPU the iteration's wall time must
+                # include the work it queued, or the overhead ratio is meaningless.
+                with record_function(ITERATION_LABEL):
+                    step()
+                    step.sync()
+                step.reset()
+                prof.step()
+    prof.export_chrome_trace(str(out))
+
+
+def profile_step(step: Step, model: nn.Module, *, iterations: int = 3, warmup: int = 1,
+                 trace_path: Path) -> dict[str, Any]:
+    """Profile ``iterations`` forwards of ``step`` (after ``warmup`` profiled-but-dropped
+    ones) and attribute them.
+
+    Writes the Chrome trace gzipped to ``trace_path`` (``<run>/traces/<name>``) and
+    returns ``{"profile", "attribution", "ops", "memory"}`` as in ARCHITECTURE.md, less
+    ``profile.overhead_ratio`` (the caller has the unprofiled timing).
+    """
+    if iterations < 1 or warmup < 0:
+        raise ValueError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
+    trace_path = Path(trace_path)
+    trace_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{trace_path.name}.", suffix=".json",
+                                    dir=trace_path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        _record(step, model, iterations, warmup, tmp)
+        raw = tmp.read_bytes()
+    finally:
+        tmp.unlink(missing_ok=True)
+    trace = json.loads(raw)
+    result = analyse_trace(trace)
+    trace_bytes = write_gzip_atomic(trace_path, raw)
+    per_iteration = result["iteration_ms"]
+    if len(per_iteration) != iterations:
+        raise RuntimeError(f"trace holds {len(per_iteration)} profiled iterations, "
+                           f"expected {iterations}")
+    return {
+        "profile": {"iterations": iterations, "per_iteration_ms": per_iteration,
+                    "median_ms": statistics.median(per_iteration),
+                    "trace": f"traces/{trace_path.name}", "trace_bytes": trace_bytes},
+        "attribution": {key: result[key] for key in ATTRIBUTION_KEYS},
+        "ops": result["ops"],
+        "memory": result["memory"],
+    }

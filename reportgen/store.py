@@ -1,0 +1,137 @@
+"""Atomic writes and the run directory (``runs/<hardware>/<suite>-<hash8>/``).
+
+Every file under runs/ is written to a temporary file in the same directory, flushed,
+fsynced and renamed over the target, so a reader (or a resumed run) sees either the old
+file or the new one, never half of one, even when the writer is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reportgen.errors import UserError
+from reportgen.schema import load_combination, load_run
+
+if TYPE_CHECKING:
+    from reportgen.suite import Suite
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The leading dot and .tmp suffix keep readers that glob "*.json" away from it.
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:  # includes KeyboardInterrupt: never leave a temp file behind
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename itself durable; not every platform lets a directory be opened.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def to_json_data(obj: Any) -> Any:
+    """Plain JSON data: NaN and infinities become null, numpy values become Python ones.
+
+    Floats stay numbers at full precision; nothing is formatted before storing.
+    """
+    if isinstance(obj, float):  # numpy.float64 is a float subclass
+        return float(obj) if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, Mapping):
+        return {str(key): to_json_data(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json_data(value) for value in obj]
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars, without importing numpy
+        return to_json_data(obj.tolist())
+    raise TypeError(f"cannot store {type(obj).__name__} as JSON: {obj!r}")
+
+
+def dumps(obj: Any) -> str:
+    # Insertion order is kept (records are built in a readable order) and is stable
+    # because the builders are; indent keeps diffs of committed runs reviewable.
+    return json.dumps(to_json_data(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    # Serialise first: an unserialisable value must not even create the temp file.
+    atomic_write_bytes(path, dumps(obj).encode("utf-8"))
+
+
+class RunStore:
+    """One run directory: ``<root>/<hardware>/<suite name>-<suite hash8>/``."""
+
+    def __init__(self, root: str | Path, hardware_slug: str, suite: Suite) -> None:
+        self.root = Path(root)
+        self.hardware = hardware_slug
+        self.suite = suite
+        self.name = f"{suite.name}-{suite.hash[:8]}"
+        self.run_id = f"{hardware_slug}/{self.name}"
+        self.run_dir = self.root / hardware_slug / self.name
+
+    @property
+    def run_path(self) -> Path:
+        return self.run_dir / "run.json"
+
+    def combination_path(self, combo_id: str) -> Path:
+        return self.run_dir / "combinations" / f"{combo_id}.json"
+
+    def trace_path(self, combo_id: str) -> Path:
+        return self.run_dir / "traces" / f"{combo_id}.trace.json.gz"
+
+    def done(self, combo_id: str) -> bool:
+        """A readable record exists, whatever its status (``--force`` re-measures)."""
+        path = self.combination_path(combo_id)
+        if not path.is_file():
+            return False
+        try:
+            record = load_combination(path)
+        except UserError:
+            return False  # unreadable: measure it again, the new record replaces it
+        return record.get("id") == combo_id
+
+    def read_run(self) -> dict[str, Any] | None:
+        if not self.run_path.is_file():
+            return None
+        try:
+            return load_run(self.run_dir).record
+        except UserError:
+            return None
+
+    def write_combination(self, record: Mapping[str, Any]) -> Path:
+        path = self.combination_path(str(record["id"]))
+        atomic_write_json(path, record)
+        return path
+
+    def write_run(self, record: Mapping[str, Any]) -> Path:
+        atomic_write_json(self.run_path, record)
+        return self.run_path

@@ -1,0 +1,309 @@
+"""Structural classification of a model's modules, and the hooks that label its ops.
+
+Classification reads only module classes and nesting (ARCHITECTURE.md, "Categories"):
+no model names. The hooks open ``rg|<role>|<fqn>`` profiler ranges around the modules
+whose role matters; ``reportgen.attribution`` turns ops inside those ranges into
+categories, splitting each attention call at its core ops.
+
+Roles: ``embed`` (embedding modules), ``norm`` (norm leaves), ``attn`` (outermost
+attention modules), ``proj`` (projection leaves inside attention or a block), ``core``
+(an embedding inside attention: a position bias), ``mlp`` (the outermost projection-
+holding module of a block outside attention), ``act`` (activation leaves in a block),
+``head`` (output embeddings, poolers, heads) and ``block`` (items of the outermost
+``nn.ModuleList``: the layers).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from reportgen.attribution import (
+    ITERATION_LABEL,
+    LABEL_PREFIX,
+    is_core_op,
+    split_attention,
+    split_mlp,
+)
+
+__all__ = ["ITERATION_LABEL", "ModuleRole", "classify", "install_hooks", "label",
+           "module_categories"]
+
+HEAD_MARKERS = ("Pooler", "Head", "Prediction", "Classifier")
+# Category of an unremarkable module inside a container ("core": a position-bias
+# embedding inside attention).
+_CONTAINER_CATEGORY: dict[str | None, str] = {
+    "embed": "embeddings", "head": "head", "attn": "attention.core", "core": "attention.core",
+    "mlp": "mlp", None: "other"}
+
+
+class StepLike(Protocol):
+    def __call__(self) -> Any: ...
+
+    def reset(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ModuleRole:
+    """What the structure says about one module.
+
+    ``role`` is the hook label role (None: not hooked). ``category`` is the category of
+    the module's own ops as far as structure alone decides it; ``container`` (``attn``,
+    ``mlp``, ``embed``, ``head``, ``core``) and ``container_fqn`` name the enclosing
+    container, whose call order settles projections and plain modules inside attention
+    and MLP containers. ``block`` is the enclosing layer's FQN.
+    """
+
+    fqn: str
+    role: str | None
+    category: str
+    container: str | None
+    container_fqn: str | None
+    block: str | None
+
+
+def label(role: str, fqn: str) -> str:
+    return f"{LABEL_PREFIX}{role}|{fqn}"
+
+
+def _is_leaf(module: nn.Module) -> bool:
+    return next(module.children(), None) is None
+
+
+def _is_norm(module: nn.Module) -> bool:
+    return _is_leaf(module) and (
+        type(module).__name__.endswith("Norm")
+        or isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)))
+
+
+def _is_attention(module: nn.Module) -> bool:
+    return "Attention" in type(module).__name__
+
+
+def _is_embedding(module: nn.Module) -> bool:
+    return isinstance(module, nn.Embedding) or "Embedding" in type(module).__name__
+
+
+def _is_projection(module: nn.Module) -> bool:
+    weight = getattr(module, "weight", None)
+    return (_is_leaf(module) and isinstance(weight, torch.Tensor) and weight.dim() == 2
+            and not _is_embedding(module))
+
+
+def _is_activation(module: nn.Module) -> bool:
+    cls = type(module)
+    return _is_leaf(module) and (cls.__module__ == "torch.nn.modules.activation"
+                                 or "Activation" in cls.__name__)
+
+
+def _has_descendant(module: nn.Module, test: Callable[[nn.Module], bool]) -> bool:
+    return any(test(m) for m in module.modules() if m is not module)
+
+
+def classify(model: nn.Module) -> dict[str, ModuleRole]:
+    """Role and structural category of every module, by FQN ("" is the root)."""
+    getter = getattr(model, "get_output_embeddings", None)
+    out_emb = getter() if callable(getter) else None
+    result: dict[str, ModuleRole] = {}
+    seen: set[int] = set()
+
+    def visit(fqn: str, module: nn.Module, container: str | None, container_fqn: str | None,
+              block: str | None, parent_is_list: bool) -> None:
+        if id(module) in seen:  # shared modules (tied embeddings) keep their first name
+            return
+        seen.add(id(module))
+        is_list = isinstance(module, (nn.ModuleList, nn.ModuleDict))
+        role: str | None = None
+        category = _CONTAINER_CATEGORY[container]
+        inner, inner_fqn, inner_block = container, container_fqn, block
+        if not fqn or container in ("head", "core"):
+            pass  # the root's own ops (masks, residuals) and all of a head stay as they are
+        elif _is_norm(module):
+            role, category = "norm", "norm"
+        elif _is_attention(module):
+            if container is None:
+                role, category, inner, inner_fqn = "attn", "attention.core", "attn", fqn
+        elif _is_embedding(module):
+            if container == "attn":
+                role, category, inner = "core", "attention.core", "core"
+            elif container is None:
+                role, category, inner, inner_fqn = "embed", "embeddings", "embed", fqn
+        elif container is None and (module is out_emb or any(
+                marker in type(module).__name__ for marker in HEAD_MARKERS)):
+            role, category, inner, inner_fqn = "head", "head", "head", fqn
+        elif _is_projection(module):
+            if container == "attn":
+                role, category = "proj", "attention.qkv"
+            elif container == "mlp" or (container is None and block is not None):
+                role, category = "proj", "mlp"
+        elif _is_activation(module):
+            if container == "mlp" or (container is None and block is not None):
+                role, category = "act", "mlp"
+        elif parent_is_list and container is None and block is None and not is_list:
+            role, category, inner_block = "block", "other", fqn
+        elif (container is None and block is not None and not is_list
+              and _has_descendant(module, _is_projection)
+              and not _has_descendant(module, _is_attention)):
+            role, category, inner, inner_fqn = "mlp", "mlp", "mlp", fqn
+        result[fqn] = ModuleRole(fqn, role, category, container, container_fqn, block)
+        for name, child in module.named_children():
+            visit(f"{fqn}.{name}" if fqn else name, child, inner, inner_fqn, inner_block,
+                  isinstance(module, nn.ModuleList))
+
+    visit("", model, None, None, None, False)
+    return result
+
+
+class _Hooks:
+    """Forward pre/post hooks opening and closing one profiler range per call."""
+
+    def __init__(self, model: nn.Module, roles: dict[str, ModuleRole]) -> None:
+        self._handles: list[Any] = []
+        modules = dict(model.named_modules())
+        enter = torch.ops.profiler._record_function_enter_new
+        leave = torch.ops.profiler._record_function_exit._RecordFunction
+        enabled = torch.autograd._profiler_enabled
+        for fqn, info in roles.items():
+            if info.role is None or fqn not in modules:
+                continue
+            name = label(info.role, fqn)
+            # A stack per module: a shared module can be re-entered (tied embeddings).
+            open_ranges: list[Any] = []
+
+            def pre(_m: nn.Module, _a: Any, name: str = name,
+                    stack: list[Any] = open_ranges) -> None:
+                # Outside a profiler the hooks cost one call: keep bare forwards bare.
+                stack.append(enter(name, None) if enabled() else None)
+
+            def post(_m: nn.Module, _a: Any, _o: Any, stack: list[Any] = open_ranges) -> None:
+                handle = stack.pop() if stack else None
+                if handle is not None:
+                    leave(handle)
+
+            module = modules[fqn]
+            self._handles.append(module.register_forward_pre_hook(pre))
+            self._handles.append(module.register_forward_hook(post, always_call=True))
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+@contextmanager
+def install_hooks(model: nn.Module) -> Iterator[dict[str, ModuleRole]]:
+    """Label the model's module calls with ``rg|<role>|<fqn>`` profiler ranges.
+
+    Yields the classification; the hooks are removed on exit, even after an error.
+    """
+    roles = classify(model)
+    hooks = _Hooks(model, roles)
+    try:
+        yield roles
+    finally:
+        hooks.remove()
+
+
+class _Recorder(TorchFunctionMode):
+    """Numbers module calls and core torch-function calls in one sequence, so that one
+    forward tells which projection ran before or after the attention core."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = 0
+        self.core: list[int] = []
+        self.in_proj = 0
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        if not self.in_proj and is_core_op(getattr(func, "__name__", "")):
+            self.core.append(self.tick())
+        return func(*args, **(kwargs or {}))
+
+
+def module_categories(model: nn.Module, step: StepLike) -> dict[str, str]:
+    """Module FQN ("" = root) -> category of that module's own (exclusive) ops.
+
+    Structure decides most modules; one hooked forward (``step()``, then
+    ``step.reset()``) settles attention projections (qkv or out: before or after the
+    core ops) and the ops after an attention or MLP call's output projection (other).
+    """
+    roles = classify(model)
+    modules = dict(model.named_modules())
+    recorder = _Recorder()
+    spans: dict[str, tuple[int, int]] = {}
+    handles = []
+    for fqn, info in roles.items():
+        if info.container not in ("attn", "mlp") and info.role not in ("attn", "mlp"):
+            continue
+        if fqn not in modules:
+            continue
+        is_proj = info.role == "proj"
+        starts: dict[str, int] = {}
+
+        def pre(_m: nn.Module, _a: Any, fqn: str = fqn, is_proj: bool = is_proj,
+                starts: dict[str, int] = starts) -> None:
+            starts.setdefault(fqn, recorder.tick())
+            if is_proj:
+                recorder.in_proj += 1
+
+        def post(_m: nn.Module, _a: Any, _o: Any, fqn: str = fqn, is_proj: bool = is_proj,
+                 starts: dict[str, int] = starts) -> None:
+            if is_proj:
+                recorder.in_proj -= 1
+            if fqn not in spans and fqn in starts:
+                spans[fqn] = (starts[fqn], recorder.tick())
+
+        handles.append(modules[fqn].register_forward_pre_hook(pre))
+        handles.append(modules[fqn].register_forward_hook(post, always_call=True))
+    try:
+        with recorder:
+            step()
+        sync = getattr(step, "sync", None)
+        if sync is not None:
+            sync()
+    finally:
+        for handle in handles:
+            handle.remove()
+        step.reset()
+
+    categories = {fqn: info.category for fqn, info in roles.items()}
+    members: dict[str, list[str]] = {}
+    for fqn, info in roles.items():
+        if (info.container in ("attn", "mlp") and info.role in (None, "proj")
+                and info.container_fqn is not None and fqn in spans):
+            members.setdefault(info.container_fqn, []).append(fqn)
+    for container_fqn, names in members.items():
+        if container_fqn not in spans:
+            continue
+        first, last = spans[container_fqn]
+        names.sort(key=lambda n: spans[n][0])
+        kinds = ["proj" if roles[n].role == "proj" else "op" for n in names]
+        items = [(k, float(spans[n][0]), float(spans[n][1])) for k, n in zip(kinds, names)]
+        if roles[container_fqn].role == "attn":
+            items += [("core", float(t), float(t)) for t in recorder.core if first < t < last]
+            items.sort(key=lambda item: item[1])
+            decided = split_attention(items)
+            by_start = {s: c for (k, s, _), c in zip(items, decided) if k != "core"}
+        else:
+            decided = split_mlp(items)
+            by_start = {s: c for (_, s, _), c in zip(items, decided)}
+        for name in names:
+            info = roles[name]
+            if info.role is None or info.role == "proj":
+                categories[name] = by_start[float(spans[name][0])]
+    # A module reachable under several names (shared, tied) answers under each of them.
+    canonical = {id(m): fqn for fqn, m in model.named_modules()}
+    for fqn, module in model.named_modules(remove_duplicate=False):
+        if fqn not in categories and canonical.get(id(module)) in categories:
+            categories[fqn] = categories[canonical[id(module)]]
+    return categories

@@ -1,0 +1,164 @@
+"""The unprofiled timing pass (METHOD.md rules 1-4): warm up until iteration times
+settle, then repeat adaptively until the median's 95% interval is tight enough, the
+budget is spent, or the sample cap is reached; every sample is kept.
+
+On a GPU each iteration is bracketed by a pair of CUDA events and read after a
+synchronise; on a CPU a host clock is read around the call and its sync. The timers take
+their clock/event factory as arguments so the stop rules and the event path can be tested
+on a CPU with fakes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from reportgen import stats
+
+WARMUP_WINDOW = 5  # iterations per window; warm when two windows' medians agree
+WARMUP_TOLERANCE = 0.05
+WARMUP_MAX_ITERATIONS = 200
+BUDGET_FLOOR = 3  # the budget never stops a run with fewer samples than min(min_samples, this)
+
+
+class StepLike(Protocol):
+    device: Any
+
+    def __call__(self) -> Any: ...
+    def reset(self) -> None: ...
+    def sync(self) -> None: ...
+
+
+class Timer(Protocol):
+    method: str
+
+    def time(self, step: StepLike) -> float:
+        """Milliseconds of one ``step()``."""
+        ...
+
+
+class HostClockTimer:
+    """A host clock around the call and its sync: honest for CPU work, and for device
+    work only because the sync waits for it (rule 3)."""
+
+    method = "host-clock"
+
+    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.clock = clock
+
+    def time(self, step: StepLike) -> float:
+        step.sync()  # nothing queued from before may land in this sample
+        start = self.clock()
+        step()
+        step.sync()
+        return (self.clock() - start) / 1e6
+
+
+class CudaEventTimer:
+    """A CUDA event pair on the current stream around the call; the elapsed time is read
+    only after a synchronise, so the host never reads a time the device hasn't reached."""
+
+    method = "cuda-events"
+
+    def __init__(self, event_factory: Callable[..., Any] | None = None,
+                 synchronize: Callable[[], None] | None = None) -> None:
+        if event_factory is None or synchronize is None:
+            import torch
+
+            event_factory = event_factory or torch.cuda.Event
+            synchronize = synchronize or torch.cuda.synchronize
+        self.event_factory = event_factory
+        self.synchronize = synchronize
+
+    def time(self, step: StepLike) -> float:
+        start = self.event_factory(enable_timing=True)
+        end = self.event_factory(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        self.synchronize()
+        return float(start.elapsed_time(end))
+
+
+def default_timer(step: StepLike) -> Timer:
+    device = getattr(step, "device", None)
+    if getattr(device, "type", str(device)) == "cuda":
+        return CudaEventTimer()
+    return HostClockTimer()
+
+
+def _settled(samples: list[float]) -> bool:
+    if len(samples) < 2 * WARMUP_WINDOW:
+        return False
+    last = stats.median(samples[-WARMUP_WINDOW:])
+    previous = stats.median(samples[-2 * WARMUP_WINDOW:-WARMUP_WINDOW])
+    if previous == 0:
+        return last == 0
+    return abs(last - previous) <= WARMUP_TOLERANCE * previous
+
+
+def warm_up(step: StepLike, timer: Timer, *, max_warmup_s: float,
+            wall: Callable[[], float] = time.monotonic) -> list[float]:
+    """Iterate until the median of the last window is within 5% of the window before
+    (compilation, allocator growth and lazy init settle), or the time/iteration cap."""
+    samples: list[float] = []
+    start = wall()
+    while True:
+        samples.append(timer.time(step))
+        step.reset()
+        if _settled(samples) or len(samples) >= WARMUP_MAX_ITERATIONS or wall() - start >= max_warmup_s:
+            return samples
+
+
+def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float = 0.02, min_samples: int = 10,
+              max_samples: int = 10000, max_warmup_s: float | None = None, timer: Timer | None = None,
+              wall: Callable[[], float] = time.monotonic, confidence: float = 0.95) -> dict[str, Any]:
+    """Time ``step`` and return the record's ``timing`` section.
+
+    Stops ``converged`` when the median's CI half-width <= target * median (checked from
+    ``min_samples`` on, and only once the interval reaches its confidence), ``budget``
+    when ``budget_s`` of timed iterations is spent (never before min(min_samples, 3)
+    samples), or ``max_samples``. Warm-up is separate, capped at ``max_warmup_s``
+    (default half the budget), and kept as ``warmup_samples``.
+    """
+    if budget_s <= 0:
+        raise ValueError("budget_s must be positive")
+    if min_samples < 1 or max_samples < min_samples:
+        raise ValueError("need 1 <= min_samples <= max_samples")
+    timer = timer or default_timer(step)
+    warmup = warm_up(step, timer, max_warmup_s=budget_s / 2 if max_warmup_s is None else max_warmup_s,
+                     wall=wall)
+
+    samples: list[float] = []
+    floor = min(min_samples, BUDGET_FLOOR)
+    next_check = max(min_samples, stats.MIN_EXACT_N)
+    start = wall()
+    while True:
+        samples.append(timer.time(step))
+        step.reset()
+        n = len(samples)
+        if n >= next_check:
+            if stats.rel_halfwidth(samples, confidence) <= target_rel_halfwidth:
+                stop = "converged"
+                break
+            # sorting every sample after every iteration would cost more than a fast step;
+            # re-check after ~5% more samples
+            next_check = n + max(1, n // 20)
+        if n >= max_samples:
+            stop = "max_samples"
+            break
+        if n >= floor and wall() - start >= budget_s:
+            stop = "budget"
+            break
+
+    return {
+        "method": timer.method,
+        "unit": "ms",
+        "samples": samples,
+        "warmup_samples": warmup,
+        **stats.summarize(samples, confidence),
+        "stop_reason": stop,
+        "target_rel_halfwidth": target_rel_halfwidth,
+        "budget_s": budget_s,
+    }

@@ -1,0 +1,149 @@
+"""Analytic FLOPs against torch.utils.flop_counter on tiny models, the inclusive ->
+exclusive conversion, and the peak table."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from torch import nn
+
+from reportgen import flops, models
+from reportgen.categories import CATEGORIES
+
+_ATTN_IN_NAME = ("attention", "attn", "selfattention", "encdecattention")
+_OUT_LEAVES = ("o_proj", "o", "out_proj", "c_proj", "dense")
+
+
+def hand_categories(model: nn.Module) -> dict[str, str]:
+    """A trivial stand-in for reportgen.structure.module_categories, by module names of
+    the few models tested here (the real one is structural)."""
+    out: dict[str, str] = {}
+    for name, module in model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        in_attention = any(part in name.lower() for part in _ATTN_IN_NAME)
+        if "Attention" in type(module).__name__:
+            out[name] = "attention.core"
+        elif isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D":
+            if "pooler" in name or leaf == "lm_head":
+                out[name] = "head"
+            elif in_attention:
+                out[name] = "attention.out" if leaf in _OUT_LEAVES else "attention.qkv"
+            else:
+                out[name] = "mlp"
+    return out
+
+
+def combo(model: str, mode: str = "forward", impl: str = "eager", b: int = 2, s: int = 12) -> SimpleNamespace:
+    return SimpleNamespace(model=model, scale="tiny", mode=mode, dtype="fp32", attn_implementation=impl,
+                           batch_size=b, seq_len=s, device="cpu")
+
+
+def both(c: SimpleNamespace) -> tuple[dict[str, float], dict[str, float], list[str]]:
+    built = models.build(c)
+    analytic = flops.analytic(built.info, c, models.analytic_hints(built.model))
+    counted, notes = flops.counted(built.model, built.step, hand_categories(built.model), analytic=analytic)
+    return analytic, counted, notes
+
+
+@pytest.mark.parametrize(("model", "mode"), [
+    ("llama", "forward"), ("llama", "prefill"), ("llama", "decode"),
+    ("bert", "forward"), ("gpt2", "forward"), ("t5", "forward"), ("bart", "forward"), ("opt", "decode"),
+])
+def test_analytic_matches_counted_with_eager(model: str, mode: str) -> None:
+    analytic, counted, notes = both(combo(model, mode))
+    for category in ("attention.qkv", "attention.core", "attention.out", "mlp", "head"):
+        assert counted[category] == pytest.approx(analytic[category]), category
+        assert analytic[category] > 0
+    assert sum(counted.values()) == pytest.approx(sum(analytic.values()))
+    assert notes == []
+
+
+def test_sdpa_core_missing_from_counter_is_noted() -> None:
+    analytic, counted, notes = both(combo("llama", impl="sdpa"))
+    assert counted["mlp"] == analytic["mlp"] and counted["attention.qkv"] == analytic["attention.qkv"]
+    assert counted["attention.core"] == 0 < analytic["attention.core"]
+    assert any("scaled_dot_product" in n for n in notes)
+    assert any("attention.core" in n for n in notes)
+
+
+def test_analytic_llama_numbers() -> None:
+    info = {"architecture": "decoder", "hidden_size": 64, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+            "num_layers": 2, "intermediate_size": 128, "vocab_size": 1024, "config": {"hidden_act": "silu"}}
+    b, s = 2, 8
+    out = flops.analytic(info, SimpleNamespace(batch_size=b, seq_len=s, mode="forward"))
+    t = b * s
+    assert out["attention.qkv"] == 2 * (2 * t * 64 * (64 + 2 * 32))
+    assert out["attention.core"] == 2 * (4 * b * 4 * s * s * 16)
+    assert out["attention.out"] == 2 * (2 * t * 64 * 64)
+    assert out["mlp"] == 2 * (2 * t * 64 * 128 * 3)  # gated: silu read from the config
+    assert out["head"] == 2 * t * 64 * 1024
+    assert out["embeddings"] == out["norm"] == 0
+    assert set(out) == set(CATEGORIES)
+    decode = flops.analytic(info, SimpleNamespace(batch_size=b, seq_len=s, mode="decode"))
+    assert decode["attention.core"] == 2 * (4 * b * 4 * 1 * (s + 1) * 16)
+    assert decode["head"] == 2 * b * 64 * 1024
+
+
+def test_analytic_reference_llama3_is_two_flops_per_weight() -> None:
+    # with one token the score matrix is negligible: FLOPs ~ 2 x non-embedding weights
+    config = models.resolve("llama-3-8b").make_config()
+    info = {"architecture": "decoder", "hidden_size": config.hidden_size, "num_heads": config.num_attention_heads,
+            "num_kv_heads": config.num_key_value_heads, "head_dim": config.head_dim,
+            "num_layers": config.num_hidden_layers, "intermediate_size": config.intermediate_size,
+            "vocab_size": config.vocab_size, "config": {"hidden_act": "silu"}}
+    out = flops.analytic(info, SimpleNamespace(batch_size=1, seq_len=1, mode="forward"))
+    non_embedding = 8_030_261_248 - config.vocab_size * config.hidden_size - 65 * config.hidden_size  # norms
+    assert sum(out.values()) - out["attention.core"] == pytest.approx(2 * non_embedding, rel=1e-6)
+
+
+def test_exclusive_from_inclusive() -> None:
+    inclusive = {"": 100.0, "a": 60.0, "a.b": 25.0, "a.b.c": 5.0, "a.x.y": 10.0, "d": 30.0}
+    exclusive, clamped = flops._exclusive(inclusive)
+    assert exclusive == {"": 10.0, "a": 25.0, "a.b": 20.0, "a.b.c": 5.0, "a.x.y": 10.0, "d": 30.0}
+    assert not clamped
+    assert sum(exclusive.values()) == inclusive[""]
+    # a module shared between parents is named once, under one of them; the other can go
+    # negative, which is clamped and flagged
+    exclusive, clamped = flops._exclusive({"": 10.0, "p": 5.0, "p.q": 8.0})
+    assert clamped and exclusive["p"] == 0.0
+
+
+def test_category_walks_up_to_nearest_mapped_ancestor() -> None:
+    cats = {"layers.0.mlp": "mlp", "layers.0.attn": "attention.core"}
+    assert flops._category_of("layers.0.mlp.up.inner", cats) == "mlp"
+    assert flops._category_of("layers.0.attn", cats) == "attention.core"
+    assert flops._category_of("embed", cats) == "other"
+    assert flops._category_of("", {"": "head"}) == "head"
+
+
+@pytest.mark.parametrize(("name", "dtype", "tflops"), [
+    ("NVIDIA H100 80GB HBM3", "bf16", 989.5),
+    ("NVIDIA H100 PCIe", "fp16", 756.0),
+    ("NVIDIA H200", "bf16", 989.5),
+    ("NVIDIA H200 NVL", "bf16", 835.5),
+    ("NVIDIA A100-SXM4-80GB", "fp16", 312.0),
+    ("NVIDIA A100-SXM4-40GB", "fp32", 19.5),
+    ("NVIDIA A100 80GB PCIe", "bf16", 312.0),
+    ("NVIDIA L4", "fp16", 121.0),
+    ("NVIDIA GeForce RTX 4090", "bf16", 165.2),
+    ("Tesla V100-SXM2-16GB", "fp16", 125.0),
+    ("Tesla V100-PCIE-32GB", "fp32", 14.0),
+])
+def test_peak_flops(name: str, dtype: str, tflops: float) -> None:
+    assert flops.peak_flops(name, dtype) == pytest.approx(tflops * 1e12)
+
+
+def test_peak_unknowns_and_citations() -> None:
+    assert flops.peak_flops("Tesla V100-SXM2-16GB", "bf16") is None  # Volta has no bf16
+    assert flops.peak_flops("Some Future GPU", "fp16") is None
+    assert flops.peak_flops(None, "fp16") is None
+    for row in flops.PEAK_FLOPS:
+        assert "https://" in row.source
+        assert set(row.tflops) >= {"fp32", "fp16", "bf16"}
+
+
+def test_missing_dims_give_zeros() -> None:
+    out: dict[str, Any] = flops.analytic({"architecture": "encoder"}, SimpleNamespace(batch_size=1, seq_len=4))
+    assert sum(out.values()) == 0

@@ -1,0 +1,159 @@
+"""measure(): one combination end to end on tiny models (real profiling and structure),
+its own arithmetic with the profiled pass faked, and its error contract."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from reportgen import measure as measure_mod
+from reportgen import models
+from reportgen.categories import CATEGORIES
+from reportgen.errors import Skip
+from reportgen.measure import OutOfMemory, attention_activation_bytes, measure
+
+SECTIONS = {"model", "inputs", "timing", "profile", "attribution", "ops", "memory", "flops"}
+
+
+def combo(model: str, mode: str = "forward", impl: str = "sdpa", **kw: Any) -> SimpleNamespace:
+    fields = {"model": model, "scale": "tiny", "mode": mode, "dtype": "fp32", "attn_implementation": impl,
+              "batch_size": 1, "seq_len": 16, "device": "cpu"}
+    fields.update(kw)
+    return SimpleNamespace(**fields)
+
+
+@pytest.mark.parametrize(("model", "mode", "impl"), [
+    ("bert", "forward", "eager"),
+    ("gpt2", "decode", "sdpa"),
+    ("t5", "forward", "sdpa"),
+    ("llama", "prefill", "eager"),
+])
+def test_measure_end_to_end(tmp_path: Path, model: str, mode: str, impl: str) -> None:
+    c = combo(model, mode, impl)
+    record = measure(c, run_dir=tmp_path, combo_id="combo-x", budget_s=0.2, seed=7, profile_iterations=2)
+    assert set(record) == SECTIONS
+    json.dumps(record)  # the record is plain JSON
+
+    assert record["model"]["model_type"] == model and record["model"]["hidden_size"] == 64
+    assert record["inputs"]["seed"] == 7
+
+    timing = record["timing"]
+    assert timing["method"] == "host-clock" and timing["n"] == len(timing["samples"]) >= 3
+    assert timing["stop_reason"] in ("converged", "budget", "max_samples")
+    assert timing["ci_low"] <= timing["median"] <= timing["ci_high"]
+
+    profile = record["profile"]
+    assert profile["iterations"] == 2 and len(profile["per_iteration_ms"]) == 2
+    assert profile["overhead_ratio"] == pytest.approx(profile["median_ms"] / timing["median"])
+    trace = tmp_path / profile["trace"]
+    assert trace == tmp_path / "traces" / "combo-x.trace.json.gz"
+    assert json.loads(gzip.decompress(trace.read_bytes()))
+
+    memory = record["memory"]
+    assert memory["peak_allocated_bytes"] is None  # a CPU has no allocator statistics
+    expected = 1 * 4 * 16 * 16 * 4 * 2 if impl == "eager" else 0
+    assert memory["attention_activation_bytes"]["analytic"] == expected
+
+    fl = record["flops"]
+    assert set(fl["analytic"]) == set(CATEGORIES) - {"overhead"}
+    assert fl["total_analytic"] == pytest.approx(sum(fl["analytic"].values()))
+    assert fl["total_analytic"] > 0
+    assert fl["total_counted"] > 0
+    for category in ("attention.qkv", "attention.out", "mlp"):
+        assert fl["counted"][category] == pytest.approx(fl["analytic"][category]), category
+    assert fl["achieved_flops_per_s"] == pytest.approx(fl["total_analytic"] / (timing["median"] / 1e3))
+    assert fl["peak_flops_per_s"] is None and fl["percent_of_peak"] is None
+    assert fl["notes"][0] == "attention.core counts the full Lq x Lk score matrix, not halved for causal masks"
+
+
+def test_measure_skips_what_does_not_apply(tmp_path: Path) -> None:
+    with pytest.raises(Skip, match="decode applies to causal LMs"):
+        measure(combo("bert", "decode"), run_dir=tmp_path, combo_id="x", budget_s=0.1)
+    with pytest.raises(Skip, match="CUDA"):
+        measure(combo("llama", impl="flash_attention_2"), run_dir=tmp_path, combo_id="x", budget_s=0.1)
+
+
+def _fake_profile(monkeypatch: pytest.MonkeyPatch, median_ms: float = 12.0) -> list[dict[str, Any]]:
+    import reportgen.profiling
+
+    calls: list[dict[str, Any]] = []
+
+    def profile_step(step: Any, model: Any, *, iterations: int, trace_path: Path, **kw: Any) -> dict[str, Any]:
+        calls.append({"iterations": iterations, "trace_path": trace_path})
+        step()
+        step.reset()
+        return {"profile": {"iterations": iterations, "per_iteration_ms": [median_ms] * iterations,
+                            "median_ms": median_ms, "trace": f"traces/{trace_path.name}", "trace_bytes": 1},
+                "attribution": {"basis": "cpu"}, "ops": [],
+                "memory": {"by_category_bytes": {"mlp": 5}}}
+
+    monkeypatch.setattr(reportgen.profiling, "profile_step", profile_step)
+    return calls
+
+
+def test_measure_composition_with_fake_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _fake_profile(monkeypatch)
+    seen: dict[str, Any] = {}
+
+    def fake_time_step(step: Any, *, budget_s: float) -> dict[str, Any]:
+        seen["budget_s"] = budget_s
+        return {"median": 10.0, "samples": [10.0], "n": 1, "stop_reason": "budget"}
+
+    monkeypatch.setattr(measure_mod, "time_step", fake_time_step)
+    c = combo("llama", impl="eager")
+    record = measure(c, run_dir=tmp_path, combo_id="abc", budget_s=1.5, profile_iterations=4)
+    assert seen["budget_s"] == 1.5
+    assert calls == [{"iterations": 4, "trace_path": tmp_path / "traces" / "abc.trace.json.gz"}]
+    assert record["profile"]["overhead_ratio"] == pytest.approx(1.2)
+    assert record["memory"]["by_category_bytes"] == {"mlp": 5}
+    assert record["memory"]["attention_activation_bytes"] == {"analytic": 1 * 4 * 16 * 16 * 4 * 2, "measured": None}
+    assert record["flops"]["achieved_flops_per_s"] == pytest.approx(record["flops"]["total_analytic"] / 0.010)
+
+
+def test_out_of_memory_becomes_a_failure_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def build(*_: Any, **__: Any) -> Any:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nmore detail")
+
+    monkeypatch.setattr(models, "build", build)
+    with pytest.raises(OutOfMemory) as err:
+        measure(combo("llama"), run_dir=tmp_path, combo_id="x", budget_s=0.1)
+    assert str(err.value) == "out of memory: CUDA out of memory. Tried to allocate 20.00 GiB"
+    assert err.value.__context__ is None  # raised after the handler: no frames pinned
+
+
+def test_other_errors_propagate_and_model_is_freed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    freed: list[Any] = []
+    real_free = models.free
+
+    def free(result: Any) -> None:
+        freed.append(result)
+        real_free(result)
+
+    def broken_time_step(*_: Any, **__: Any) -> Any:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(models, "free", free)
+    monkeypatch.setattr(measure_mod, "time_step", broken_time_step)
+    with pytest.raises(ValueError, match="boom"):
+        measure(combo("gpt2"), run_dir=tmp_path, combo_id="x", budget_s=0.1)
+    assert len(freed) == 1 and freed[0] is not None and freed[0].model is None
+
+
+@pytest.mark.parametrize(("impl", "mode", "expected"), [
+    ("eager", "forward", 2 * 4 * 16 * 16 * 2 * 2),
+    ("sdpa-math", "forward", 2 * 4 * 16 * 16 * 2 * 2),
+    ("eager", "decode", 2 * 4 * 1 * 17 * 2 * 2),
+    ("naive-inplace", "forward", 2 * 4 * 16 * 16 * 2),
+    ("sdpa", "forward", 0),
+    ("sdpa-flash", "forward", 0),
+    ("flash_attention_2", "forward", 0),
+])
+def test_attention_activation_bytes(impl: str, mode: str, expected: int) -> None:
+    c = SimpleNamespace(attn_implementation=impl, mode=mode, batch_size=2, seq_len=16, dtype="fp16")
+    assert attention_activation_bytes({"num_heads": 4}, c) == expected

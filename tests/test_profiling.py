@@ -1,0 +1,124 @@
+"""The profiled pass end to end on tiny models (CPU): trace written, shares sum to 1."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from reportgen.attribution import classify_ops
+from reportgen.categories import CATEGORIES
+from reportgen.profiling import profile_step, write_gzip_atomic
+from reportgen.structure import classify, module_categories
+from test_structure import TINY, build
+
+ATTRIBUTED = ("attention.qkv", "attention.core", "attention.out", "mlp", "norm")
+
+
+def _profile(name: str, tmp_path: Path, attn: str | None = None) -> tuple[dict, Path]:
+    model, step = build(name, attn)
+    trace_path = tmp_path / "traces" / f"{name}.trace.json.gz"
+    result = profile_step(step, model, iterations=2, warmup=1, trace_path=trace_path)
+    assert step.calls == 3 and step.resets == 3
+    return result, trace_path
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_profile_tiny_model(name: str, tmp_path: Path) -> None:
+    result, trace_path = _profile(name, tmp_path)
+    assert set(result) == {"profile", "attribution", "ops", "memory"}
+    prof = result["profile"]
+    assert prof["iterations"] == 2 and len(prof["per_iteration_ms"]) == 2
+    assert all(ms > 0 for ms in prof["per_iteration_ms"])
+    assert prof["median_ms"] == pytest.approx(sum(prof["per_iteration_ms"]) / 2)
+    assert prof["trace"] == f"traces/{trace_path.name}"
+    assert prof["trace_bytes"] == trace_path.stat().st_size
+    assert [p.name for p in trace_path.parent.iterdir()] == [trace_path.name]  # no temp files
+
+    att = result["attribution"]
+    assert att["basis"] == "cpu"
+    assert list(att["categories"]) == list(CATEGORIES)
+    assert sum(c["share"] for c in att["categories"].values()) == pytest.approx(1.0, abs=1e-9)
+    for cat in ATTRIBUTED:
+        assert att["categories"][cat]["ms"] > 0, cat
+    assert att["forward_ms"] == pytest.approx(sum(prof["per_iteration_ms"]) / 2)
+    blocks = [f for f, i in classify(build(name)[0]).items() if i.role == "block"]
+    assert [row["layer"] for row in att["per_layer"]] == blocks
+    for row in att["per_layer"]:
+        for cat in ("attention.qkv", "attention.core", "attention.out", "mlp"):
+            assert row["categories"][cat] > 0, (row["layer"], cat)
+
+    assert result["ops"] and {o["category"] for o in result["ops"]} <= set(CATEGORIES)
+    assert set(result["memory"]["by_category_bytes"]) == set(CATEGORIES)
+    assert result["memory"]["peak_allocated_bytes"] > 0
+
+    # The gzipped trace is the one analysed: it holds both iterations' ranges.
+    trace = json.loads(gzip.decompress(trace_path.read_bytes()))
+    names = [e.get("name") for e in trace["traceEvents"]]
+    assert names.count("rg|iteration") == 2
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "llama", "opt", "bart", "falcon"])
+def test_module_categories_agree_with_ops(name: str, tmp_path: Path) -> None:
+    _, trace_path = _profile(name, tmp_path)
+    model, step = build(name)
+    cats = module_categories(model, step)
+    rows = classify_ops(json.loads(gzip.decompress(trace_path.read_bytes())))
+    seen = {(r["fqn"], r["category"]) for r in rows if r["role"] == "proj"}
+    assert seen
+    for fqn, category in seen:
+        assert cats[fqn] == category, fqn
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_eager_attention_core_ops(name: str, tmp_path: Path) -> None:
+    result, trace_path = _profile(name, tmp_path, attn="eager")
+    rows = classify_ops(json.loads(gzip.decompress(trace_path.read_bytes())))
+    core = {r["name"] for r in rows if r["category"] == "attention.core"}
+    assert {"aten::matmul", "aten::softmax"} <= core
+    assert "aten::scaled_dot_product_attention" not in core
+    cats = result["attribution"]["categories"]
+    assert sum(c["share"] for c in cats.values()) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    model, step = build("bert")
+    with pytest.raises(ValueError):
+        profile_step(step, model, iterations=0, trace_path=tmp_path / "t.json.gz")
+
+
+def test_write_gzip_atomic(tmp_path: Path) -> None:
+    path = tmp_path / "traces" / "x.trace.json.gz"
+    size = write_gzip_atomic(path, b'{"traceEvents": []}')
+    assert size == path.stat().st_size
+    assert gzip.decompress(path.read_bytes()) == b'{"traceEvents": []}'
+    # Same input, same bytes: reruns do not churn stored traces.
+    first = path.read_bytes()
+    write_gzip_atomic(path, b'{"traceEvents": []}')
+    assert path.read_bytes() == first
+    assert [p.name for p in path.parent.iterdir()] == ["x.trace.json.gz"]
+
+
+def test_unknown_architecture_profiles(tmp_path: Path) -> None:
+    from test_structure import toy
+
+    model, step = toy()
+    path = tmp_path / "traces" / "toy.trace.json.gz"
+    result = profile_step(step, model, iterations=2, warmup=1, trace_path=path)
+    rows = [r for r in classify_ops(json.loads(gzip.decompress(path.read_bytes())))
+            if r["iteration"] == 0 and r["layer"] == "layers.0"]
+    by_module = {(r["fqn"], r["name"]): r["category"] for r in rows}
+    assert by_module[("layers.0.attn.q", "aten::linear")] == "attention.qkv"
+    assert by_module[("layers.0.attn", "aten::softmax")] == "attention.core"
+    assert by_module[("layers.0.attn.o1", "aten::linear")] == "attention.out"
+    assert by_module[("layers.0.attn.o2", "aten::linear")] == "attention.out"
+    assert by_module[("layers.0.attn", "aten::add")] == "other"
+    assert by_module[("layers.0", "aten::add")] == "other"
+    cats = module_categories(*toy())
+    for (fqn, _), category in by_module.items():
+        if fqn.endswith((".q", ".o1", ".o2", ".ff")):
+            assert cats[fqn] == category, fqn
+    shares = result["attribution"]["categories"]
+    assert sum(c["share"] for c in shares.values()) == pytest.approx(1.0, abs=1e-9)

@@ -1,0 +1,282 @@
+"""The runner: records, skip/fail, resume, --force, Ctrl-C and SIGKILL, with a fake measure."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from reportgen import cli, runner
+from reportgen.errors import Skip
+from reportgen.schema import COMBINATION_KIND, RUN_KIND, SECTIONS, iter_runs, json_schema
+from reportgen.suite import Combination
+
+ROOT = Path(__file__).parent.parent
+GOLDEN = json.loads((Path(__file__).parent / "data" / "schema" / "v1" / "combination-ok.json").read_text())
+# The tiny suite cut to sdpa; --models replaces both entries' models, so both models get
+# every mode: 2 models x 3 modes x 2 seq lens.
+SMALL = ["--suite", "tiny", "--models", "bert-base,gpt2", "--attn", "sdpa", "--device", "cpu"]
+SMALL_COUNT = 12
+
+
+class FakeMeasure:
+    """Returns the golden record's sections; decode of gpt2 at 32 fails like an OOM and
+    bert's decode-less modes are skipped, as the real one would."""
+
+    def __init__(self, interrupt_at: int | None = None) -> None:
+        self.calls: list[str] = []
+        self.interrupt_at = interrupt_at
+
+    def __call__(self, combo: Combination, *, run_dir: Path, combo_id: str, budget_s: float,
+                 seed: int, profile_iterations: int) -> Mapping[str, Any]:
+        assert combo_id == combo.id and run_dir.is_dir() and budget_s > 0 and profile_iterations >= 1
+        self.calls.append(combo_id)
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        if combo.model == "bert-base" and combo.mode != "forward":
+            raise Skip(f"{combo.model} is an encoder: no {combo.mode}")
+        if combo.mode == "decode" and combo.seq_len == 32:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return {name: GOLDEN[name] for name in SECTIONS}
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeMeasure:
+    measure = FakeMeasure()
+    monkeypatch.setattr(runner, "load_measure", lambda: measure)
+    return measure
+
+
+def _run_dir(out: Path) -> Path:
+    runs = list(iter_runs(out))
+    assert len(runs) == 1
+    return runs[0].path
+
+
+def _records(run_dir: Path) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in (run_dir / "combinations").glob("*.json")}
+
+
+def test_profile_writes_valid_records_and_goes_on_after_a_failure(
+    fake: FakeMeasure, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "runs"
+    assert cli.main(["profile", *SMALL, "--out", str(out)]) == 0
+    run_dir = _run_dir(out)
+    run = json.loads((run_dir / "run.json").read_text())
+    jsonschema.Draft202012Validator(json_schema(RUN_KIND)).validate(run)
+    assert run["status"] == "complete"
+    assert run["counts"] == {"ok": 7, "skipped": 4, "failed": 1, "pending": 0}
+    assert run["command"].startswith("reportgen profile --suite tiny --models bert-base,gpt2")
+    assert run["environment"]["seeds"] == {"suite": 0}
+    assert run_dir.name.startswith("tiny-") and run_dir.parent.parent == out
+
+    records = _records(run_dir)
+    assert sorted(records) == sorted(run["combinations"]) and len(records) == SMALL_COUNT
+    validator = jsonschema.Draft202012Validator(json_schema(COMBINATION_KIND))
+    for record in records.values():
+        validator.validate(record)
+        assert record["run_id"] == run["run_id"]
+    failed = records["gpt2--decode--fp32--sdpa--b1--s32--tiny"]
+    assert failed["status"] == "failed"
+    assert failed["reason"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert failed["timing"] is None and "RuntimeError" in failed["traceback"]
+    ok = records["bert-base--forward--fp32--sdpa--b1--s16--tiny"]
+    assert ok["timing"] == GOLDEN["timing"] and ok["combination"]["device"] == "cpu"
+    # The end-of-run table lists every combination.
+    printed = capsys.readouterr().out
+    assert run["run_id"] in printed and "failed" in printed
+
+
+def test_skip_is_recorded_with_its_reason(fake: FakeMeasure, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    argv = ["profile", "--suite", "tiny", "--models", "bert-base", "--modes", "decode", "--seq-lens", "16",
+            "--attn", "sdpa", "--device", "cpu", "--out", str(out)]
+    assert cli.main(argv) == 0
+    (record,) = _records(_run_dir(out)).values()
+    assert record["status"] == "skipped" and record["reason"] == "bert-base is an encoder: no decode"
+    assert all(record[name] is None for name in SECTIONS)
+
+
+def test_rerun_resumes_and_force_remeasures(fake: FakeMeasure, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    argv = ["profile", *SMALL, "--out", str(out)]
+    assert cli.main(argv) == 0
+    assert len(fake.calls) == SMALL_COUNT
+    run_dir = _run_dir(out)
+    started = json.loads((run_dir / "run.json").read_text())["started"]
+
+    fake.calls.clear()
+    assert cli.main(argv) == 0
+    assert fake.calls == []
+    assert json.loads((run_dir / "run.json").read_text())["started"] == started
+
+    removed = "gpt2--prefill--fp32--sdpa--b1--s16--tiny"
+    (run_dir / "combinations" / f"{removed}.json").unlink()
+    assert cli.main(argv) == 0
+    assert fake.calls == [removed]
+
+    fake.calls.clear()
+    assert cli.main([*argv, "--force"]) == 0
+    assert len(fake.calls) == SMALL_COUNT
+    assert _run_dir(out) == run_dir
+
+
+def test_keyboard_interrupt_keeps_finished_records_and_exits_130(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    measure = FakeMeasure(interrupt_at=3)
+    monkeypatch.setattr(runner, "load_measure", lambda: measure)
+    out = tmp_path / "runs"
+    argv = ["profile", *SMALL, "--out", str(out)]
+    assert cli.main(argv) == 130
+    assert "interrupted" in capsys.readouterr().err
+    run_dir = _run_dir(out)
+    assert sorted(_records(run_dir)) == sorted(measure.calls[:2])
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["counts"]["pending"] == SMALL_COUNT - 2
+
+    resumed = FakeMeasure()
+    monkeypatch.setattr(runner, "load_measure", lambda: resumed)
+    assert cli.main(argv) == 0
+    assert set(resumed.calls).isdisjoint(measure.calls[:2])
+    assert len(_records(run_dir)) == SMALL_COUNT
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+
+
+def test_run_suite_takes_an_injected_measure(tmp_path: Path) -> None:
+    from reportgen.suite import load_suite, parse_overrides
+
+    suite = load_suite("tiny", parse_overrides({"models": "gpt2", "seq_lens": "16", "attn": "eager",
+                                                "modes": "forward", "device": "cpu"}))
+    measure = FakeMeasure()
+    result = runner.run_suite(suite, out=tmp_path, measure=measure, environment={"git": None},
+                              hardware="test-host", show_progress=False)
+    assert measure.calls == ["gpt2--forward--fp32--eager--b1--s16--tiny"]
+    assert result.count("ok") == 1 and not result.interrupted
+    assert result.store.run_dir.parent == tmp_path / "test-host"
+    record = result.records[0]
+    assert record["git"] == {"commit": None, "dirty": None}
+    assert list(record)[:11] == ["kind", "schema_version", "id", "run_id", "combination", "status", "reason",
+                                 "started", "finished", "duration_s", "git"]
+
+
+# --- in a real process: SIGKILL and SIGINT ----------------------------------------------
+
+FAKE_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from reportgen import runner
+from reportgen.schema import SECTIONS
+
+golden = json.loads(Path(sys.argv[1]).read_text())
+delay = float(sys.argv[2])
+log = Path(sys.argv[3])
+
+def fake(combo, *, run_dir, combo_id, budget_s, seed, profile_iterations):
+    with log.open("a") as handle:
+        handle.write(combo_id + "\\n")
+    time.sleep(delay)
+    return {name: golden[name] for name in SECTIONS}
+
+runner.load_measure = lambda: fake
+from reportgen.cli import main
+raise SystemExit(main(sys.argv[4:]))
+"""
+
+
+def _start(tmp_path: Path, out: Path, delay: float, log: Path) -> subprocess.Popen[str]:
+    script = tmp_path / "fake_profile.py"
+    script.write_text(FAKE_SCRIPT)
+    golden = Path(__file__).parent / "data" / "schema" / "v1" / "combination-ok.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, str(script), str(golden), str(delay), str(log), "profile", *SMALL, "--out", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )
+
+
+def _wait_for_first_record(out: Path, child: subprocess.Popen[str], deadline_s: float = 120.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if any(out.glob("*/*/combinations/*.json")):
+            return
+        if child.poll() is not None:
+            pytest.fail(f"profile exited early ({child.returncode}): {child.stderr.read() if child.stderr else ''}")
+        time.sleep(0.05)
+    child.kill()
+    pytest.fail("no combination record appeared")
+
+
+def _logged(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    with _start(tmp_path, out, delay=1.0, log=tmp_path / "first.log") as child:
+        _wait_for_first_record(out, child)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    run_dir = _run_dir(out)
+    finished = set(_records(run_dir))
+    assert 1 <= len(finished) < SMALL_COUNT
+    for record in _records(run_dir).values():
+        assert record["status"] == "ok"  # whole records only
+
+    with _start(tmp_path, out, delay=0.0, log=tmp_path / "second.log") as child:
+        _, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    measured_again = set(_logged(tmp_path / "second.log"))
+    assert measured_again.isdisjoint(finished)
+    assert set(_records(run_dir)) == finished | measured_again
+    assert len(_records(run_dir)) == SMALL_COUNT
+
+
+@pytest.mark.slow
+def test_sigint_stops_cleanly_with_exit_130(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    with _start(tmp_path, out, delay=1.0, log=tmp_path / "first.log") as child:
+        _wait_for_first_record(out, child)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=120)
+    assert child.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
+    run_dir = _run_dir(out)
+    records = _records(run_dir)
+    assert records and all(r["status"] == "ok" for r in records.values())
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "interrupted"
+    assert run["counts"]["ok"] == len(records)
+    # Only a combination that was running when Ctrl-C came may lack a record (the signal
+    # can also land between one record's write and the next measure).
+    started = _logged(tmp_path / "first.log")
+    assert set(records) <= set(started)
+    assert len(started) - len(records) in (0, 1)
+
+
+@pytest.mark.slow
+def test_real_measure_on_the_tiny_suite(tmp_path: Path) -> None:
+    pytest.importorskip("reportgen.measure")
+    out = tmp_path / "runs"
+    argv = ["profile", "--suite", "tiny", "--models", "gpt2", "--seq-lens", "16", "--attn", "sdpa",
+            "--modes", "forward,decode", "--device", "cpu", "--out", str(out)]
+    assert cli.main(argv) == 0
+    run_dir = _run_dir(out)
+    validator = jsonschema.Draft202012Validator(json_schema(COMBINATION_KIND))
+    records = _records(run_dir)
+    assert len(records) == 2
+    for record in records.values():
+        validator.validate(record)
+        assert record["status"] == "ok", record["reason"]
+        assert record["timing"]["median"] > 0

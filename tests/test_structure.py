@@ -1,0 +1,294 @@
+"""Structural classification and hooks on tiny transformers models built in-process."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+import transformers as tf
+from torch import nn
+
+from reportgen.categories import CATEGORIES
+from reportgen.structure import classify, install_hooks, label, module_categories
+
+H, FF, HEADS, LAYERS, VOCAB = 64, 128, 4, 2, 1000
+
+# name -> (config factory, model class, encoder-decoder)
+TINY: dict[str, tuple[Callable[[], Any], Any, bool]] = {
+    "bert": (lambda: tf.BertConfig(hidden_size=H, num_hidden_layers=LAYERS,
+                                   num_attention_heads=HEADS, intermediate_size=FF,
+                                   vocab_size=VOCAB), tf.BertModel, False),
+    "gpt2": (lambda: tf.GPT2Config(n_embd=H, n_layer=LAYERS, n_head=HEADS, vocab_size=VOCAB,
+                                   n_positions=128, bos_token_id=0, eos_token_id=0),
+             tf.GPT2LMHeadModel, False),
+    "t5": (lambda: tf.T5Config(d_model=H, d_kv=16, d_ff=FF, num_layers=LAYERS,
+                               num_decoder_layers=LAYERS, num_heads=HEADS, vocab_size=VOCAB),
+           tf.T5ForConditionalGeneration, True),
+    "llama": (lambda: tf.LlamaConfig(hidden_size=H, intermediate_size=FF,
+                                     num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                     num_key_value_heads=2, vocab_size=VOCAB),
+              tf.LlamaForCausalLM, False),
+    "opt": (lambda: tf.OPTConfig(hidden_size=H, ffn_dim=FF, num_hidden_layers=LAYERS,
+                                 num_attention_heads=HEADS, vocab_size=VOCAB,
+                                 word_embed_proj_dim=H), tf.OPTForCausalLM, False),
+    "bart": (lambda: tf.BartConfig(d_model=H, encoder_layers=LAYERS, decoder_layers=LAYERS,
+                                   encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
+                                   encoder_ffn_dim=FF, decoder_ffn_dim=FF, vocab_size=VOCAB),
+             tf.BartModel, True),
+    "gpt_neox": (lambda: tf.GPTNeoXConfig(hidden_size=H, num_hidden_layers=LAYERS,
+                                          num_attention_heads=HEADS, intermediate_size=FF,
+                                          vocab_size=VOCAB), tf.GPTNeoXForCausalLM, False),
+    "mistral": (lambda: tf.MistralConfig(hidden_size=H, intermediate_size=FF,
+                                         num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                         num_key_value_heads=2, vocab_size=VOCAB),
+                tf.MistralForCausalLM, False),
+    "qwen2": (lambda: tf.Qwen2Config(hidden_size=H, intermediate_size=FF,
+                                     num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                     num_key_value_heads=2, vocab_size=VOCAB),
+              tf.Qwen2ForCausalLM, False),
+    "roberta": (lambda: tf.RobertaConfig(hidden_size=H, num_hidden_layers=LAYERS,
+                                         num_attention_heads=HEADS, intermediate_size=FF,
+                                         vocab_size=VOCAB), tf.RobertaModel, False),
+    "distilbert": (lambda: tf.DistilBertConfig(dim=H, n_layers=LAYERS, n_heads=HEADS,
+                                               hidden_dim=FF, vocab_size=VOCAB),
+                   tf.DistilBertModel, False),
+    "falcon": (lambda: tf.FalconConfig(hidden_size=H, num_hidden_layers=LAYERS,
+                                       num_attention_heads=HEADS, vocab_size=VOCAB),
+               tf.FalconForCausalLM, False),
+    "phi": (lambda: tf.PhiConfig(hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS,
+                                 num_attention_heads=HEADS, vocab_size=VOCAB),
+            tf.PhiForCausalLM, False),
+    "electra": (lambda: tf.ElectraConfig(hidden_size=H, embedding_size=32,
+                                         num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                         intermediate_size=FF, vocab_size=VOCAB),
+                tf.ElectraModel, False),
+    "gptj": (lambda: tf.GPTJConfig(n_embd=H, n_layer=LAYERS, n_head=HEADS, rotary_dim=8,
+                                   vocab_size=VOCAB, n_positions=128, bos_token_id=0,
+                                   eos_token_id=0), tf.GPTJForCausalLM, False),
+    "mt5": (lambda: tf.MT5Config(d_model=H, d_kv=16, d_ff=FF, num_layers=LAYERS,
+                                 num_decoder_layers=LAYERS, num_heads=HEADS, vocab_size=VOCAB),
+            tf.MT5ForConditionalGeneration, True),
+}
+
+
+class TinyStep:
+    """The Step contract: one forward per call, no sync inside; reset between calls."""
+
+    def __init__(self, model: nn.Module, inputs: dict[str, torch.Tensor]) -> None:
+        self.model, self.inputs = model, inputs
+        self.device = torch.device("cpu")
+        self.calls = 0
+        self.resets = 0
+
+    def __call__(self) -> Any:
+        self.calls += 1
+        with torch.inference_mode():
+            return self.model(**self.inputs)
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def sync(self) -> None:
+        pass
+
+
+def build(name: str, attn_implementation: str | None = None) -> tuple[nn.Module, TinyStep]:
+    factory, cls, enc_dec = TINY[name]
+    config = factory()
+    if attn_implementation is not None:
+        config._attn_implementation = attn_implementation
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    inputs = {"input_ids": torch.randint(0, VOCAB, (1, 16), generator=generator)}
+    if enc_dec:
+        inputs["decoder_input_ids"] = torch.randint(0, VOCAB, (1, 8), generator=generator)
+    return model, TinyStep(model, inputs)
+
+
+def roles_of(model: nn.Module) -> dict[str, str | None]:
+    return {fqn: info.role for fqn, info in classify(model).items()}
+
+
+def test_bert_roles_and_categories() -> None:
+    model, step = build("bert")
+    roles = roles_of(model)
+    assert roles["embeddings"] == "embed"
+    assert roles["embeddings.LayerNorm"] == "norm"
+    assert roles["embeddings.word_embeddings"] is None          # inside the embed container
+    assert [f for f, r in roles.items() if r == "block"] == ["encoder.layer.0", "encoder.layer.1"]
+    assert roles["encoder.layer.0.attention"] == "attn"          # outermost *Attention*
+    assert roles["encoder.layer.0.attention.self"] is None
+    assert roles["encoder.layer.0.attention.self.query"] == "proj"
+    assert roles["encoder.layer.0.intermediate"] == "mlp"
+    assert roles["encoder.layer.0.intermediate.intermediate_act_fn"] == "act"
+    assert roles["pooler"] == "head"
+    cats = module_categories(model, step)
+    assert step.resets == 1
+    assert cats[""] == "other"
+    assert cats["encoder.layer.0"] == "other"
+    assert cats["encoder.layer.0.attention"] == "attention.core"
+    assert cats["encoder.layer.0.attention.self"] == "attention.core"
+    for p in ("query", "key", "value"):
+        assert cats[f"encoder.layer.1.attention.self.{p}"] == "attention.qkv"
+    assert cats["encoder.layer.1.attention.output.dense"] == "attention.out"
+    assert cats["encoder.layer.1.attention.output.dropout"] == "other"
+    assert cats["encoder.layer.1.attention.output.LayerNorm"] == "norm"
+    assert cats["encoder.layer.1.output.dense"] == "mlp"
+    assert cats["encoder.layer.1.output.dropout"] == "other"
+    assert cats["pooler.dense"] == "head"
+    assert cats["embeddings.word_embeddings"] == "embeddings"
+
+
+def test_gpt2_conv1d_and_fused_qkv() -> None:
+    model, step = build("gpt2")
+    roles = roles_of(model)
+    assert roles["transformer.h.0.attn.c_attn"] == "proj"        # transformers Conv1D
+    assert roles["transformer.h.0.mlp.c_fc"] == "proj"
+    assert roles["lm_head"] == "head"                            # get_output_embeddings()
+    cats = module_categories(model, step)
+    assert cats["transformer.h.0.attn.c_attn"] == "attention.qkv"
+    assert cats["transformer.h.0.attn.c_proj"] == "attention.out"
+    assert cats["transformer.h.0.mlp.c_proj"] == "mlp"
+    assert cats["transformer.h.0.mlp.dropout"] == "other"
+    assert cats["transformer.wte"] == "embeddings"
+    assert cats["lm_head"] == "head"
+
+
+def test_t5_nested_attention_and_position_bias() -> None:
+    model, step = build("t5")
+    roles = roles_of(model)
+    blocks = [f for f, r in roles.items() if r == "block"]
+    # Blocks are items of the outermost ModuleList, not of T5Block.layer.
+    assert blocks == ["encoder.block.0", "encoder.block.1", "decoder.block.0", "decoder.block.1"]
+    assert roles["encoder.block.0.layer.0"] == "attn"            # T5LayerSelfAttention
+    assert roles["encoder.block.0.layer.0.SelfAttention"] is None
+    assert roles["decoder.block.0.layer.1"] == "attn"            # cross-attention
+    assert roles["encoder.block.0.layer.0.SelfAttention.relative_attention_bias"] == "core"
+    assert roles["encoder.block.0.layer.0.layer_norm"] == "norm"  # T5LayerNorm
+    assert roles["encoder.block.0.layer.1"] == "mlp"             # T5LayerFF
+    cats = module_categories(model, step)
+    assert cats["encoder.block.0.layer.0.SelfAttention.relative_attention_bias"] == \
+        "attention.core"
+    assert cats["decoder.block.1.layer.1.EncDecAttention.k"] == "attention.qkv"
+    assert cats["decoder.block.1.layer.1.EncDecAttention.o"] == "attention.out"
+    assert cats["encoder.block.0.layer.0.dropout"] == "other"
+    assert cats["encoder.final_layer_norm"] == "norm"
+
+
+def test_llama_rotary_rmsnorm_gqa() -> None:
+    model, step = build("llama")
+    roles = roles_of(model)
+    assert roles["model.rotary_emb"] == "embed"
+    assert roles["model.norm"] == "norm"
+    assert roles["model.layers.0.input_layernorm"] == "norm"
+    cats = module_categories(model, step)
+    for p in ("q_proj", "k_proj", "v_proj"):
+        assert cats[f"model.layers.0.self_attn.{p}"] == "attention.qkv"
+    assert cats["model.layers.0.self_attn.o_proj"] == "attention.out"
+    for p in ("gate_proj", "up_proj", "down_proj", "act_fn"):
+        assert cats[f"model.layers.0.mlp.{p}"] == "mlp"
+    assert cats["model.rotary_emb"] == "embeddings"
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_every_architecture_classifies(name: str) -> None:
+    model, step = build(name)
+    info = classify(model)
+    blocks = [f for f, i in info.items() if i.role == "block"]
+    assert len(blocks) in (LAYERS, 2 * LAYERS)
+    cats = module_categories(model, step)
+    assert set(cats) >= {fqn for fqn, _ in model.named_modules()}
+    assert set(cats.values()) <= set(CATEGORIES)
+    for block in blocks:
+        inside = {cats[f] for f in cats if f.startswith(block + ".")}
+        assert {"attention.qkv", "attention.out", "attention.core", "mlp", "norm"} <= inside, block
+    assert any(i.role == "embed" for i in info.values())
+
+
+def test_hooks_are_removed_and_inert() -> None:
+    model, step = build("bert")
+    expected = step().last_hidden_state
+    with install_hooks(model) as roles:
+        hooked = sum(len(m._forward_pre_hooks) for m in model.modules())
+        assert hooked == sum(1 for i in roles.values() if i.role is not None)
+        got = step().last_hidden_state
+    assert torch.equal(expected, got)
+    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+
+
+def test_hooks_removed_after_error() -> None:
+    model, _ = build("bert")
+    with pytest.raises(RuntimeError, match="boom"):
+        with install_hooks(model):
+            raise RuntimeError("boom")
+    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+
+
+def test_label_format() -> None:
+    assert label("proj", "encoder.layer.3.attention.self.query") == \
+        "rg|proj|encoder.layer.3.attention.self.query"
+
+
+class ToyAttention(nn.Module):
+    """Two projections after the core: only the core op tells qkv from out here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+        self.o1 = nn.Linear(8, 8)
+        self.o2 = nn.Linear(8, 8)
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.softmax(self.q(x), dim=-1)
+        return self.drop(self.o2(self.o1(h))) + x
+
+
+class ToyBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+        self.attn = ToyAttention()
+        self.ff = nn.Linear(8, 8)
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.attn(self.norm(x))
+        return self.act(self.ff(x)) + x
+
+
+class Toy(nn.Module):
+    """An architecture reportgen was never written for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.layers = nn.ModuleList([ToyBlock(), ToyBlock()])
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(input_ids)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def toy() -> tuple[nn.Module, TinyStep]:
+    torch.manual_seed(0)
+    model = Toy().eval()
+    return model, TinyStep(model, {"input_ids": torch.arange(6).unsqueeze(0)})
+
+
+def test_unknown_architecture_uses_the_core_op() -> None:
+    model, step = toy()
+    roles = roles_of(model)
+    assert roles["layers.0"] == "block" and roles["layers.0.attn"] == "attn"
+    assert roles["layers.0.ff"] == "proj" and roles["layers.0.act"] == "act"
+    cats = module_categories(model, step)
+    assert cats["layers.0.attn.q"] == "attention.qkv"
+    assert cats["layers.0.attn.o1"] == "attention.out"
+    assert cats["layers.0.attn.o2"] == "attention.out"
+    assert cats["layers.0.attn.drop"] == "other"
+    assert cats["layers.1.ff"] == "mlp"
+    assert cats["emb"] == "embeddings"
