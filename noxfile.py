@@ -34,7 +34,15 @@ def report(session: nox.Session) -> None:
     install(session)
     session.run("reportgen", "profile", *session.posargs)
     session.run("reportgen", "render", "--runs", "runs", "--docs", "docs")
-    session.run("mkdocs", "build", "--strict")
+    session.run("reportgen", "check", "--runs", "runs")
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session(venv_params=VENV, default=False)
+def bench(session: nox.Session) -> None:
+    """Validate the numbers against independent references; writes bench/<host>.json."""
+    install(session)
+    session.run("python", "scripts/bench.py", *session.posargs)
 
 
 @nox.session(venv_params=VENV, default=False)
@@ -42,7 +50,8 @@ def serve(session: nox.Session) -> None:
     """Render the committed runs and preview the site with live reload."""
     install(session)
     session.run("reportgen", "render", "--runs", "runs", "--docs", "docs")
-    session.run("mkdocs", "serve", *session.posargs)
+    session.run("mkdocs", "serve", "-a", "127.0.0.1:8000", *session.posargs,
+                env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(venv_params=VENV, default=False)

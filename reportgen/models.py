@@ -175,6 +175,10 @@ def shrink_config(config: Any, *, min_positions: int = 0) -> Any:
         for name in names:
             if _has(config, name):
                 setattr(config, name, value)
+    # a partial rotary width (gptj, codegen) may not exceed the new head width
+    rotary = getattr(config, "rotary_dim", None) if _has(config, "rotary_dim") else None
+    if isinstance(rotary, int) and rotary > TINY_HEAD_DIM:
+        config.rotary_dim = TINY_HEAD_DIM
     if old_kv is not None:
         # keep grouped-query attention grouped, and multi-head attention multi-head
         kv = TINY_KV_HEADS if old_heads is not None and old_kv < old_heads else TINY_HEADS

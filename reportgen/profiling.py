@@ -20,6 +20,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from reportgen.attribution import ATTRIBUTION_KEYS, ITERATION_LABEL, analyse_trace
+from reportgen.store import atomic_write_bytes
 from reportgen.structure import install_hooks
 
 __all__ = ["profile_step", "write_gzip_atomic"]
@@ -36,23 +37,12 @@ class Step(Protocol):
 
 
 def write_gzip_atomic(path: Path, data: bytes) -> int:
-    """Gzip ``data`` to ``path`` via a temp file in the same directory (a reader never
-    sees a half-written trace); returns the size written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            # mtime=0: the same trace gives the same bytes.
-            with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
-                gz.write(data)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path.stat().st_size
+    """Gzip ``data`` to ``path`` atomically (a reader never sees a half-written trace);
+    returns the size written."""
+    # mtime=0: the same trace gives the same bytes.
+    packed = gzip.compress(data, compresslevel=6, mtime=0)
+    atomic_write_bytes(path, packed)
+    return len(packed)
 
 
 def _record(step: Step, model: nn.Module, iterations: int, warmup: int, out: Path) -> None:

@@ -1,0 +1,170 @@
+"""Shared pieces of the measuring bench modules (profile side: torch is imported lazily).
+
+Interleaving: every comparison alternates its variants within one process, in ABBA order
+(A,B then B,A), so slow drift of the host (thermal state, a noisy neighbour) falls on both
+sides alike; the rounds stay paired for the bootstrap in ``results.bootstrap_ratio``.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+
+def interleave(variants: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Run each variant once per round, alternating the order; returns values per variant."""
+    names = list(variants)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        order = names if r % 2 == 0 else list(reversed(names))
+        for name in order:
+            out[name].append(float(variants[name]()))
+    return out
+
+
+def build(combo: Any, device: str = "cpu") -> Any:
+    """``reportgen.models.build`` in eval mode, with the garbage of the previous model gone."""
+    from reportgen import models
+
+    gc.collect()
+    return models.build(combo, device)
+
+
+def time_median(step: Any, budget_s: float, **kwargs: Any) -> tuple[float, dict[str, Any]]:
+    """reportgen's unprofiled timing pass: (median ms, the timing section). ``kwargs`` go to
+    ``timing.time_step`` (a tighter ``target_rel_halfwidth`` spends the whole budget)."""
+    from reportgen import timing
+
+    section = timing.time_step(step, budget_s=budget_s, **kwargs)
+    return float(section["median"]), section
+
+
+def reset_cost_ms(step: Any, iterations: int = 15, max_s: float = 1.0) -> float:
+    """Median cost of ``step.reset()`` right after a step (a decode step crops its KV
+    cache back), which the Timer statement has to include and reportgen leaves untimed.
+    At least 3 samples, then up to ``iterations`` within ``max_s``."""
+    costs = []
+    start = time.perf_counter()
+    for i in range(iterations):
+        if i >= 3 and time.perf_counter() - start > max_s:
+            break
+        step()
+        step.sync()
+        t0 = time.perf_counter()
+        step.reset()
+        costs.append((time.perf_counter() - t0) * 1000.0)
+    costs.sort()
+    return costs[len(costs) // 2]
+
+
+def timer_median(step: Any, min_run_time: float, reset_ms: float = 0.0) -> float:
+    """torch.utils.benchmark's median per-call time of ``step(); step.sync(); step.reset()``
+    in ms, less ``reset_ms`` (the reset's own cost, measured apart). Without the reset a
+    decode step's cache would grow by one token per call."""
+    from torch.utils import benchmark
+
+    timer = benchmark.Timer(stmt="step(); step.sync(); step.reset()", globals={"step": step},
+                            num_threads=_threads())
+    return float(timer.blocked_autorange(min_run_time=min_run_time).median) * 1000.0 - reset_ms
+
+
+def _threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def loop_median(fn: Callable[[], Any], sync: Callable[[], Any], *, iterations: int,
+                warmup: int = 2) -> float:
+    """Median of ``iterations`` host-clock samples of ``fn()`` (ms); the plain reference
+    loop used where reportgen's own timing is not the thing compared."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    samples = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        samples.append((time.perf_counter() - t0) * 1000.0)
+    samples.sort()
+    n = len(samples)
+    return samples[n // 2] if n % 2 else 0.5 * (samples[n // 2 - 1] + samples[n // 2])
+
+
+@contextmanager
+def stopwatch() -> Iterator[list[float]]:
+    """``with stopwatch() as t: ...`` then ``t[0]`` is the elapsed seconds."""
+    box: list[float] = []
+    t0 = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box.append(time.perf_counter() - t0)
+
+
+def environment_summary(device: str = "cpu") -> dict[str, Any]:
+    """The environment record (reportgen.env) plus a short summary the page shows."""
+    from reportgen import env
+
+    full = env.collect(device)
+    host = full.get("host") or {}
+    libs = full.get("libraries") or {}
+    torch_info = full.get("torch") or {}
+    return {
+        "hardware": env.hardware_slug(full),
+        "cpu": host.get("cpu_model"),
+        "cores": host.get("usable_cores") or host.get("logical_cores"),
+        "threads": torch_info.get("num_threads") or _threads(),
+        "python": (full.get("python") or {}).get("version"),
+        "torch": libs.get("torch"),
+        "transformers": libs.get("transformers"),
+        "git": full.get("git"),
+        "full": full,
+    }
+
+
+def combo_label(combo: Any) -> str:
+    return str(getattr(combo, "id", combo))
+
+
+def _proc_stat() -> tuple[float, float] | None:
+    try:
+        with open("/proc/stat") as fh:
+            fields = [float(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields), idle
+
+
+def other_cpu_busy(seconds: float = 1.0) -> float | None:
+    """Fraction of the host's CPU time that *other* processes used over ``seconds`` (this
+    process is idle while sampling). Linux only; None elsewhere. A 2-core host shared with
+    anything busy moves every timing figure, so each figure records this."""
+    first = _proc_stat()
+    if first is None:
+        return None
+    time.sleep(seconds)
+    second = _proc_stat()
+    if second is None:
+        return None
+    total = second[0] - first[0]
+    if total <= 0:
+        return None
+    return max(0.0, min(1.0, 1.0 - (second[1] - first[1]) / total))
+
+
+def wait_until_quiet(limit: float, max_wait_s: float, log: Callable[[str], None]) -> float | None:
+    """Sample other processes' CPU use until it is under ``limit`` or ``max_wait_s`` passed;
+    returns the last sample."""
+    start = time.perf_counter()
+    busy = other_cpu_busy()
+    while busy is not None and busy > limit and time.perf_counter() - start < max_wait_s:
+        log(f"  host busy ({busy:.0%} of CPU used by other processes); waiting")
+        time.sleep(5.0)
+        busy = other_cpu_busy()
+    return busy

@@ -1,0 +1,103 @@
+"""Figure 6: the suite run itself, through reportgen's own runner, and how much of its wall
+time goes into timed iterations.
+
+The records this run writes (into a scratch runs tree, never runs/) also feed the
+profiler-overhead, FLOPs and trace figures, so the suite is measured once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reportgen.bench.results import figure
+
+EFFICIENCY_QUESTION = (
+    "How much of the suite's wall time is spent in timed iterations (the samples a latency "
+    "is computed from), and how much in building models, warming up, profiling, FLOP "
+    "counting and writing?"
+)
+SUITE_TIME_QUESTION = "How long does the default CPU suite take on this host, end to end?"
+SUITE_TIME_GOAL_S = 360.0
+
+
+@dataclass
+class SuiteRun:
+    suite: Any
+    records: list[dict[str, Any]]
+    run_dir: Path
+    wall_s: float
+
+
+def run_suite(suite: Any, out: Path) -> SuiteRun:
+    from reportgen.runner import run_suite as _run
+
+    t0 = time.perf_counter()
+    result = _run(suite, out=out, force=True, command="scripts/bench.py (suite run)")
+    wall = time.perf_counter() - t0
+    return SuiteRun(suite=suite, records=list(result.records), run_dir=Path(result.store.run_dir),
+                    wall_s=wall)
+
+
+def _sum_ms(values: Any) -> float:
+    return float(sum(values or []))
+
+
+def figures(run: SuiteRun, *, reference_size: bool) -> dict[str, dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    timed_s = warm_s = 0.0
+    for rec in run.records:
+        timing = rec.get("timing") or {}
+        kept = _sum_ms(timing.get("samples")) / 1000.0
+        warm = _sum_ms(timing.get("warmup_samples")) / 1000.0
+        timed_s += kept
+        warm_s += warm
+        wall = float(rec.get("duration_s") or 0.0)
+        rows.append({"combination": rec["id"], "status": rec["status"], "timed_s": kept,
+                     "warmup_s": warm, "wall_s": wall,
+                     "share": kept / wall if wall else None,
+                     "budget_s": timing.get("budget_s"), "n": timing.get("n"),
+                     "stop_reason": timing.get("stop_reason")})
+    ok = sum(r["status"] == "ok" for r in rows)
+    share = timed_s / run.wall_s if run.wall_s else None
+    stop = _count(r.get("stop_reason") for r in rows)
+    eff = figure(
+        "Harness efficiency", EFFICIENCY_QUESTION,
+        value=share, unit="share",
+        goal="shown (no pass/fail): the rest is the cost of doing it properly", goal_spec=None,
+        notes=[
+            f"Kept timing samples: {timed_s:.1f} s of {run.wall_s:.1f} s wall; warm-up "
+            f"iterations add {warm_s:.1f} s ({(timed_s + warm_s) / run.wall_s:.1%} with "
+            "them)." if run.wall_s else "no wall time",
+            "Timing stop reasons: " + ", ".join(f"{k} {v}" for k, v in stop.items()) + ".",
+        ],
+        rows=rows, duration_s=run.wall_s,
+        extra={"timed_s": timed_s, "warmup_s": warm_s, "wall_s": run.wall_s},
+    )
+    name = getattr(run.suite, "name", "suite")
+    total = figure(
+        "Suite time", SUITE_TIME_QUESTION,
+        value=run.wall_s, unit="s",
+        goal=f"{name} within {SUITE_TIME_GOAL_S:.0f} s on 2 cores (issue 2: about 6 minutes)",
+        goal_spec={"kind": "below", "target": SUITE_TIME_GOAL_S} if reference_size else None,
+        notes=[f"{len(rows)} combinations ({ok} ok), through `reportgen.runner.run_suite` "
+               "into a scratch runs tree, timing budget "
+               f"{getattr(getattr(run.suite, 'settings', None), 'budget_s', '?')} s each."],
+        rows=[{"suite": name, "combinations": len(rows), "ok": ok, "wall_s": run.wall_s}],
+        duration_s=run.wall_s,
+    )
+    return {"harness_efficiency": eff, "suite_time": total}
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        out[str(item)] = out.get(str(item), 0) + 1
+    return out
+
+
+def ok_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in records if r.get("status") == "ok"]

@@ -1,0 +1,133 @@
+"""Figure 1: reportgen's unprofiled median against torch.utils.benchmark, per combination.
+
+Same model, same input, same process: the two timers alternate in ABBA rounds (reportgen's
+``timing.time_step``, then ``Timer.blocked_autorange``), and the ratio of the medians of
+the rounds gets a paired bootstrap interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from reportgen.bench.common import (
+    build,
+    combo_label,
+    interleave,
+    reset_cost_ms,
+    stopwatch,
+    time_median,
+    timer_median,
+)
+from reportgen.bench.results import bootstrap_median, bootstrap_ratio, figure
+
+GOAL = 0.03
+QUESTION = (
+    "Does reportgen's unprofiled median latency agree with an independent timer? For every "
+    "`cpu-default` combination, reportgen's timing pass and `torch.utils.benchmark.Timer."
+    "blocked_autorange` time the same model on the same input, alternating in one process."
+)
+
+
+def compare(combo: Any, *, rounds: int, budget_s: float, min_run_time: float) -> dict[str, Any]:
+    built = build(combo)
+    step = built.step
+    ours: list[float] = []
+
+    def reportgen_round() -> float:
+        med, _ = time_median(step, budget_s)
+        return med
+
+    reset_ms = reset_cost_ms(step)
+    with stopwatch() as wall:
+        values = interleave({"reportgen": reportgen_round,
+                             "timer": lambda: timer_median(step, min_run_time, reset_ms)}, rounds)
+    ours = values["reportgen"]
+    ratio, lo, hi = bootstrap_ratio(ours, values["timer"], paired=True)
+    del built, step
+    return {
+        "combination": combo_label(combo),
+        "reportgen_ms": _median(ours),
+        "timer_ms": _median(values["timer"]),
+        "ratio": ratio, "ratio_low": lo, "ratio_high": hi,
+        "rounds": rounds, "reset_ms": reset_ms,
+        "reportgen_rounds_ms": ours,
+        "timer_rounds_ms": values["timer"],
+        "wall_s": wall[0],
+    }
+
+
+def run(combos: Sequence[Any], *, rounds: int = 4, budget_s: float = 1.0,
+        min_run_time: float = 0.5, log: Callable[[str], None] = print,
+        stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    with stopwatch() as wall:
+        for i, combo in enumerate(combos, 1):
+            if stop():
+                notes.append(f"time limit reached: {len(combos) - i + 1} combinations not measured")
+                break
+            try:
+                row = compare(combo, rounds=rounds, budget_s=budget_s, min_run_time=min_run_time)
+            except Exception as exc:  # noqa: BLE001 - one failing combination is a finding, not the end
+                notes.append(f"{combo_label(combo)} failed: {type(exc).__name__}: {exc}")
+                log(f"  latency {i}/{len(combos)} {combo_label(combo)}: FAILED {exc}")
+                continue
+            rows.append(row)
+            log(f"  latency {i}/{len(combos)} {row['combination']}: ratio {row['ratio']:.4f} "
+                f"[{row['ratio_low']:.4f}, {row['ratio_high']:.4f}]")
+    return summarise(rows, notes, rounds=rounds, budget_s=budget_s, min_run_time=min_run_time,
+                     duration_s=wall[0])
+
+
+def summarise(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), *, rounds: int,
+              budget_s: float, min_run_time: float, duration_s: float | None = None) -> dict[str, Any]:
+    """The figure from per-combination rows (pure: re-runnable on a stored results file).
+
+    Value: the median ratio over combinations, with a bootstrap interval over them. A
+    combination misses the goal only when its own interval lies wholly outside the band
+    (METHOD.md rule 5: a difference is one only when it is significant); the verdict is
+    pass when the median is inside the band and no combination misses.
+    """
+    goal = (f"median ratio within {GOAL:.0%} of 1, and no combination whose interval lies "
+            f"wholly outside {1 - GOAL:.2f}-{1 + GOAL:.2f}")
+    spec = {"kind": "ratio_within", "target": GOAL}
+    if not rows:
+        return figure("Latency agreement", QUESTION, value=None, unit="ratio", goal=goal,
+                      goal_spec=spec, status="not measured",
+                      notes=list(notes) or ["no combination measured"])
+    ratios = [r["ratio"] for r in rows]
+    value, lo, hi = bootstrap_median(ratios)
+    worst = max(rows, key=lambda r: abs(r["ratio"] - 1.0))
+    within = sum(abs(r["ratio"] - 1.0) <= GOAL for r in rows)
+    misses = [r for r in rows if r["ratio_low"] > 1 + GOAL or r["ratio_high"] < 1 - GOAL]
+    status = "pass" if abs(value - 1.0) <= GOAL and not misses else "fail"
+    out_notes = [
+        f"{within} of {len(rows)} combinations have a point ratio within {GOAL:.0%}; "
+        f"{len(misses)} lie significantly outside"
+        + (": " + ", ".join(f"{r['combination']} ({r['ratio']:.3f})" for r in misses) if misses else "")
+        + f". Worst point: {worst['combination']} ({worst['ratio']:.4f}, interval "
+          f"{worst['ratio_low']:.3f}-{worst['ratio_high']:.3f}).",
+        f"Each combination: {rounds} interleaved rounds (ABBA), reportgen budget {budget_s} s "
+        f"per round, Timer min_run_time {min_run_time} s; per-combination interval = paired "
+        "bootstrap over rounds.",
+        "The Timer statement is `step(); step.sync(); step.reset()` (a decode step's reset crops "
+        "the KV cache back, untimed in reportgen); the reset's own cost, measured apart, is "
+        "subtracted (column reset_ms).",
+        *notes,
+    ]
+    return figure(
+        "Latency agreement", QUESTION, value=value, unit="ratio", interval=[lo, hi],
+        interval_kind="median over combinations, bootstrap over combinations",
+        goal=goal, goal_spec=spec, status=status, notes=out_notes, rows=rows,
+        duration_s=duration_s,
+        extra={"combinations_within_goal": within, "combinations": len(rows),
+               "significant_misses": len(misses), "worst_ratio": worst["ratio"],
+               "rounds": rounds, "budget_s": budget_s, "min_run_time": min_run_time},
+    )
+
+
+def _median(xs: Sequence[float]) -> float:
+    from reportgen.bench.results import median
+
+    return median(xs)

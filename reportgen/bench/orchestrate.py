@@ -1,0 +1,269 @@
+"""``python scripts/bench.py``: every figure of the bench, in one process, into one file.
+
+Order: the suite run first (its records feed the profiler-overhead, FLOPs, trace and
+efficiency figures), then the interleaved comparisons, the architecture sweep, the
+ablation and render scaling. The results file is rewritten (atomically) after each figure,
+so an interrupted bench leaves what it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reportgen.bench import results as R
+
+REPO = Path(__file__).resolve().parents[2]
+SCRATCH = REPO / ".bench"
+FIGURE_GROUPS: tuple[str, ...] = ("suite", "latency", "instrumentation", "architectures",
+                                  "ablation", "render")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of everything; ``quick`` is a smoke test, not a validation."""
+
+    quick: bool
+    suite_overrides: dict[str, Any]
+    latency_rounds: int
+    latency_budget_s: float
+    timer_min_run_s: float
+    instr_rounds: int
+    instr_budget_s: float
+    architectures: tuple[str, ...]
+    ablation: tuple[tuple[str, str, str, int], ...]  # model, mode, attn, seq
+    ablation_scale: str
+    ablation_rounds: int
+    ablation_budget_s: float
+    render_sizes: tuple[int, ...]
+
+
+def plan(quick: bool) -> Plan:
+    from reportgen.bench.attribution_check import ARCHITECTURES, QUICK_ARCHITECTURES
+
+    if quick:
+        return Plan(
+            quick=True,
+            suite_overrides={"scale": "tiny", "seq_lens": [32], "attn": ["sdpa"], "budget_s": 0.3},
+            latency_rounds=2, latency_budget_s=0.3, timer_min_run_s=0.2,
+            instr_rounds=2, instr_budget_s=0.2,
+            architectures=QUICK_ARCHITECTURES,
+            ablation=(("bert-base", "forward", "sdpa", 64), ("llama-small", "prefill", "sdpa", 64)),
+            ablation_scale="tiny", ablation_rounds=2, ablation_budget_s=0.3,
+            render_sizes=(5, 10, 20),
+        )
+    return Plan(
+        quick=False, suite_overrides={},
+        latency_rounds=4, latency_budget_s=0.6, timer_min_run_s=0.4,
+        instr_rounds=4, instr_budget_s=0.5,
+        architectures=ARCHITECTURES,
+        ablation=(("bert-base", "forward", "sdpa", 256), ("llama-small", "prefill", "sdpa", 256),
+                  ("bert-base", "forward", "eager", 256), ("llama-small", "prefill", "eager", 256)),
+        ablation_scale="reference", ablation_rounds=8, ablation_budget_s=1.5,
+        render_sizes=(50, 500, 2000),
+    )
+
+
+def log(message: str) -> None:
+    stamp = _dt.datetime.now().strftime("%H:%M:%S")
+    print(f"[{stamp}] {message}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/bench.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results file (default: bench/<hardware>.json; quick: .bench/quick-<hardware>.json)")
+    parser.add_argument("--quick", action="store_true", help="smoke test: tiny models, short budgets")
+    parser.add_argument("--only", default=None,
+                        help=f"comma-separated subset of: {', '.join(FIGURE_GROUPS)}")
+    parser.add_argument("--resummarise", action="store_true",
+                        help="measure nothing: recompute the latency and instrumentation verdicts "
+                             "of --out from their stored rows")
+    parser.add_argument("--merge", action="store_true",
+                        help="with --only: keep the other figures of an existing results file")
+    parser.add_argument("--suite", default="cpu-default", help="suite measured (default cpu-default)")
+    parser.add_argument("--time-limit", type=float, default=1680.0, metavar="S",
+                        help="stop starting new measurements after S seconds (default 1680: the "
+                             "bench must finish within 30 minutes on 2 cores)")
+    parser.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
+                        help="before each figure wait up to S seconds for other processes to use "
+                             "under 10%% of the CPU (default 60; 0: do not wait)")
+    args = parser.parse_args(argv)
+    only = set(FIGURE_GROUPS) if not args.only else {s.strip() for s in args.only.split(",")}
+    unknown = only - set(FIGURE_GROUPS)
+    if unknown:
+        parser.error(f"--only: unknown {sorted(unknown)}; choose from {', '.join(FIGURE_GROUPS)}")
+
+    if args.resummarise:
+        return resummarise(args.out or REPO / "bench" / f"{_hardware_guess()}.json")
+
+    import torch
+
+    from reportgen.bench.common import environment_summary, other_cpu_busy, wait_until_quiet
+
+    t_start = time.perf_counter()
+    created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    p = plan(args.quick)
+    environment = environment_summary("cpu")
+    environment["load_average_at_start"] = _load()
+    hardware = environment["hardware"]
+    out = args.out or ((SCRATCH / f"quick-{hardware}.json") if args.quick else REPO / "bench" / f"{hardware}.json")
+    command = "python scripts/bench.py" + ("" if argv is None and len(sys.argv) <= 1
+                                           else " " + shlex.join(argv if argv is not None else sys.argv[1:]))
+    torch.manual_seed(0)
+    log(f"bench: {'quick' if p.quick else 'full'} on {hardware}, {torch.get_num_threads()} threads -> {out}")
+    figures: dict[str, dict[str, Any]] = {}
+    if args.merge and out.is_file():
+        previous = R.load_results(out)
+        if bool(previous.get("quick")) != p.quick:
+            parser.error("--merge: the existing results file was measured in the other mode")
+        figures.update(previous["figures"])
+        environment["merged_with"] = {"created": previous.get("created"),
+                                      "duration_s": previous.get("duration_s"),
+                                      "command": previous.get("command")}
+        log(f"merging into {out}: keeping {', '.join(figures)} unless re-measured")
+
+    def stop() -> bool:
+        return time.perf_counter() - t_start > args.time_limit
+
+    def save() -> None:
+        doc = R.results_document(figures, environment=environment, created=created, quick=p.quick,
+                                 duration_s=time.perf_counter() - t_start, command=command)
+        R.write_results(out, doc)
+
+    def step(name: str, fn: Callable[[], dict[str, dict[str, Any]]]) -> None:
+        log(f"{name} ...")
+        busy_before = (wait_until_quiet(0.10, args.wait_quiet, log) if args.wait_quiet > 0
+                       else other_cpu_busy())
+        load_before = _load()
+        t0 = time.perf_counter()
+        try:
+            got = fn()
+        except Exception as exc:  # noqa: BLE001 - one broken figure must not lose the others
+            import traceback
+
+            traceback.print_exc()
+            got = {f"{name}_error": R.not_measured(name, f"The {name} step failed.", "-",
+                                                   f"{type(exc).__name__}: {exc}")}
+        for fig in got.values():
+            # other processes on a 2-core host move every timing figure: record the load
+            fig["load_average"] = {"before": load_before, "after": _load()}
+            fig["other_cpu_busy_before"] = busy_before
+            fig["measured_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        figures.update(got)
+        save()
+        log(f"{name} done in {time.perf_counter() - t0:.0f} s: "
+            + ", ".join(f"{k}={v['status']}" for k, v in got.items()))
+
+    from reportgen.suite import load_suite
+
+    suite = load_suite(args.suite, p.suite_overrides or None).with_device("cpu")
+    combos = suite.combinations()
+
+    if "suite" in only:
+        step("suite", lambda: _suite_figures(suite, p))
+    if "latency" in only:
+        from reportgen.bench import latency
+
+        step("latency", lambda: {"latency_agreement": latency.run(
+            combos, rounds=p.latency_rounds, budget_s=p.latency_budget_s,
+            min_run_time=p.timer_min_run_s, log=log, stop=stop)})
+    if "instrumentation" in only:
+        from reportgen.bench import overhead
+
+        step("instrumentation", lambda: {"instrumentation_overhead": overhead.instrumentation_overhead(
+            combos, rounds=p.instr_rounds, budget_s=p.instr_budget_s, log=log, stop=stop)})
+    if "architectures" in only:
+        from reportgen.bench import attribution_check
+
+        step("architectures", lambda: {"attribution_architectures": attribution_check.architectures(
+            p.architectures, log=log, stop=stop)})
+    if "ablation" in only:
+        from reportgen.bench import attribution_check
+        from reportgen.suite import Combination
+
+        abl = [Combination(model=m, scale=p.ablation_scale, mode=mode, dtype="fp32",
+                           attn_implementation=attn, batch_size=1, seq_len=s, device="cpu")
+               for m, mode, attn, s in p.ablation]
+        step("ablation", lambda: {"attribution_ablation": attribution_check.ablation(
+            abl, rounds=p.ablation_rounds, budget_s=p.ablation_budget_s, log=log, stop=stop)})
+    if "render" in only:
+        from reportgen.bench import render_scaling
+
+        step("render", lambda: {"render_scaling": render_scaling.run(
+            REPO, SCRATCH / "render", sizes=p.render_sizes, log=log, stop=stop)})
+
+    save()
+    doc = R.load_results(out)
+    log(f"bench finished in {doc['duration_s']:.0f} s: {doc['summary']}")
+    for name, fig in doc["figures"].items():
+        log(f"  {name}: {fig['status']} value={fig['value']} interval={fig['interval']} goal={fig['goal']}")
+    return 0
+
+
+def resummarise(path: Path) -> int:
+    """Recompute figure verdicts that are pure functions of their stored rows."""
+    from reportgen.bench import latency, overhead
+
+    doc = R.load_results(path)
+    figures = dict(doc["figures"])
+    p = plan(bool(doc.get("quick")))
+    lat = figures.get("latency_agreement")
+    if lat and lat.get("rows"):
+        new = latency.summarise(lat["rows"], rounds=lat.get("rounds") or lat["rows"][0]["rounds"],
+                                budget_s=lat.get("budget_s", p.latency_budget_s),
+                                min_run_time=lat.get("min_run_time", p.timer_min_run_s),
+                                duration_s=lat.get("duration_s"))
+        figures["latency_agreement"] = {**lat, **new}
+    ins = figures.get("instrumentation_overhead")
+    if ins and ins.get("rows"):
+        new = overhead.instrumentation_summary(
+            ins["rows"], rounds=ins.get("rounds") or len(ins["rows"][0].get("bare_rounds_ms", [])),
+            budget_s=ins.get("budget_s", p.instr_budget_s), duration_s=ins.get("duration_s"))
+        figures["instrumentation_overhead"] = {**ins, **new}
+    out = R.results_document(figures, environment=doc["environment"], created=doc["created"],
+                             quick=doc["quick"], duration_s=doc["duration_s"], command=doc["command"])
+    R.write_results(path, out)
+    for name in ("latency_agreement", "instrumentation_overhead"):
+        if name in figures:
+            f = out["figures"][name]
+            log(f"{name}: {f['status']} value={f['value']} interval={f['interval']}")
+    return 0
+
+
+def _hardware_guess() -> str:
+    from reportgen import env
+
+    return env.hardware_slug(env.collect("cpu"))
+
+
+def _load() -> list[float] | None:
+    import os
+
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _suite_figures(suite: Any, p: Plan) -> dict[str, dict[str, Any]]:
+    from reportgen.bench import efficiency, flops_check, overhead, trace_check
+
+    runs = SCRATCH / "runs"
+    if runs.exists():
+        shutil.rmtree(runs)
+    run = efficiency.run_suite(suite, runs)
+    figures = efficiency.figures(run, reference_size=not p.quick)
+    figures["profiler_overhead"] = overhead.profiler_overhead(run.records)
+    figures["trace_agreement"] = trace_check.run(run.records, run.run_dir, log=log)
+    combos_by_id = {c.id: c for c in suite.combinations()}
+    figures["flops_agreement"] = flops_check.run(run.records, combos_by_id, log=log)
+    return figures

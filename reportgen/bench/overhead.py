@@ -1,0 +1,160 @@
+"""Figure 2: what measuring costs.
+
+* Profiler overhead: the profiled pass's per-iteration time over the unprofiled median,
+  for every combination of the suite run (read from the records ``measure`` wrote).
+* Instrumentation overhead: reportgen's own attribution instrumentation
+  (``structure.install_hooks``: module hooks and ``record_function`` ranges) active without
+  a profiler, against the bare forward, interleaved in ABBA rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from reportgen.bench.common import build, combo_label, interleave, stopwatch, time_median
+from reportgen.bench.results import bootstrap_median, bootstrap_ratio, figure, median
+
+INSTRUMENTATION_GOAL = 0.03
+# time_step stops at a 2% CI by default; a comparison of ~1% effects spends its budget
+TIGHT = 0.001
+
+PROFILER_QUESTION = (
+    "How much slower is a forward under torch.profiler (with reportgen's ranges, shapes, "
+    "memory and FLOPs recording) than unprofiled? The profiled pass only apportions time; "
+    "the latency quoted comes from the unprofiled pass, so this ratio is shown, not "
+    "corrected for."
+)
+INSTRUMENTATION_QUESTION = (
+    "What does reportgen's own instrumentation (module hooks that open `record_function` "
+    "ranges) cost when no profiler is recording? Instrumented and bare forwards of the same "
+    "model alternate in one process."
+)
+
+
+def profiler_overhead(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    for rec in records:
+        if rec.get("status") != "ok":
+            continue
+        timing = rec.get("timing") or {}
+        profile = rec.get("profile") or {}
+        unprof = timing.get("median")
+        prof = profile.get("median_ms")
+        if not unprof or not prof:
+            continue
+        rows.append({"combination": rec["id"], "unprofiled_ms": unprof, "profiled_ms": prof,
+                     "ratio": prof / unprof, "recorded_ratio": profile.get("overhead_ratio")})
+    if not rows:
+        return figure("Profiler overhead", PROFILER_QUESTION, value=None, unit="ratio",
+                      goal="shown for every combination (no pass/fail)", goal_spec=None,
+                      status="not measured", notes=["no ok records from the suite run"])
+    ratios = [r["ratio"] for r in rows]
+    lo, hi = min(ratios), max(ratios)
+    worst = max(rows, key=lambda r: r["ratio"])
+    return figure(
+        "Profiler overhead", PROFILER_QUESTION,
+        value=median(ratios), unit="ratio", interval=[lo, hi],
+        interval_kind="range over combinations (not a confidence interval)",
+        goal="shown for every combination (no pass/fail)", goal_spec=None,
+        notes=[f"Median over {len(rows)} combinations; highest {worst['ratio']:.3f} "
+               f"({worst['combination']}). Profiled time = median of the profiled pass's "
+               f"iterations; unprofiled = the timing pass's median."],
+        rows=rows,
+    )
+
+
+def instrumentation_compare(combo: Any, *, rounds: int, budget_s: float) -> dict[str, Any]:
+    from reportgen import structure
+
+    built = build(combo)
+    step, model = built.step, built.model
+
+    def bare() -> float:
+        return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
+
+    def instrumented() -> float:
+        with structure.install_hooks(model):
+            return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
+
+    with stopwatch() as wall:
+        values = interleave({"bare": bare, "instrumented": instrumented}, rounds)
+    ratio, lo, hi = bootstrap_ratio(values["instrumented"], values["bare"], paired=True)
+    return {
+        "combination": combo_label(combo),
+        "mode": getattr(combo, "mode", None),
+        "bare_ms": median(values["bare"]), "instrumented_ms": median(values["instrumented"]),
+        "ratio": ratio, "ratio_low": lo, "ratio_high": hi,
+        "modules": sum(1 for _ in model.modules()),
+        "bare_rounds_ms": values["bare"], "instrumented_rounds_ms": values["instrumented"],
+        "wall_s": wall[0],
+    }
+
+
+def instrumentation_overhead(combos: Sequence[Any], *, rounds: int = 6, budget_s: float = 0.6,
+                             log: Callable[[str], None] = print,
+                             stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    goal = f"instrumented / bare < {1 + INSTRUMENTATION_GOAL:.2f} at reference size"
+    spec = {"kind": "below", "target": 1 + INSTRUMENTATION_GOAL}
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    with stopwatch() as wall:
+        for i, combo in enumerate(combos, 1):
+            if stop():
+                notes.append(f"time limit reached: {len(combos) - i + 1} combinations not measured")
+                break
+            try:
+                row = instrumentation_compare(combo, rounds=rounds, budget_s=budget_s)
+            except Exception as exc:  # noqa: BLE001
+                notes.append(f"{combo_label(combo)} failed: {type(exc).__name__}: {exc}")
+                log(f"  instrumentation {i}/{len(combos)} {combo_label(combo)}: FAILED {exc}")
+                continue
+            rows.append(row)
+            log(f"  instrumentation {i}/{len(combos)} {row['combination']}: ratio "
+                f"{row['ratio']:.4f} [{row['ratio_low']:.4f}, {row['ratio_high']:.4f}]")
+    return instrumentation_summary(rows, notes, rounds=rounds, budget_s=budget_s,
+                                   duration_s=wall[0])
+
+
+def instrumentation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), *,
+                            rounds: int, budget_s: float,
+                            duration_s: float | None = None) -> dict[str, Any]:
+    """The figure from per-combination rows (pure). Value: the median ratio over
+    combinations, bootstrap interval over them; pass when it is under the goal and no
+    combination is significantly over it (its interval wholly above)."""
+    limit = 1 + INSTRUMENTATION_GOAL
+    goal = (f"median instrumented / bare < {limit:.2f} at reference size, no combination "
+            "significantly above")
+    spec = {"kind": "below", "target": limit}
+    if not rows:
+        return figure("Instrumentation overhead", INSTRUMENTATION_QUESTION, value=None,
+                      unit="ratio", goal=goal, goal_spec=spec, status="not measured",
+                      notes=list(notes) or ["no combination measured"])
+    value, lo, hi = bootstrap_median([r["ratio"] for r in rows])
+    worst = max(rows, key=lambda r: r["ratio"])
+    over = [r for r in rows if r["ratio_low"] > limit]
+    by_mode: dict[str, list[float]] = {}
+    for r in rows:
+        by_mode.setdefault(str(r["mode"]), []).append(r["ratio"])
+    status = "pass" if value < limit and not over else "fail"
+    out_notes = [
+        f"{sum(r['ratio'] < limit for r in rows)} of {len(rows)} combinations have a point "
+        f"ratio under {limit:.2f}; {len(over)} are significantly above"
+        + (": " + ", ".join(f"{r['combination']} ({r['ratio']:.3f})" for r in over) if over else "")
+        + f". Highest point: {worst['combination']} ({worst['ratio']:.4f}, interval "
+          f"{worst['ratio_low']:.3f}-{worst['ratio_high']:.3f}; {worst['modules']} modules, "
+          f"bare forward {worst['bare_ms']:.2f} ms).",
+        "Median ratio by mode: " + ", ".join(f"{m} {median(v):.4f}" for m, v in by_mode.items()) + ".",
+        f"{rounds} interleaved rounds per combination, reportgen timing budget {budget_s} s per "
+        "round; per-combination interval = paired bootstrap over rounds.",
+        *notes,
+    ]
+    return figure(
+        "Instrumentation overhead", INSTRUMENTATION_QUESTION,
+        value=value, unit="ratio", interval=[lo, hi],
+        interval_kind="median over combinations, bootstrap over combinations",
+        goal=goal, goal_spec=spec, status=status, notes=out_notes, rows=rows,
+        duration_s=duration_s,
+        extra={"significantly_over": len(over), "worst_ratio": worst["ratio"],
+               "rounds": rounds, "budget_s": budget_s},
+    )

@@ -1,0 +1,286 @@
+"""The Validation page: Markdown from a bench results file, with a chart per figure.
+
+Render side: no torch. ``render_validation(results)`` returns the page's Markdown;
+``chart_specs(results)`` returns the Vega-Lite spec (a dict, built with Altair) of each
+figure that has a chart. The site's render step decides how a chart is embedded by passing
+``chart_block`` (name, spec -> Markdown); the default writes the site's own chart element
+(``<div class="rg-chart">`` holding the spec in a ``<script class="rg-spec">``, which the
+site's script embeds), with an SVG fallback image when ``svg_url`` maps a chart name to one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from reportgen.bench.results import FIGURES, validate
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+ChartBlock = Callable[[str, Mapping[str, Any]], str]
+
+
+def fenced_vegalite(name: str, spec: Mapping[str, Any]) -> str:
+    """A plain fenced block, for sites without the chart script."""
+    return "```vegalite\n" + json.dumps(spec, indent=1, sort_keys=True) + "\n```"
+
+
+def spec_json(spec: Mapping[str, Any]) -> str:
+    """Spec JSON that is safe inside a ``<script>`` element, stable byte for byte."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def site_chart_block(svg_url: Mapping[str, str] | None = None) -> ChartBlock:
+    """The site's chart element (see reportgen/render/templates/_macros.md.j2)."""
+    def block(name: str, spec: Mapping[str, Any]) -> str:
+        title = str(spec.get("title") or name)
+        lines = [f'<div class="rg-chart" data-chart="validation-{name}" markdown>',
+                 f'<script type="application/json" class="rg-spec">{spec_json(spec)}</script>', ""]
+        if svg_url and name in svg_url:
+            lines += [f"![{title}]({svg_url[name]}){{ .rg-fallback }}", ""]
+        lines.append("</div>")
+        return "\n".join(lines)
+    return block
+
+
+def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | None = None,
+                      title: str = "Validation") -> str:
+    """The Validation page's Markdown from a results document (validated first)."""
+    doc = validate(results)
+    charts = chart_specs(doc)
+    block = chart_block or site_chart_block()
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=inert,
+    )
+    env.filters["num"] = fmt_number
+    env.filters["pct"] = fmt_pct
+    env.filters["value"] = fmt_value
+    env.filters["interval"] = lambda fig: Markup(fmt_interval(fig))  # numbers and brackets
+    env.filters["cell"] = fmt_cell
+    figures = doc["figures"]
+    order = [k for k in FIGURES if k in figures] + [k for k in figures if k not in FIGURES]
+    return env.get_template("validation.md.j2").render(
+        title=title,
+        doc=doc,
+        order=order,
+        figures=figures,
+        charts={name: Markup(block(name, spec)) for name, spec in charts.items()},
+        status_badge=STATUS_BADGE,
+        columns=row_columns,
+    )
+
+
+STATUS_BADGE = {"pass": "✅ pass", "fail": "❌ miss", "info": "ℹ️ info",
+                "not measured": "⏸ not measured"}
+
+
+# ---------------------------------------------------------------- formatting (display only)
+
+# HTML's specials and the Markdown that would make a link, code or emphasis out of data (an
+# exception message, a model class); "|" is left to fmt_cell, which escapes it in tables.
+_INERT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
+                        "`": "&#96;", "*": "&#42;", "_": "&#95;", "[": "&#91;", "]": "&#93;"})
+
+
+def inert(value: Any) -> str:
+    """Applied to every printed value: data renders as text; chart blocks pass (Markup)."""
+    if isinstance(value, Markup):
+        return str(value)
+    return ("" if value is None else str(value)).translate(_INERT)
+
+
+
+def fmt_number(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if x == 0:
+            return "0"
+        if abs(x) >= 1000:
+            return f"{x:,.0f}"
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def fmt_pct(x: Any, digits: int = 1) -> str:
+    if x is None:
+        return "–"
+    return f"{100.0 * float(x):.{digits}f}%"
+
+
+def fmt_value(fig: Mapping[str, Any]) -> str:
+    v = fig.get("value")
+    unit = fig.get("unit") or ""
+    if v is None:
+        return "–"
+    if unit in ("share", "fraction"):
+        return fmt_pct(v, 2)
+    if unit == "ratio":
+        return f"{float(v):.4f}"
+    return f"{fmt_number(v)} {unit}".strip()
+
+
+def fmt_interval(fig: Mapping[str, Any]) -> str:
+    iv = fig.get("interval")
+    if not iv:
+        return "–"
+    if fig.get("unit") in ("share", "fraction"):
+        return f"[{fmt_pct(iv[0], 2)}, {fmt_pct(iv[1], 2)}]"
+    if fig.get("unit") == "ratio":
+        return f"[{float(iv[0]):.4f}, {float(iv[1]):.4f}]"
+    return f"[{fmt_number(iv[0])}, {fmt_number(iv[1])}]"
+
+
+def fmt_cell(x: Any) -> str:
+    if isinstance(x, (list, tuple)):
+        return ", ".join(fmt_cell(v) for v in x) or "–"
+    if isinstance(x, dict):
+        return ", ".join(f"{k}: {fmt_cell(v)}" for k, v in x.items()) or "–"
+    return fmt_number(x).replace("|", "\\|")
+
+
+# ---------------------------------------------------------------- charts (data -> spec)
+
+ROW_COLUMNS: dict[str, tuple[str, ...]] = {
+    "latency_agreement": ("combination", "reportgen_ms", "timer_ms", "ratio", "ratio_low",
+                          "ratio_high", "rounds"),
+    "profiler_overhead": ("combination", "unprofiled_ms", "profiled_ms", "ratio"),
+    "instrumentation_overhead": ("combination", "bare_ms", "instrumented_ms", "ratio",
+                                 "ratio_low", "ratio_high"),
+    "attribution_architectures": ("model_type", "architecture", "class", "share_sum",
+                                  "attention_core_share", "other_share", "overhead_share",
+                                  "ok", "error"),
+    "attribution_ablation": ("combination", "forward_ms", "ablated_ms", "drop_ms",
+                             "drop_low_ms", "drop_high_ms", "attributed_ms",
+                             "attributed_profiled_ms", "rel_diff", "stand_in_calls"),
+    "flops_agreement": ("combination", "category", "analytic", "counted", "rel_diff",
+                        "explanation"),
+    "trace_agreement": ("combination", "basis", "weighted_rel_diff", "total_rel_diff",
+                        "reader_total_ms", "reportgen_total_ms", "ops"),
+    "harness_efficiency": ("combination", "timed_s", "wall_s", "share"),
+    "suite_time": ("suite", "combinations", "wall_s"),
+    "render_scaling": ("combinations", "pages", "render_s", "build_s", "total_s",
+                       "pages_per_s", "combinations_per_s"),
+}
+
+
+def row_columns(name: str, rows: list[Mapping[str, Any]]) -> list[str]:
+    """Columns shown for a figure's rows: the known ones present, in order."""
+    known = ROW_COLUMNS.get(name)
+    if not rows:
+        return []
+    present = set().union(*(r.keys() for r in rows))
+    if known:
+        return [c for c in known if c in present]
+    return sorted(present)
+
+
+def chart_specs(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A Vega-Lite spec per figure with rows to plot; empty when Altair is absent."""
+    try:
+        import altair as alt
+    except ImportError:
+        return {}
+    figures = doc["figures"]
+    specs: dict[str, dict[str, Any]] = {}
+    builders: dict[str, Callable[[Any, list[Mapping[str, Any]], Mapping[str, Any]], Any]] = {
+        "latency_agreement": _ratio_chart("ratio", "reportgen / torch.utils.benchmark"),
+        "profiler_overhead": _ratio_chart("ratio", "profiled / unprofiled"),
+        "instrumentation_overhead": _ratio_chart("ratio", "instrumented / bare"),
+        "attribution_ablation": _ablation_chart,
+        "flops_agreement": _flops_chart,
+        "trace_agreement": _bar_chart("weighted_rel_diff", "weighted |reader - reportgen| / reportgen"),
+        "harness_efficiency": _bar_chart("share", "share of wall time in timed iterations"),
+        "render_scaling": _scaling_chart,
+        "attribution_architectures": _bar_chart("attention_core_share", "attention.core share",
+                                                category="model_type"),
+    }
+    for name, build in builders.items():
+        fig = figures.get(name)
+        if not fig or not fig.get("rows"):
+            continue
+        rows = [dict(r) for r in fig["rows"]]
+        chart = build(alt, rows, fig)
+        if chart is not None:
+            specs[name] = chart.to_dict()
+    return specs
+
+
+def _ratio_chart(field: str, title: str) -> Callable[[Any, list[Mapping[str, Any]], Mapping[str, Any]], Any]:
+    def build(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
+        data = alt.Data(values=[r for r in rows if r.get(field) is not None])
+        base = alt.Chart(data)
+        x = alt.X(f"{field}:Q", title=title, scale=alt.Scale(zero=False))
+        y = alt.Y("combination:N", sort=None, title=None)
+        points = base.mark_point(filled=True).encode(x=x, y=y, tooltip=[f"{field}:Q", "combination:N"])
+        layers = [points]
+        if rows and f"{field}_low" in rows[0]:
+            layers.append(base.mark_rule().encode(x=f"{field}_low:Q", x2=f"{field}_high:Q", y=y))
+        spec = fig.get("goal_spec") or {}
+        bands = []
+        if spec.get("kind") == "ratio_within":
+            bands = [1 - float(spec["target"]), 1 + float(spec["target"])]
+        elif spec.get("kind") == "below":
+            bands = [float(spec["target"])]
+        if bands:
+            layers.append(alt.Chart(alt.Data(values=[{"goal": b} for b in bands]))
+                          .mark_rule(strokeDash=[4, 4], color="gray").encode(x="goal:Q"))
+        return alt.layer(*layers).properties(width=520, title=fig["title"])
+    return build
+
+
+def _bar_chart(field: str, title: str, category: str = "combination"
+               ) -> Callable[[Any, list[Mapping[str, Any]], Mapping[str, Any]], Any]:
+    def build(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
+        data = alt.Data(values=[r for r in rows if r.get(field) is not None])
+        return (alt.Chart(data).mark_bar()
+                .encode(x=alt.X(f"{field}:Q", title=title), y=alt.Y(f"{category}:N", sort=None, title=None),
+                        tooltip=[f"{category}:N", f"{field}:Q"])
+                .properties(width=520, title=fig["title"]))
+    return build
+
+
+def _ablation_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
+    values = []
+    for r in rows:
+        for key, label in (("drop_ms", "ablation drop"), ("attributed_ms", "attributed attention.core")):
+            if r.get(key) is not None:
+                values.append({"combination": r["combination"], "estimate": label, "ms": r[key]})
+    return (alt.Chart(alt.Data(values=values)).mark_bar()
+            .encode(x=alt.X("ms:Q", title="attention core, ms per forward"),
+                    y=alt.Y("estimate:N", title=None), color="estimate:N",
+                    row=alt.Row("combination:N", title=None), tooltip=["combination:N", "estimate:N", "ms:Q"])
+            .properties(width=440, title=fig["title"]))
+
+
+def _flops_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
+    values = [r for r in rows if r.get("rel_diff") is not None]
+    return (alt.Chart(alt.Data(values=values)).mark_point(filled=True)
+            .encode(x=alt.X("rel_diff:Q", title="(counted - analytic) / analytic"),
+                    y=alt.Y("category:N", title=None), color="combination:N",
+                    tooltip=["combination:N", "category:N", "analytic:Q", "counted:Q", "rel_diff:Q"])
+            .properties(width=520, title=fig["title"]))
+
+
+def _scaling_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
+    values = [r for r in rows if r.get("total_s") is not None]
+    return (alt.Chart(alt.Data(values=values)).mark_line(point=True)
+            .encode(x=alt.X("combinations:Q", title="combinations in the runs tree"),
+                    y=alt.Y("total_s:Q", title="render + strict build, s"),
+                    tooltip=["combinations:Q", "pages:Q", "total_s:Q", "pages_per_s:Q"])
+            .properties(width=520, title=fig["title"]))

@@ -1,0 +1,302 @@
+"""The bench results file: schema, figure records, intervals and the goal verdicts.
+
+Render side: no torch here. A results file is one JSON object::
+
+    {"kind": "reportgen.bench", "schema_version": 1, "created": "...", "quick": false,
+     "duration_s": 1234.5, "command": "...", "environment": {...},
+     "figures": {"latency_agreement": {<figure>}, ...}}
+
+and each figure::
+
+    {"title": "...", "question": "...", "status": "pass" | "fail" | "info" | "not measured",
+     "value": 1.004, "unit": "ratio", "interval": [0.998, 1.010], "interval_kind": "...",
+     "goal": "within 3% of 1", "goal_spec": {"kind": "ratio_within", "target": 0.03},
+     "notes": ["..."], "rows": [{...}, ...], "duration_s": 12.3}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from reportgen.store import atomic_write_bytes
+
+KIND = "reportgen.bench"
+SCHEMA_VERSION = 1
+
+STATUSES: tuple[str, ...] = ("pass", "fail", "info", "not measured")
+
+# Display order of the figures on the Validation page (and in the results file).
+FIGURES: tuple[str, ...] = (
+    "latency_agreement",
+    "profiler_overhead",
+    "instrumentation_overhead",
+    "attribution_architectures",
+    "attribution_ablation",
+    "flops_agreement",
+    "trace_agreement",
+    "harness_efficiency",
+    "suite_time",
+    "render_scaling",
+)
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read: wrong kind, newer schema, missing fields."""
+
+
+def figure(
+    title: str,
+    question: str,
+    *,
+    value: float | None,
+    unit: str,
+    goal: str,
+    goal_spec: Mapping[str, Any] | None,
+    interval: Sequence[float] | None = None,
+    interval_kind: str | None = None,
+    status: str | None = None,
+    notes: Iterable[str] = (),
+    rows: Iterable[Mapping[str, Any]] = (),
+    duration_s: float | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One figure record; ``status`` defaults to the verdict of ``goal_spec`` on
+    ``value``/``interval`` (``info`` when there is no goal)."""
+    interval_list = [float(x) for x in interval] if interval is not None else None
+    if status is None:
+        status = verdict(goal_spec, value, interval_list)
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r} not one of {STATUSES}")
+    record: dict[str, Any] = {
+        "title": title,
+        "question": question,
+        "status": status,
+        "value": _clean(value),
+        "unit": unit,
+        "interval": interval_list,
+        "interval_kind": interval_kind,
+        "goal": goal,
+        "goal_spec": dict(goal_spec) if goal_spec is not None else None,
+        "notes": list(notes),
+        "rows": [dict(r) for r in rows],
+        "duration_s": duration_s,
+    }
+    if extra:
+        record.update(extra)
+    return record
+
+
+def not_measured(title: str, question: str, goal: str, reason: str, *, unit: str = "") -> dict[str, Any]:
+    """A figure that could not be measured here, with the reason on the page."""
+    return figure(
+        title, question, value=None, unit=unit, goal=goal, goal_spec=None,
+        status="not measured", notes=[reason],
+    )
+
+
+def verdict(goal_spec: Mapping[str, Any] | None, value: float | None,
+            interval: Sequence[float] | None = None) -> str:
+    """pass/fail of a value against a goal.
+
+    Goal kinds: ``ratio_within`` (|value - 1| <= target), ``below`` (value < target),
+    ``above`` (value >= target), ``at_least`` (same as above; counts), ``all`` (value is the
+    fraction of rows passing; pass when it is 1).
+    """
+    if goal_spec is None:
+        return "info"
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "not measured"
+    kind = goal_spec["kind"]
+    target = float(goal_spec.get("target", 0.0))
+    if kind == "ratio_within":
+        ok = abs(value - 1.0) <= target
+    elif kind == "rel_within":
+        ok = abs(value) <= target
+    elif kind == "below":
+        ok = value < target
+    elif kind in ("above", "at_least"):
+        ok = value >= target
+    elif kind == "all":
+        ok = value >= 1.0
+    else:
+        raise ValueError(f"unknown goal kind {kind!r}")
+    return "pass" if ok else "fail"
+
+
+# ---------------------------------------------------------------- statistics (pure)
+
+
+def median(values: Sequence[float]) -> float:
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return float("nan")
+    mid = n // 2
+    return xs[mid] if n % 2 else 0.5 * (xs[mid - 1] + xs[mid])
+
+
+def bootstrap_ratio(a: Sequence[float], b: Sequence[float], *, paired: bool = True,
+                    reps: int = 2000, confidence: float = 0.95, seed: int = 0
+                    ) -> tuple[float, float, float]:
+    """median(a) / median(b) with a percentile-bootstrap interval.
+
+    ``paired``: a[i] and b[i] come from the same interleaved round, so rounds are resampled
+    together (drift between rounds cancels); otherwise each side is resampled alone.
+    """
+    if not a or not b:
+        return (float("nan"),) * 3  # type: ignore[return-value]
+    point = median(a) / median(b)
+    rng = random.Random(seed)
+    stats: list[float] = []
+    for _ in range(reps):
+        if paired and len(a) == len(b):
+            idx = [rng.randrange(len(a)) for _ in a]
+            ra = [a[i] for i in idx]
+            rb = [b[i] for i in idx]
+        else:
+            ra = [a[rng.randrange(len(a))] for _ in a]
+            rb = [b[rng.randrange(len(b))] for _ in b]
+        den = median(rb)
+        if den:
+            stats.append(median(ra) / den)
+    return point, *_percentiles(stats, confidence)
+
+
+def bootstrap_diff(a: Sequence[float], b: Sequence[float], *, paired: bool = True,
+                   reps: int = 2000, confidence: float = 0.95, seed: int = 0
+                   ) -> tuple[float, float, float]:
+    """median(a) - median(b) with a percentile-bootstrap interval (rounds resampled
+    together when ``paired``)."""
+    if not a or not b:
+        return (float("nan"),) * 3  # type: ignore[return-value]
+    point = median(a) - median(b)
+    rng = random.Random(seed)
+    stats: list[float] = []
+    for _ in range(reps):
+        if paired and len(a) == len(b):
+            idx = [rng.randrange(len(a)) for _ in a]
+            stats.append(median([a[i] for i in idx]) - median([b[i] for i in idx]))
+        else:
+            stats.append(median([a[rng.randrange(len(a))] for _ in a])
+                         - median([b[rng.randrange(len(b))] for _ in b]))
+    return point, *_percentiles(stats, confidence)
+
+
+def bootstrap_median(values: Sequence[float], *, reps: int = 2000, confidence: float = 0.95,
+                     seed: int = 0) -> tuple[float, float, float]:
+    """Median with a percentile-bootstrap interval."""
+    if not values:
+        return (float("nan"),) * 3  # type: ignore[return-value]
+    rng = random.Random(seed)
+    stats = [median([values[rng.randrange(len(values))] for _ in values]) for _ in range(reps)]
+    return median(values), *_percentiles(stats, confidence)
+
+
+def _percentiles(stats: list[float], confidence: float) -> tuple[float, float]:
+    if not stats:
+        return float("nan"), float("nan")
+    stats.sort()
+    lo = stats[int(math.floor((1 - confidence) / 2 * (len(stats) - 1)))]
+    hi = stats[int(math.ceil((1 + confidence) / 2 * (len(stats) - 1)))]
+    return lo, hi
+
+
+# ---------------------------------------------------------------- file I/O
+
+
+def results_document(figures: Mapping[str, Mapping[str, Any]], *, environment: Mapping[str, Any],
+                     created: str, quick: bool, duration_s: float, command: str) -> dict[str, Any]:
+    ordered = {k: dict(figures[k]) for k in FIGURES if k in figures}
+    ordered.update({k: dict(v) for k, v in figures.items() if k not in ordered})
+    return {
+        "kind": KIND,
+        "schema_version": SCHEMA_VERSION,
+        "created": created,
+        "quick": quick,
+        "duration_s": duration_s,
+        "command": command,
+        "environment": dict(environment),
+        "summary": summary(ordered),
+        "figures": ordered,
+    }
+
+
+def summary(figures: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    counts = {s: 0 for s in STATUSES}
+    for fig in figures.values():
+        counts[fig["status"]] = counts.get(fig["status"], 0) + 1
+    return counts
+
+
+def validate(doc: Mapping[str, Any], *, source: str = "results") -> dict[str, Any]:
+    """Check kind and version (refusing newer ones), migrate older ones; returns the doc."""
+    if doc.get("kind") != KIND:
+        raise ResultsError(f"{source}: kind is {doc.get('kind')!r}, expected {KIND!r}")
+    version = doc.get("schema_version")
+    if not isinstance(version, int):
+        raise ResultsError(f"{source}: schema_version missing or not an integer")
+    if version > SCHEMA_VERSION:
+        raise ResultsError(
+            f"{source}: schema_version {version} is newer than this reportgen reads "
+            f"({SCHEMA_VERSION}); upgrade reportgen"
+        )
+    # Version 1 is the first; older versions would migrate here step by step.
+    figures = doc.get("figures")
+    if not isinstance(figures, dict):
+        raise ResultsError(f"{source}: 'figures' missing or not an object")
+    for name, fig in figures.items():
+        for key in ("title", "status", "value", "goal", "notes"):
+            if key not in fig:
+                raise ResultsError(f"{source}: figure {name!r} lacks {key!r}")
+        if fig["status"] not in STATUSES:
+            raise ResultsError(f"{source}: figure {name!r} has status {fig['status']!r}")
+    return dict(doc)
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{p}: cannot read bench results: {exc}") from exc
+    return validate(doc, source=str(p))
+
+
+def write_results(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> Path:
+    """Atomic write (temp file in the same directory, fsync, replace)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(_clean(doc), indent=1, sort_keys=False, allow_nan=False) + "\n"
+    atomic_write_bytes(p, data.encode("utf-8"))
+    return p
+
+
+def find_latest(directory: str | os.PathLike[str]) -> Path | None:
+    """The newest results file in a directory (by its ``created`` stamp), if any."""
+    best: tuple[str, Path] | None = None
+    for p in sorted(Path(directory).glob("*.json")):
+        try:
+            doc = load_results(p)
+        except ResultsError:
+            continue
+        key = (str(doc.get("created", "")), p)
+        if best is None or key > best:
+            best = key
+    return best[1] if best else None
+
+
+def _clean(obj: Any) -> Any:
+    """NaN/inf become null (JSON has neither); tuples become lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj

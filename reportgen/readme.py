@@ -1,0 +1,105 @@
+"""The README's measured figures, written from runs/ and bench/ (METHOD.md rule 14: no
+figure is typed by hand). ``python -m reportgen.readme`` rewrites the marked blocks; a
+test fails when the README no longer matches the committed data.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from reportgen.commands.summary import run_rows
+from reportgen.schema import Run, iter_runs
+
+BLOCKS = ("runs", "bench")
+_TEMPLATE = jinja2.Environment(
+    loader=jinja2.PackageLoader("reportgen", "templates"), undefined=jinja2.StrictUndefined,
+    trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+)
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return (f"<!-- figures:{name} (written by `python -m reportgen.readme`; do not edit) -->",
+            f"<!-- /figures:{name} -->")
+
+
+def run_figures(run: Run) -> dict[str, Any]:
+    """Per-combination figures of one run, and the run's totals."""
+    rows = []
+    for row in run_rows(run):
+        shares = row.get("shares") or {}
+        rows.append({**row, "other_overhead": (shares.get("other", 0.0) + shares.get("overhead", 0.0)
+                                               if shares else None)})
+    durations = [c.get("duration_s") or 0.0 for c in run.combinations()]
+    ok = [r for r in rows if r["status"] == "ok"]
+    sums = [sum(r["shares"].values()) for r in ok]
+    return {
+        "run_id": run.run_id,
+        "command": run.record.get("command"),
+        "rows": rows,
+        "counts": {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "skipped", "failed")},
+        "measure_s": sum(durations),
+        "max_share_error": max((abs(s - 1.0) for s in sums), default=None),
+    }
+
+
+def latest_run(runs_root: Path, suite: str) -> Run | None:
+    runs = [r for r in iter_runs(runs_root) if (r.record.get("suite") or {}).get("name") == suite]
+    return max(runs, key=lambda r: str(r.record.get("updated") or ""), default=None)
+
+
+def bench_figures(bench_dir: Path) -> Mapping[str, Any] | None:
+    from reportgen.bench.results import find_latest, load_results
+
+    path = find_latest(bench_dir) if bench_dir.is_dir() else None
+    if path is None:
+        return None
+    return {"path": f"{bench_dir.name}/{path.name}", **load_results(path)}
+
+
+def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
+    from reportgen.bench.page import fmt_interval, fmt_value
+
+    run = latest_run(runs_root, "cpu-default")
+    bench = bench_figures(bench_dir)
+    return {
+        "runs": _TEMPLATE.get_template("readme_runs.md.j2").render(
+            run=run_figures(run) if run else None),
+        "bench": _TEMPLATE.get_template("readme_bench.md.j2").render(
+            bench=bench, fmt_value=fmt_value, fmt_interval=fmt_interval),
+    }
+
+
+def update(readme: str, new_blocks: Mapping[str, str]) -> str:
+    """``readme`` with each marked block replaced; a block whose markers are missing is
+    an error (the README is a promise: its figures must have a place)."""
+    for name, body in new_blocks.items():
+        start, end = _markers(name)
+        pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
+        if not pattern.search(readme):
+            raise ValueError(f"README.md: no {start!r} ... {end!r} block")
+        readme = pattern.sub(lambda _m: f"{start}\n{body.strip()}\n{end}", readme, count=1)
+    return readme
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    root = Path(args[0]) if args else Path(".")
+    path = root / "README.md"
+    text = path.read_text(encoding="utf-8")
+    new = update(text, blocks(root / "runs", root / "bench"))
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+        print(f"{path}: figures updated")
+    else:
+        print(f"{path}: figures already current")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

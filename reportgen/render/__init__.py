@@ -1,0 +1,46 @@
+"""The render side: runs/ -> page models -> Altair charts -> Markdown pages for MkDocs.
+
+Never imports torch. Public API::
+
+    render(runs: Path, docs: Path, *, claims: Path | None, bench: Path | None) -> RenderResult
+
+Stages, one module each: ``load`` (records), ``analysis`` (frames), ``charts`` (Vega-Lite
+specs, SVG), ``pages`` (page models), ``sections`` (pages written by ``reportgen.claims``
+and ``reportgen.bench``), ``site`` (templates and files under docs/).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from reportgen.render.site import RenderResult
+
+__all__ = ["render"]
+
+
+def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = None,
+           bench: Path | None = None) -> RenderResult:
+    """Write the generated pages for every run under ``runs`` into ``docs``.
+
+    ``claims``: a claims registry directory; its claims, checked against ``runs``, become
+    the Findings section (a missing or empty directory: no section). ``bench``: a directory
+    of bench results files; the newest becomes the Validation page (none: no page).
+
+    Deterministic: the same inputs give the same bytes. ``svg=False`` skips the static
+    chart fallbacks (quicker, for previews); the site build then reports the missing images.
+    """
+    from reportgen.render.load import load_runs
+    from reportgen.render.pages import site_model
+    from reportgen.render.sections import load_bench
+    from reportgen.render.site import write_site
+
+    loaded = load_runs(runs)
+    report = None
+    if claims is not None and claims.is_dir():
+        from reportgen.claims import check
+
+        report = check(runs, claims)
+    results = load_bench(bench) if bench is not None else None
+    return write_site(site_model(loaded, report=report, bench=results), docs, svg=svg)

@@ -1,0 +1,245 @@
+"""Analysis of loaded runs: data frames and plain dicts, no display decisions.
+
+Everything here is a pure function of the records; charts and pages are built from what
+it returns (``charts.py``, ``pages.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES
+from reportgen.render.load import Run
+
+SETTING = ["scale", "mode", "dtype", "attn", "batch"]
+"""The columns that, with ``seq``, identify a measurement on one hardware for one model."""
+
+# Preferred order when choosing a page's reference setting (the one its charts show).
+_ATTN_PREFERENCE = ("sdpa", "flash_attention_2", "eager")
+_MODE_PREFERENCE = ("forward", "prefill", "decode", "train")
+
+
+def _get(record: Mapping[str, Any] | None, *keys: str) -> Any:
+    value: Any = record
+    for key in keys:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _num(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def combinations_frame(runs: Sequence[Run]) -> pd.DataFrame:
+    """One row per (hardware, combination id); a later run replaces an earlier one."""
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        for combo in run.combinations:
+            rec = combo.record
+            c = rec.get("combination") or {}
+            cats = _get(rec, "attribution", "categories") or {}
+            analytic = _get(rec, "flops", "analytic") or {}
+            counted = _get(rec, "flops", "counted") or {}
+            flops_src = analytic if any(_num(v) > 0 for v in analytic.values()) else counted
+            flops_total = sum(_num(v) for v in flops_src.values() if _num(v) > 0)
+            row: dict[str, Any] = {
+                "hardware": run.hardware, "run_id": run.run_id, "run_rel": run.rel,
+                "run_updated": str(run.record.get("updated") or run.record.get("started") or ""),
+                "combo_id": str(rec.get("id") or combo.path.stem),
+                "json_rel": f"{run.rel}/{combo.path.relative_to(run.path).as_posix()}",
+                "trace_rel": (f"{run.rel}/{combo.trace.relative_to(run.path).as_posix()}"
+                              if combo.trace is not None else None),
+                "model": str(c.get("model") or _get(rec, "model", "name") or "unknown"),
+                "scale": str(c.get("scale") or ""), "mode": str(c.get("mode") or ""),
+                "dtype": str(c.get("dtype") or ""),
+                "attn": str(c.get("attn_implementation") or ""),
+                "batch": int(c.get("batch_size") or 0), "seq": int(c.get("seq_len") or 0),
+                "device": str(c.get("device") or ""),
+                "status": str(rec.get("status") or "unknown"), "reason": rec.get("reason"),
+                "finished": str(rec.get("finished") or ""),
+                "median": _num(_get(rec, "timing", "median")),
+                "ci_low": _num(_get(rec, "timing", "ci_low")),
+                "ci_high": _num(_get(rec, "timing", "ci_high")),
+                "p25": _num(_get(rec, "timing", "p25")), "p75": _num(_get(rec, "timing", "p75")),
+                "n": _num(_get(rec, "timing", "n")),
+                "confidence": _num(_get(rec, "timing", "confidence")),
+                "stop_reason": _get(rec, "timing", "stop_reason"),
+                "timing_method": _get(rec, "timing", "method"),
+                "overhead_ratio": _num(_get(rec, "profile", "overhead_ratio")),
+                "forward_ms": _num(_get(rec, "attribution", "forward_ms")),
+                "basis": _get(rec, "attribution", "basis"),
+                "launches": _num(_get(rec, "attribution", "launches_per_forward")),
+                "params": _num(_get(rec, "model", "parameters")),
+                "peak_alloc": _num(_get(rec, "memory", "peak_allocated_bytes")),
+                "peak_reserved": _num(_get(rec, "memory", "peak_reserved_bytes")),
+                "attn_act_analytic": _num(_get(rec, "memory", "attention_activation_bytes",
+                                               "analytic")),
+                "attn_act_measured": _num(_get(rec, "memory", "attention_activation_bytes",
+                                               "measured")),
+                "achieved_flops": _num(_get(rec, "flops", "achieved_flops_per_s")),
+                "peak_flops": _num(_get(rec, "flops", "peak_flops_per_s")),
+                "pct_peak": _num(_get(rec, "flops", "percent_of_peak")),
+            }
+            shares = {cat: _num(_get(cats, cat, "share")) for cat in CATEGORIES}
+            for cat in CATEGORIES:
+                row[f"ms:{cat}"] = _num(_get(cats, cat, "ms"))
+                row[f"share:{cat}"] = shares[cat]
+                fl = _num(flops_src.get(cat))
+                row[f"flops_share:{cat}"] = (fl / flops_total if flops_total > 0 and fl >= 0
+                                             else math.nan)
+            row["attention_share"] = (sum(shares[c] for c in ATTENTION_CATEGORIES
+                                          if not math.isnan(shares[c]))
+                                      if row["status"] == "ok" and cats else math.nan)
+            rows.append(row)
+    columns = list(rows[0]) if rows else ["hardware", "model", "combo_id", "status", "seq"]
+    df = pd.DataFrame(rows, columns=columns)
+    if df.empty:
+        return df
+    df = df.sort_values(["hardware", "combo_id", "run_updated", "run_id"], kind="mergesort")
+    df = df.drop_duplicates(["hardware", "combo_id"], keep="last")
+    return df.sort_values(["hardware", "model", *SETTING, "seq", "combo_id"],
+                          kind="mergesort").reset_index(drop=True)
+
+
+def reference_setting(page: pd.DataFrame) -> dict[str, Any] | None:
+    """The setting whose sequence sweep a page charts: most sequence lengths first, then
+    sdpa over other implementations, forward over other modes, the smallest batch."""
+    ok = page[page["status"] == "ok"]
+    if ok.empty:
+        return None
+    counts = ok.groupby(SETTING, sort=True)["seq"].nunique().reset_index()
+
+    def rank(row: pd.Series) -> tuple[Any, ...]:
+        attn_rank = (_ATTN_PREFERENCE.index(row["attn"]) if row["attn"] in _ATTN_PREFERENCE
+                     else len(_ATTN_PREFERENCE))
+        mode_rank = (_MODE_PREFERENCE.index(row["mode"]) if row["mode"] in _MODE_PREFERENCE
+                     else len(_MODE_PREFERENCE))
+        return (-int(row["seq"]), attn_rank, mode_rank, int(row["batch"]), row["scale"],
+                row["dtype"], row["attn"], row["mode"])
+
+    best = min((row for _, row in counts.iterrows()), key=rank)
+    return {key: (int(best[key]) if key == "batch" else str(best[key])) for key in SETTING}
+
+
+def select(frame: pd.DataFrame, setting: Mapping[str, Any]) -> pd.DataFrame:
+    mask = pd.Series(True, index=frame.index)
+    for key, value in setting.items():
+        mask &= frame[key] == value
+    return frame[mask & (frame["status"] == "ok")].sort_values("seq", kind="mergesort")
+
+
+def shares_long(rows: pd.DataFrame, by: str = "seq") -> pd.DataFrame:
+    """Time and FLOP shares per category, one row per (``by`` value, measure, category)."""
+    out: list[dict[str, Any]] = []
+    for _, row in rows.iterrows():
+        for measure, prefix in (("time", "share:"), ("FLOPs", "flops_share:")):
+            for order, cat in enumerate(CATEGORIES):
+                share = row[f"{prefix}{cat}"]
+                if isinstance(share, float) and math.isnan(share):
+                    continue
+                out.append({by: row[by], "measure": measure, "category": cat, "order": order,
+                            "share": float(share),
+                            "ms": float(row[f"ms:{cat}"]) if measure == "time" else None})
+    return pd.DataFrame(out, columns=[by, "measure", "category", "order", "share", "ms"])
+
+
+def category_ms_long(rows: pd.DataFrame) -> pd.DataFrame:
+    """Milliseconds per category and sequence length (positive values only: log axes)."""
+    cols = [f"ms:{c}" for c in CATEGORIES]
+    long = rows[["seq", *cols]].melt(id_vars="seq", var_name="category", value_name="ms")
+    long["category"] = long["category"].str.slice(3)
+    long["order"] = long["category"].map(CATEGORIES.index)
+    long = long[long["ms"] > 0].sort_values(["order", "seq"], kind="mergesort")
+    return long[["seq", "category", "ms"]].astype({"seq": int, "ms": float}).reset_index(drop=True)
+
+
+def scaling_fits(rows: pd.DataFrame) -> pd.DataFrame:
+    """Least-squares fit of log(ms) = a + k log(seq) per category; k is the exponent."""
+    out: list[dict[str, Any]] = []
+    long = category_ms_long(rows)
+    for cat in CATEGORIES:
+        part = long[long["category"] == cat]
+        if part["seq"].nunique() < 2:
+            continue
+        x, y = np.log(part["seq"].to_numpy(float)), np.log(part["ms"].to_numpy(float))
+        slope, intercept = np.polyfit(x, y, 1)
+        fitted = intercept + slope * x
+        ss_res = float(np.sum((y - fitted) ** 2))
+        ss_tot = float(np.sum((y - y.mean()) ** 2))
+        out.append({"category": cat, "exponent": float(slope),
+                    "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+                    "points": int(len(part)), "seq_min": int(part["seq"].min()),
+                    "seq_max": int(part["seq"].max())})
+    return pd.DataFrame(out, columns=["category", "exponent", "r2", "points", "seq_min",
+                                      "seq_max"])
+
+
+def attention_crossover(rows: pd.DataFrame) -> dict[str, Any]:
+    """The sequence length where attention (all ``attention.*``) overtakes the MLP.
+
+    Interpolated on log-log axes between the two measured lengths that bracket it.
+    ``status``: "crossover", "attention-already-larger", "not-within-range" or
+    "insufficient-data".
+    """
+    pts: list[tuple[int, float]] = []
+    for _, row in rows.iterrows():
+        att = sum(row[f"ms:{c}"] for c in ATTENTION_CATEGORIES if row[f"ms:{c}"] > 0)
+        mlp = row["ms:mlp"]
+        if att > 0 and mlp > 0:
+            pts.append((int(row["seq"]), math.log(att) - math.log(mlp)))
+    pts.sort()
+    if len(pts) < 2:
+        return {"status": "insufficient-data", "seq": None, "seq_min": None, "seq_max": None}
+    lo, hi = pts[0][0], pts[-1][0]
+    if pts[0][1] >= 0:
+        return {"status": "attention-already-larger", "seq": None, "seq_min": lo, "seq_max": hi}
+    for (s0, d0), (s1, d1) in zip(pts, pts[1:]):
+        if d0 < 0 <= d1:
+            log_s = math.log(s0) + (0 - d0) * (math.log(s1) - math.log(s0)) / (d1 - d0)
+            return {"status": "crossover", "seq": math.exp(log_s), "seq_min": lo, "seq_max": hi}
+    return {"status": "not-within-range", "seq": None, "seq_min": lo, "seq_max": hi}
+
+
+def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
+    """Each attention implementation against the fastest one at the same setting and length.
+
+    ``significant`` is true when the 95% intervals of the two medians do not overlap.
+    Only groups with two or more implementations appear.
+    """
+    ok = page[(page["status"] == "ok") & page["median"].notna()]
+    keys = ["scale", "mode", "dtype", "batch", "seq"]
+    out: list[dict[str, Any]] = []
+    for group_key, group in ok.groupby(keys, sort=True):
+        if group["attn"].nunique() < 2:
+            continue
+        group = group.sort_values(["median", "attn"], kind="mergesort")
+        fastest = group.iloc[0]
+        for _, row in group.iterrows():
+            is_fastest = row["attn"] == fastest["attn"]
+            out.append({**dict(zip(keys, group_key)), "attn": row["attn"],
+                        "median": row["median"], "ci_low": row["ci_low"],
+                        "ci_high": row["ci_high"], "fastest": bool(is_fastest),
+                        "ratio": float(row["median"] / fastest["median"]),
+                        "significant": (None if is_fastest
+                                        else bool(row["ci_low"] > fastest["ci_high"]))})
+    return pd.DataFrame(out, columns=[*keys, "attn", "median", "ci_low", "ci_high", "fastest",
+                                      "ratio", "significant"])
+
+
+def top_ops(record: Mapping[str, Any], limit: int = 10) -> list[dict[str, Any]]:
+    ops = [op for op in record.get("ops") or [] if isinstance(op, Mapping)]
+    ops = sorted(ops, key=lambda op: (-_num(op.get("total_ms")), str(op.get("name"))))
+    return [dict(op) for op in ops[:limit]]
+
+
+def latest_runs(runs: Iterable[Run], limit: int = 10) -> list[Run]:
+    def key(run: Run) -> tuple[str, str]:
+        return (str(run.record.get("updated") or run.record.get("started") or ""), run.run_id)
+    return sorted(runs, key=key, reverse=True)[:limit]

@@ -1,0 +1,163 @@
+"""Altair charts built from the analysis frames, and their static SVG fallbacks.
+
+Each builder returns a Vega-Lite spec (a dict). Specs have fixed sizes so the embedded
+chart and its SVG fallback look the same; the page script re-themes them for dark mode.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import altair as alt
+import pandas as pd
+
+from reportgen.categories import CATEGORIES
+
+# Fixed colours per category so a category looks the same on every page.
+CATEGORY_COLOURS: tuple[str, ...] = ("#9c755f", "#4e79a7", "#e15759", "#f28e2b", "#59a14f",
+                                     "#edc948", "#b07aa1", "#bab0ac", "#76b7b2")
+_CATEGORY_SCALE = alt.Scale(domain=list(CATEGORIES), range=list(CATEGORY_COLOURS))
+WIDTH = 560
+# Replaced by the real values in _spec; facets need some data at the top level.
+_PLACEHOLDER = alt.InlineData(values=[])
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart on a page: ``name`` is unique within the page and names its SVG file."""
+
+    name: str
+    title: str
+    spec: Mapping[str, Any]
+
+    def json(self) -> str:
+        """The spec as JSON that is safe inside a ``<script>`` element and stable."""
+        text = json.dumps(self.spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for row in frame.to_dict(orient="records"):
+        out.append({k: (None if isinstance(v, float) and math.isnan(v) else
+                        (v.item() if hasattr(v, "item") else v)) for k, v in row.items()})
+    return out
+
+
+def _spec(chart: alt.TopLevelMixin, values: list[dict[str, Any]]) -> dict[str, Any]:
+    """The chart as a dict with ``values`` as its top-level inline data.
+
+    Data is attached to the dict rather than the chart: Altair validates inline data on
+    construction, which costs more than everything else a page does.
+    """
+    spec = chart.to_dict(validate=False)
+    spec.pop("$schema", None)  # the bundled Vega-Lite version draws it; keep pages stable
+    spec["data"] = {"values": values}
+    return spec
+
+
+def shares_chart(long: pd.DataFrame, by: str = "seq", by_title: str = "sequence length",
+                 by_type: str = "O") -> dict[str, Any]:
+    """Stacked shares per category, time beside FLOPs, one bar per ``by`` value."""
+    base = alt.Chart(_PLACEHOLDER).mark_bar().encode(
+        x=alt.X("share:Q", stack="zero", title="share", axis=alt.Axis(format="%"),
+                scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y(f"{by}:{by_type}", title=by_title),
+        color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category"),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip(f"{by}:{by_type}", title=by_title),
+                 alt.Tooltip("measure:N"), alt.Tooltip("category:N"),
+                 alt.Tooltip("share:Q", format=".1%"), alt.Tooltip("ms:Q", format=".3~g")],
+    ).properties(width=WIDTH // 2 - 40, height=alt.Step(18))
+    return _spec(base.facet(column=alt.Column("measure:N", title=None,
+                                              sort=["time", "FLOPs"])), _records(long))
+
+
+def scaling_chart(long: pd.DataFrame) -> dict[str, Any]:
+    """Milliseconds per category against sequence length, both axes logarithmic."""
+    chart = alt.Chart().mark_line(point=True).encode(
+        x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("ms:Q", title="time per forward (ms)", scale=alt.Scale(type="log")),
+        color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category"),
+        tooltip=[alt.Tooltip("category:N"), alt.Tooltip("seq:Q", title="sequence length"),
+                 alt.Tooltip("ms:Q", format=".3~g")],
+    ).properties(width=WIDTH, height=320)
+    return _spec(chart, _records(long))
+
+
+def attention_chart(comparison: pd.DataFrame) -> dict[str, Any]:
+    """Median latency with its 95% interval per attention implementation and length."""
+    data = comparison.assign(label=comparison["seq"].map(lambda s: f"seq {s}"))
+    base = alt.Chart()
+    rules = base.mark_rule().encode(
+        x=alt.X("ci_low:Q", title="median latency (ms), 95% CI",
+                scale=alt.Scale(zero=False)),
+        x2="ci_high:Q", y=alt.Y("attn:N", title=None))
+    points = base.mark_point(filled=True, size=60).encode(
+        x="median:Q", y=alt.Y("attn:N", title=None),
+        color=alt.Color("attn:N", legend=None),
+        tooltip=[alt.Tooltip("attn:N", title="implementation"), alt.Tooltip("seq:Q"),
+                 alt.Tooltip("median:Q", format=".4~g"), alt.Tooltip("ci_low:Q", format=".4~g"),
+                 alt.Tooltip("ci_high:Q", format=".4~g"), alt.Tooltip("ratio:Q", format=".3f")])
+    layered = alt.layer(rules, points)
+    chart = layered.properties(width=WIDTH - 80, height=alt.Step(16)).facet(
+        row=alt.Row("label:N", title=None, sort=alt.EncodingSortField("seq")), data=_PLACEHOLDER
+    ).resolve_scale(x="independent")
+    return _spec(chart, _records(
+        data[["seq", "label", "attn", "median", "ci_low", "ci_high", "ratio"]]))
+
+
+def matrix_chart(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Hardware x model heatmap of attention share; each cell links to its page."""
+    chart = alt.Chart()
+    rect = chart.mark_rect().encode(
+        x=alt.X("model:N", title="model"), y=alt.Y("hardware:N", title="hardware"),
+        color=alt.Color("attention_share:Q", title="attention share",
+                        scale=alt.Scale(scheme="oranges", domain=[0, 1]),
+                        legend=alt.Legend(format="%")),
+        href="href:N",
+        tooltip=[alt.Tooltip("hardware:N"), alt.Tooltip("model:N"),
+                 alt.Tooltip("attention_share:Q", format=".1%", title="attention share"),
+                 alt.Tooltip("seq:Q", title="at sequence length")])
+    text = chart.mark_text(baseline="middle").encode(
+        x="model:N", y="hardware:N", text=alt.Text("attention_share:Q", format=".0%"))
+    return _spec((rect + text).properties(width=alt.Step(90), height=alt.Step(32)),
+                 [dict(c) for c in cells])
+
+
+def latency_lines(frame: pd.DataFrame, series: str, series_title: str) -> dict[str, Any]:
+    """Median latency against sequence length, one line per ``series`` value, log-log."""
+    chart = alt.Chart().mark_line(point=True).encode(
+        x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("median:Q", title="median latency (ms)", scale=alt.Scale(type="log")),
+        color=alt.Color(f"{series}:N", title=series_title),
+        tooltip=[alt.Tooltip(f"{series}:N", title=series_title), alt.Tooltip("setting:N"),
+                 alt.Tooltip("seq:Q"), alt.Tooltip("median:Q", format=".4~g"),
+                 alt.Tooltip("attention_share:Q", format=".1%")],
+    ).properties(width=WIDTH, height=300)
+    return _spec(chart, _records(frame))
+
+
+def to_svg(spec: Mapping[str, Any]) -> str:
+    import vl_convert
+
+    return stable_svg_ids(str(vl_convert.vegalite_to_svg(dict(spec))))
+
+
+_SVG_ID = re.compile(r'\bid="([^"]+)"')
+
+
+def stable_svg_ids(svg: str) -> str:
+    """Vega numbers gradient and clip ids with a process-wide counter; renumber them per
+    file so the same chart gives the same bytes whatever was drawn before it."""
+    ids = list(dict.fromkeys(_SVG_ID.findall(svg)))
+    if not ids:
+        return svg
+    mapping = {old: f"rg{i}" for i, old in enumerate(ids)}
+    pattern = re.compile(r'(id="|url\(#|href="#)(' + "|".join(map(re.escape, ids)) + r')(?=[")])')
+    return pattern.sub(lambda m: m.group(1) + mapping[m.group(2)], svg)

@@ -1,0 +1,166 @@
+"""Display formatting and escaping for the Markdown templates.
+
+Numbers are stored at full precision and rounded only here. Every value a template prints
+goes through :func:`escape` unless it is a :class:`Raw` built by code in this package.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+from urllib.parse import quote
+
+from markupsafe import Markup
+from markupsafe import escape as escape_html
+
+DASH = "–"
+
+
+class Raw(Markup):
+    """Text built by the renderer itself (a link target, chart JSON, a code block).
+
+    A ``Markup`` so that Jinja's autoescaping passes it, and macro output, through as is.
+    """
+
+
+# Characters that change meaning in Markdown or HTML; numeric entities render as the
+# character itself in every context (tables, headings, attribute lists, raw HTML).
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
+_ENTITIES.update({c: f"&#{ord(c)};" for c in "\\`*_[]|{}#"})
+_TABLE = str.maketrans(_ENTITIES)
+
+
+def escape(value: object) -> str:
+    if isinstance(value, Markup):
+        return value
+    if value is None:
+        return DASH
+    text = str(value)
+    text = re.sub(r"\s+", " ", text)  # a newline would end a table row or a list item
+    return text.translate(_TABLE)
+
+
+def url(path: str) -> Raw:
+    """A link target from slugs and run paths; anything unusual is percent-encoded."""
+    return Raw(quote(path, safe="/._-~+"))
+
+
+def _finite(x: Any) -> float | None:
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def num(x: Any, digits: int = 3) -> str:
+    """``digits`` significant digits, never scientific notation for 1e-3 .. 1e6."""
+    f = _finite(x)
+    if f is None:
+        return DASH
+    if f == 0:
+        return "0"
+    mag = math.floor(math.log10(abs(f)))
+    if -3 <= mag < 6:
+        decimals = max(digits - 1 - mag, 0)
+        return f"{f:.{decimals}f}"
+    return f"{f:.{digits - 1}e}"
+
+
+def ms(x: Any) -> str:
+    s = num(x)
+    return s if s == DASH else f"{s} ms"
+
+
+def ci(lo: Any, hi: Any) -> str:
+    if _finite(lo) is None or _finite(hi) is None:
+        return DASH
+    return f"[{num(lo)}, {num(hi)}]"
+
+
+def pct(x: Any, decimals: int = 1) -> str:
+    f = _finite(x)
+    return DASH if f is None else f"{100 * f:.{decimals}f}%"
+
+
+def pct_value(x: Any) -> str:
+    """A value that is already a percentage (``percent_of_peak``)."""
+    f = _finite(x)
+    return DASH if f is None else f"{f:.1f}%"
+
+
+def ratio(x: Any) -> str:
+    f = _finite(x)
+    return DASH if f is None else f"{f:.2f}x"
+
+
+def fixed(x: Any, decimals: int = 2) -> str:
+    f = _finite(x)
+    return DASH if f is None else f"{f:.{decimals}f}"
+
+
+def integer(x: Any) -> str:
+    f = _finite(x)
+    return DASH if f is None else f"{int(round(f)):,}"
+
+
+def nbytes(x: Any) -> str:
+    f = _finite(x)
+    if f is None:
+        return DASH
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if abs(f) >= size:
+            return f"{num(f / size)} {unit}"
+    return f"{int(f)} B"
+
+
+def flops(x: Any) -> str:
+    f = _finite(x)
+    if f is None:
+        return DASH
+    for unit, size in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6)):
+        if abs(f) >= size:
+            return f"{num(f / size)} {unit}"
+    return f"{num(f)} FLOP/s"
+
+
+def code_block(value: Any, lang: str = "json", indent: int = 0) -> Raw:
+    """A fenced block that nothing in ``value`` can close; indented for admonitions."""
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, sort_keys=True,
+                                                          ensure_ascii=True, default=str)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    pad = " " * indent
+    body = "\n".join(pad + line if line else "" for line in text.splitlines())
+    # the template puts the opening fence at the indentation it wants
+    return Raw(f"{fence} {lang}\n{body}\n{pad}{fence}")
+
+
+def finalize(value: object) -> Markup:
+    """Applied by Jinja to every ``{{ }}`` value: run data becomes inert text."""
+    return value if isinstance(value, Markup) else Markup(escape(value))
+
+
+def front_matter_title(value: object) -> Raw:
+    """A page title for YAML front matter, HTML-escaped once.
+
+    MkDocs themes print a title taken from the first heading through ``striptags``, which
+    turns entities back into tags; a title from front matter is printed as given, so it
+    must arrive escaped. JSON strings are valid YAML.
+    """
+    text = re.sub(r"\s+", " ", str(value))
+    return Raw(json.dumps(str(escape_html(text)), ensure_ascii=True))
+
+
+def html_attr(value: object) -> Raw:
+    """A value for a double-quoted HTML attribute (the chart spec JSON)."""
+    return Raw(escape_html(str(value)))
+
+
+FILTERS = {"front_matter_title": front_matter_title, "html_attr": html_attr, "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
+           "fixed": fixed, "integer": integer, "nbytes": nbytes, "flops": flops,
+           "code_block": code_block, "url": url, "raw": Raw}

@@ -1,0 +1,409 @@
+"""Page models: which pages the site has, and the data each template receives.
+
+A page model is a template name, a path under docs/ and a context of plain values. Paths
+are built from slugs only, so no run data ends up in a file name or a link target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from reportgen.categories import CATEGORIES
+from reportgen.render import analysis, charts, sections
+from reportgen.render.charts import Chart
+from reportgen.render.load import Run
+from reportgen.render.templating import environment
+
+if TYPE_CHECKING:
+    from reportgen.claims import CheckReport
+
+DATA_DIR = "data"
+"""Copies of the run files under docs/, so raw data and traces are linked from the site."""
+
+
+@dataclass(frozen=True)
+class Page:
+    path: str  # under docs/, forward slashes
+    template: str
+    context: Mapping[str, Any]
+    charts: tuple[Chart, ...] = field(default=())
+
+
+def slugify(text: str) -> str:
+    out = re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")
+    return re.sub(r"\.{2,}", ".", out)
+
+
+def unique_slugs(names: Iterable[str]) -> dict[str, str]:
+    """A slug per name; names that share a slug (or have none) get a hash suffix."""
+    names = sorted(set(names))
+    base = {name: slugify(name) for name in names}
+    counts: dict[str, int] = {}
+    for s in base.values():
+        counts[s] = counts.get(s, 0) + 1
+    out: dict[str, str] = {}
+    for name in names:
+        s = base[name]
+        if not s or counts[s] > 1 or s == "index":
+            digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+            s = f"{s}-{digest}" if s else digest
+        out[name] = s
+    return out
+
+
+def rel(from_page: str, target: str) -> str:
+    """Relative link from one docs/ file to another (MkDocs resolves .md targets)."""
+    return posixpath.relpath(target, posixpath.dirname(from_page) or ".")
+
+
+def _clean(value: Any) -> Any:
+    """NaN becomes None so templates test one thing; numpy scalars become Python."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _clean(v) for k, v in row.items()}
+
+
+def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [_row(r) for r in frame.to_dict(orient="records")]
+
+
+def setting_label(setting: Mapping[str, Any]) -> str:
+    return (f"{setting['mode']}, {setting['dtype']}, {setting['attn']}, "
+            f"batch {setting['batch']}, {setting['scale']} scale")
+
+
+@dataclass
+class SiteModel:
+    """All pages of the site and the run files to copy under docs/data/."""
+
+    pages: list[Page]
+    data_files: list[tuple[str, str]]  # (path under docs/, source path)
+
+
+class _Builder:
+    def __init__(self, runs: Sequence[Run], report: CheckReport | None = None,
+                 bench: Mapping[str, Any] | None = None) -> None:
+        self.runs = list(runs)
+        self.report = report if report is not None and report.claims else None
+        self._claims = sections.claims_index(self.report) if self.report is not None else {}
+        self.bench = bench
+        self._embedded: dict[str, list[Chart]] = {}  # charts of pages written elsewhere
+        self.frame = analysis.combinations_frame(self.runs)
+        self.records = {(run.hardware, str(c.record.get("id") or c.path.stem)): c.record
+                        for run in self.runs for c in run.combinations}
+        self.runs_by_id = {run.run_id: run for run in self.runs}
+        f = self.frame
+        self.hw_slugs = unique_slugs(f["hardware"]) if not f.empty else {}
+        self.model_slugs = unique_slugs(f["model"]) if not f.empty else {}
+        self._summaries: dict[tuple[str, str], dict[str, Any] | None] = {}
+        self._combo_pages = ({} if f.empty else {
+            (str(r), str(c)): self.combo_page(str(h), str(m))
+            for r, c, h, m in zip(f["run_id"], f["combo_id"], f["hardware"], f["model"])})
+
+    # paths -----------------------------------------------------------------------------
+    def combo_page(self, hw: str, model: str) -> str:
+        return f"hardware/{self.hw_slugs[hw]}/{self.model_slugs[model]}.md"
+
+    def hw_page(self, hw: str) -> str:
+        return f"hardware/{self.hw_slugs[hw]}/index.md"
+
+    def model_page(self, model: str) -> str:
+        return f"models/{self.model_slugs[model]}.md"
+
+    @staticmethod
+    def data(rel_path: str) -> str:
+        return f"{DATA_DIR}/{rel_path}"
+
+    # shared pieces ---------------------------------------------------------------------
+    def _chart(self, page: str, name: str, title: str, spec: Mapping[str, Any],
+               out: list[Chart]) -> dict[str, str]:
+        chart = Chart(name=name, title=title, spec=spec)
+        out.append(chart)
+        stem = posixpath.splitext(posixpath.basename(page))[0]
+        svg = f"{posixpath.dirname(page)}/charts/{stem}--{name}.svg".lstrip("/")
+        return {"name": name, "title": title, "json": chart.json(), "svg": rel(page, svg),
+                "svg_path": svg}
+
+    def _embed_for(self, page: str) -> sections.ChartEmbed:
+        """A chart callback for Markdown that another module writes for ``page``."""
+        out = self._embedded.setdefault(page, [])
+
+        def embed(name: str, spec: Mapping[str, Any]) -> str:
+            spec = {k: v for k, v in spec.items() if k != "$schema"}  # as charts._spec
+            title = spec.get("title")
+            if isinstance(title, Mapping):
+                title = title.get("text")
+            slug = slugify(name) or "chart"
+            c = self._chart(page, slug, str(title or name), spec, out)
+            return environment().get_template("_chart.md.j2").render(c=c).strip("\n")
+        return embed
+
+    def _combo_page_of(self, run_id: str, combo_id: str) -> str | None:
+        """The page of a combination, for links from the Findings pages."""
+        return self._combo_pages.get((run_id, combo_id))
+
+    def _links(self, page: str, row: Mapping[str, Any]) -> dict[str, str | None]:
+        trace = _clean(row.get("trace_rel"))
+        return {"json": rel(page, self.data(str(row["json_rel"]))),
+                "trace": rel(page, self.data(str(trace))) if trace else None}
+
+    def _not_ok(self, page: str, frame: pd.DataFrame) -> list[dict[str, Any]]:
+        bad = frame[frame["status"] != "ok"]
+        return [{**_row(r), "links": self._links(page, r)}
+                for r in bad.to_dict(orient="records")]
+
+    def _page_summary(self, rows: pd.DataFrame) -> dict[str, Any] | None:
+        """Reference setting, its longest sequence and the numbers quoted for it.
+
+        ``rows`` are all rows of one hardware/model pair; computed once per pair.
+        """
+        key = (str(rows["hardware"].iloc[0]), str(rows["model"].iloc[0]))
+        if key not in self._summaries:
+            self._summaries[key] = self._compute_summary(rows)
+        return self._summaries[key]
+
+    def _compute_summary(self, rows: pd.DataFrame) -> dict[str, Any] | None:
+        setting = analysis.reference_setting(rows)
+        if setting is None:
+            return None
+        sel = analysis.select(rows, setting)
+        last = sel.iloc[-1]
+        crossover = analysis.attention_crossover(sel)
+        fits = analysis.scaling_fits(sel)
+        core = fits[fits["category"] == "attention.core"]
+        return {"setting": setting, "label": setting_label(setting), "rows": sel,
+                "longest": _row(last.to_dict()), "crossover": crossover,
+                "fits": fits,
+                "core_exponent": float(core["exponent"].iloc[0]) if not core.empty else None}
+
+    # pages -------------------------------------------------------------------------------
+    def combination_page(self, hw: str, model: str, rows: pd.DataFrame) -> Page:
+        path = self.combo_page(hw, model)
+        out: list[Chart] = []
+        summary = self._page_summary(rows)
+        ctx: dict[str, Any] = {
+            "hardware": hw, "model": model, "hw_link": rel(path, self.hw_page(hw)),
+            "model_link": rel(path, self.model_page(model)),
+            "methodology": rel(path, "methodology.md"), "status_link": rel(path, "status.md"),
+            "not_ok": self._not_ok(path, rows), "summary": None, "claims": None,
+        }
+        if self.report is not None:
+            ctx["findings_link"] = rel(path, sections.FINDINGS_INDEX)
+            ctx["claims"] = [
+                {**c, "link": rel(path, c["page"])} for c in sections.combination_claims(
+                    self._claims, list(zip(rows["run_id"].astype(str),
+                                           rows["combo_id"].astype(str))))]
+        all_rows = []
+        for r in rows.to_dict(orient="records"):
+            all_rows.append({**_row(r), "links": self._links(path, r)})
+        ctx["all_rows"] = all_rows
+        run_ids = sorted(set(rows["run_id"]))
+        ctx["runs"] = [{"run_id": rid,
+                        "command": self.runs_by_id[rid].record.get("command"),
+                        "suite": (self.runs_by_id[rid].record.get("suite") or {}).get("name"),
+                        "environment": self.runs_by_id[rid].record.get("environment") or {},
+                        "run_json": rel(path, self.data(f"{self.runs_by_id[rid].rel}/run.json"))}
+                       for rid in run_ids]
+        commits = sorted({str((self.records[(hw, cid)].get("git") or {}).get("commit"))
+                          for cid in rows["combo_id"]})
+        ctx["commits"] = commits
+        if summary is not None:
+            sel = summary["rows"]
+            longest = summary["longest"]
+            record = self.records[(hw, longest["combo_id"])]
+            ctx["summary"] = {
+                "label": summary["label"], "setting": summary["setting"],
+                "headline": _rows(sel), "longest": longest,
+                "fits": _rows(summary["fits"]), "crossover": summary["crossover"],
+                "model_info": record.get("model") or {},
+                "top_ops": analysis.top_ops(record), "op_basis": (record.get("attribution")
+                                                                  or {}).get("basis"),
+                "flop_notes": list((record.get("flops") or {}).get("notes") or []),
+                "has_peak": bool(sel["pct_peak"].notna().any()),
+                "has_launches": bool(sel["launches"].notna().any()),
+                "shares_chart": self._chart(path, "shares", "Category shares: time beside FLOPs",
+                                            charts.shares_chart(analysis.shares_long(sel)), out),
+            }
+            if sel["seq"].nunique() >= 2:
+                ctx["summary"]["scaling_chart"] = self._chart(
+                    path, "scaling", "Time per category against sequence length (log-log)",
+                    charts.scaling_chart(analysis.category_ms_long(sel)), out)
+        comparison = analysis.attention_comparison(rows)
+        ctx["attention"] = _rows(comparison)
+        if not comparison.empty:
+            ctx["attention_chart"] = self._chart(
+                path, "attention", "Attention implementations: median latency with 95% CI",
+                charts.attention_chart(comparison), out)
+        return Page(path, "combination.md.j2", ctx, tuple(out))
+
+    def hardware_page(self, hw: str, rows: pd.DataFrame) -> Page:
+        path = self.hw_page(hw)
+        out: list[Chart] = []
+        models: list[dict[str, Any]] = []
+        shares: list[pd.DataFrame] = []
+        lines: list[dict[str, Any]] = []
+        for model, part in rows.groupby("model", sort=True):
+            s = self._page_summary(part)
+            entry: dict[str, Any] = {"model": model, "link": rel(path, self.combo_page(hw, model)),
+                                     "summary": None, "not_ok": int((part["status"] != "ok").sum())}
+            if s is not None:
+                entry["summary"] = {"label": s["label"], "longest": s["longest"],
+                                    "crossover": s["crossover"],
+                                    "core_exponent": s["core_exponent"]}
+                longest = s["rows"].iloc[[-1]].assign(model=model)
+                shares.append(analysis.shares_long(longest, by="model"))
+                lines.extend({"model": model, "setting": s["label"], "seq": int(r["seq"]),
+                              "median": r["median"], "attention_share": r["attention_share"]}
+                             for _, r in s["rows"].iterrows())
+            models.append(entry)
+        ctx: dict[str, Any] = {"hardware": hw, "models": models,
+                               "not_ok": self._not_ok(path, rows)}
+        if shares:
+            ctx["shares_chart"] = self._chart(
+                path, "shares", "Category shares per model at its longest measured length",
+                charts.shares_chart(pd.concat(shares, ignore_index=True), by="model",
+                                    by_title="model", by_type="N"), out)
+            ctx["latency_chart"] = self._chart(
+                path, "latency", "Median latency per model against sequence length",
+                charts.latency_lines(pd.DataFrame(lines), "model", "model"), out)
+        return Page(path, "hardware.md.j2", ctx, tuple(out))
+
+    def model_page_for(self, model: str, rows: pd.DataFrame) -> Page:
+        path = self.model_page(model)
+        out: list[Chart] = []
+        entries: list[dict[str, Any]] = []
+        lines: list[dict[str, Any]] = []
+        for hw, part in rows.groupby("hardware", sort=True):
+            s = self._page_summary(part)
+            entry: dict[str, Any] = {"hardware": hw, "link": rel(path, self.combo_page(hw, model)),
+                                     "summary": None, "headline": [],
+                                     "not_ok": int((part["status"] != "ok").sum())}
+            if s is not None:
+                entry["summary"] = {"label": s["label"], "crossover": s["crossover"],
+                                    "core_exponent": s["core_exponent"]}
+                entry["headline"] = _rows(s["rows"])
+                lines.extend({"hardware": hw, "setting": s["label"], "seq": int(r["seq"]),
+                              "median": r["median"], "attention_share": r["attention_share"]}
+                             for _, r in s["rows"].iterrows())
+            entries.append(entry)
+        ctx: dict[str, Any] = {"model": model, "entries": entries}
+        if lines:
+            ctx["latency_chart"] = self._chart(
+                path, "latency", "Median latency per hardware against sequence length",
+                charts.latency_lines(pd.DataFrame(lines), "hardware", "hardware"), out)
+        return Page(path, "model.md.j2", ctx, tuple(out))
+
+    def home(self) -> Page:
+        path = "index.md"
+        out: list[Chart] = []
+        f = self.frame
+        hardware = sorted(self.hw_slugs)
+        models = sorted(self.model_slugs)
+        cells: dict[tuple[str, str], dict[str, Any]] = {}
+        for (hw, model), part in (f.groupby(["hardware", "model"], sort=True)
+                                  if not f.empty else []):
+            s = self._page_summary(part)
+            share = s["longest"]["attention_share"] if s else None
+            cells[(hw, model)] = {"hardware": hw, "model": model, "attention_share": share,
+                                  "seq": s["longest"]["seq"] if s else None,
+                                  "link": rel(path, self.combo_page(hw, model)),
+                                  "href": f"hardware/{self.hw_slugs[hw]}/{self.model_slugs[model]}/"}
+        matrix = [{"hardware": hw, "link": rel(path, self.hw_page(hw)),
+                   "cells": [cells.get((hw, m)) for m in models]} for hw in hardware]
+        ctx: dict[str, Any] = {
+            "models": [{"model": m, "link": rel(path, self.model_page(m))} for m in models],
+            "matrix": matrix, "latest": self._run_rows(path, analysis.latest_runs(self.runs)),
+            "counts": {s: int((f["status"] == s).sum()) if not f.empty else 0
+                       for s in ("ok", "skipped", "failed")},
+            "findings_link": sections.FINDINGS_INDEX if self.report is not None else None,
+            "validation_link": sections.VALIDATION if self.bench is not None else None,
+        }
+        with_share = [c for c in cells.values() if c["attention_share"] is not None]
+        if with_share:
+            ctx["matrix_chart"] = self._chart(path, "matrix", "Attention share, hardware x model",
+                                              charts.matrix_chart(with_share), out)
+        return Page(path, "home.md.j2", ctx, tuple(out))
+
+    def _run_rows(self, page: str, runs: Iterable[Run]) -> list[dict[str, Any]]:
+        out = []
+        for run in runs:
+            statuses = [str(c.record.get("status")) for c in run.combinations]
+            out.append({"run_id": run.run_id, "hardware": run.hardware,
+                        "hw_link": (rel(page, self.hw_page(run.hardware))
+                                    if run.hardware in self.hw_slugs else None),
+                        "suite": (run.record.get("suite") or {}).get("name"),
+                        "command": run.record.get("command"),
+                        "updated": run.record.get("updated") or run.record.get("started"),
+                        "environment": run.record.get("environment") or {},
+                        "ok": statuses.count("ok"), "skipped": statuses.count("skipped"),
+                        "failed": statuses.count("failed"),
+                        "run_json": rel(page, self.data(f"{run.rel}/run.json"))})
+        return out
+
+    def build(self) -> SiteModel:
+        pages = [self.home()]
+        f = self.frame
+        if not f.empty:
+            for (hw, model), part in f.groupby(["hardware", "model"], sort=True):
+                pages.append(self.combination_page(str(hw), str(model), part))
+            for hw, part in f.groupby("hardware", sort=True):
+                pages.append(self.hardware_page(str(hw), part))
+            for model, part in f.groupby("model", sort=True):
+                pages.append(self.model_page_for(str(model), part))
+        pages.append(Page("hardware/index.md", "hardware_index.md.j2", {"hardware": [
+            {"hardware": hw, "link": rel("hardware/index.md", self.hw_page(hw)),
+             "models": sorted(set(f[f["hardware"] == hw]["model"]))}
+            for hw in sorted(self.hw_slugs)]}))
+        pages.append(Page("models/index.md", "models_index.md.j2", {"models": [
+            {"model": m, "link": rel("models/index.md", self.model_page(m)),
+             "hardware": sorted(set(f[f["model"] == m]["hardware"]))}
+            for m in sorted(self.model_slugs)]}))
+        pages.append(Page("status.md", "status.md.j2", {"rows": [
+            {**r, "page": rel("status.md", self.combo_page(r["hardware"], r["model"]))}
+            for r in self._not_ok("status.md", f)] if not f.empty else []}))
+        pages.append(Page("runs.md", "runs.md.j2",
+                          {"runs": self._run_rows("runs.md", sorted(self.runs,
+                                                                    key=lambda r: r.run_id))}))
+        generated: list[sections.Generated] = []
+        if self.report is not None:
+            generated += sections.findings(self.report, self._embed_for, self._combo_page_of)
+        if self.bench is not None:
+            generated.append(sections.validation(self.bench, self._embed_for))
+        pages += [Page(g.path, "generated.md.j2", g.context(), tuple(self._embedded.get(g.path, ())))
+                  for g in generated]
+        data_files: list[tuple[str, str]] = []
+        for run in self.runs:
+            data_files.append((self.data(f"{run.rel}/run.json"), str(run.path / "run.json")))
+            for c in run.combinations:
+                data_files.append((self.data(f"{run.rel}/{c.path.relative_to(run.path).as_posix()}"),
+                                   str(c.path)))
+                if c.trace is not None:
+                    data_files.append((self.data(
+                        f"{run.rel}/{c.trace.relative_to(run.path).as_posix()}"), str(c.trace)))
+        return SiteModel(pages=pages, data_files=sorted(data_files))
+
+
+def site_model(runs: Sequence[Run], *, report: CheckReport | None = None,
+               bench: Mapping[str, Any] | None = None) -> SiteModel:
+    """Every page of the site; ``report`` adds the Findings section (when it has claims)
+    and the claims on each combination page, ``bench`` (a results document) the
+    Validation page."""
+    return _Builder(runs, report, bench).build()
+
+
+__all__ = ["CATEGORIES", "DATA_DIR", "Page", "SiteModel", "rel", "site_model", "slugify",
+           "unique_slugs"]

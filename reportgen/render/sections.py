@@ -1,0 +1,152 @@
+"""Pages whose Markdown other parts of reportgen write: the Findings section
+(``reportgen.claims``) and the Validation page (``reportgen.bench.page``).
+
+Those modules escape their own data and call back for each chart; the renderer turns the
+callback into its own chart block (``div.rg-chart[data-spec]`` with an SVG fallback), so
+their charts are drawn, themed and given fallbacks like every other chart on the site.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reportgen.errors import UserError
+from reportgen.render import fmt
+
+if TYPE_CHECKING:  # claims and bench are imported only when their section exists
+    from reportgen.claims import CheckReport
+
+ChartEmbed = Callable[[str, Mapping[str, Any]], str]
+EmbedFor = Callable[[str], ChartEmbed]  # page path -> chart callback for that page
+VALIDATION = "validation.md"
+FINDINGS_INDEX = "findings/index.md"
+
+
+@dataclass(frozen=True)
+class Generated:
+    """Markdown for one page, written elsewhere; split so the marker goes under the title."""
+
+    path: str
+    title: str
+    heading: str
+    body: str
+
+    def context(self) -> dict[str, Any]:
+        return {"title": self.title, "heading": fmt.Raw(self.heading), "body": fmt.Raw(self.body)}
+
+
+def _generated(path: str, title: str, markdown: str) -> Generated:
+    heading, _, body = markdown.lstrip("\n").partition("\n")
+    if not heading.startswith("# "):
+        raise ValueError(f"{path}: generated Markdown must start with its title heading")
+    return Generated(path, title, heading, body)
+
+
+def findings(report: CheckReport, embed_for: EmbedFor,
+             combination_page: Callable[[str, str], str | None]) -> list[Generated]:
+    """The Findings section: an index and one page per claim (none without claims)."""
+    from reportgen.claims import pages as claim_pages
+    from reportgen.claims.pages import claim_page_path
+
+    if not report.claims:
+        return []
+    by_page = {claim_page_path(r.claim.id): r.claim.title for r in report.claims}
+
+    def embed(name: str, spec: Mapping[str, Any]) -> str:
+        # reportgen.claims names a claim's chart by the claim's id
+        page = claim_page_path(name)
+        if page not in by_page:
+            raise ValueError(f"chart {name!r} belongs to no claim page")
+        return embed_for(page)("evidence", spec)
+
+    # with a report given, pages() reads neither the runs nor the claims directory
+    texts = claim_pages(report.runs_root, "", report=report, combination_page=combination_page,
+                        chart_embed=embed)
+    out = [_generated(path, by_page.get(path, "Findings"), text)
+           for path, text in sorted(texts.items())]
+    return sorted(out, key=lambda g: (g.path != FINDINGS_INDEX, g.path))
+
+
+def validation(results: Mapping[str, Any], embed_for: EmbedFor) -> Generated:
+    from reportgen.bench.page import render_validation
+
+    return _generated(VALIDATION, "Validation",
+                      render_validation(results, chart_block=embed_for(VALIDATION)))
+
+
+def claims_index(report: CheckReport) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """``claims_for_combination`` for every combination at once: (run id, combination id)
+    -> the claims whose evidence uses it. One pass over the evidence, so a large runs tree
+    costs linear time rather than claims x evidence per combination."""
+    from reportgen.claims.pages import claim_page_path
+
+    index: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for result in report.claims:
+        seen: set[tuple[str, str]] = set()
+        for row in result.evidence:
+            for combo_id in row["combinations"]:
+                key = (str(row["run_id"]), str(combo_id))
+                if key in seen:
+                    continue  # as claims_for_combination: the first row that uses it
+                seen.add(key)
+                index.setdefault(key, []).append({
+                    "claim_id": result.claim.id, "title": result.claim.title,
+                    "page": claim_page_path(result.claim.id), "verdict": row["verdict"],
+                    "claim_verdict": result.verdict,
+                    "within_conditions": row["within_conditions"],
+                    "check": result.claim.predicate.describe()})
+    return index
+
+
+def combination_claims(index: Mapping[tuple[str, str], list[dict[str, Any]]],
+                       combos: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The claims whose evidence uses any of ``combos`` (run id, combination id), with
+    how many of those combinations gave each verdict, within and outside the conditions."""
+    found: dict[str, dict[str, Any]] = {}
+    for key in combos:
+        for item in index.get(key, ()):
+            entry = found.setdefault(item["claim_id"], {
+                "title": item["title"], "page": item["page"], "check": item["check"],
+                "claim_verdict": item["claim_verdict"],
+                "claim_verdict_class": item["claim_verdict"].replace(" ", "-"),
+                "within": {}, "outside": {}})
+            counts = entry["within" if item["within_conditions"] else "outside"]
+            counts[item["verdict"]] = counts.get(item["verdict"], 0) + 1
+    for entry in found.values():
+        for side in ("within", "outside"):
+            entry[side] = sorted(entry[side].items())
+    return [found[k] for k in sorted(found)]
+
+
+def load_bench(directory: Path) -> dict[str, Any] | None:
+    """The newest bench results file in ``directory`` (by its ``created`` stamp), or None.
+
+    JSON files of another kind are ignored; a bench file that cannot be read, or that a
+    newer reportgen wrote, is a user error rather than a silently older page.
+    """
+    if not directory.is_dir():
+        return None
+    from reportgen.bench.results import KIND, ResultsError, validate
+
+    best: tuple[tuple[str, str], dict[str, Any]] | None = None
+    for path in sorted(directory.glob("*.json")):
+        if path.name.startswith("."):
+            continue
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UserError(f"{path}: cannot read bench results: {exc}") from exc
+        if not isinstance(raw, dict) or raw.get("kind") != KIND:
+            continue
+        try:
+            doc = validate(raw, source=str(path))
+        except ResultsError as exc:
+            raise UserError(str(exc)) from exc
+        key = (str(doc.get("created") or ""), path.name)
+        if best is None or key > best[0]:
+            best = (key, doc)
+    return best[1] if best else None

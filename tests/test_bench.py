@@ -1,0 +1,328 @@
+"""The bench's pure parts: results file, statistics, stand-in, trace reader, page."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reportgen.bench import results as R
+from reportgen.bench.common import interleave
+from reportgen.bench.page import chart_specs, render_validation
+from reportgen.bench.trace_check import compare_totals, load_trace, op_totals, ops_table_totals
+
+
+def _doc(**figures: dict[str, Any]) -> dict[str, Any]:
+    return R.results_document(figures, environment={"hardware": "cpu-test-2c", "cpu": "Test CPU",
+                                                    "threads": 2, "torch": "x", "transformers": "y"},
+                              created="2026-12-02T13:00:00Z", quick=True, duration_s=1.5,
+                              command="python scripts/bench.py --quick")
+
+
+def _all_figures() -> dict[str, dict[str, Any]]:
+    ratio = {"kind": "ratio_within", "target": 0.03}
+    return {
+        "latency_agreement": R.figure(
+            "Latency agreement", "q", value=1.01, unit="ratio", interval=[0.99, 1.02],
+            goal="within 3%", goal_spec=ratio,
+            rows=[{"combination": "a|b", "ratio": 1.01, "ratio_low": 0.99, "ratio_high": 1.02}]),
+        "instrumentation_overhead": R.figure(
+            "Instrumentation", "q", value=1.05, unit="ratio", goal="< 1.03",
+            goal_spec={"kind": "below", "target": 1.03},
+            rows=[{"combination": "a", "ratio": 1.05, "ratio_low": 1.0, "ratio_high": 1.1}]),
+        "attribution_ablation": R.figure(
+            "Ablation", "q", value=-0.04, unit="fraction", goal="within 10%",
+            goal_spec={"kind": "rel_within", "target": 0.1},
+            rows=[{"combination": "bert", "drop_ms": 1.0, "attributed_ms": 1.04}]),
+        "flops_agreement": R.figure(
+            "FLOPs", "q", value=1.0, unit="share", goal="all explained", goal_spec={"kind": "all"},
+            rows=[{"combination": "a", "category": "attention.core", "analytic": 4.0,
+                   "counted": 0.0, "rel_diff": -1.0, "explanation": "no formula"}]),
+        "render_scaling": R.not_measured("Render scaling", "q", "linear", "no mkdocs.yml yet"),
+        "harness_efficiency": R.figure("Efficiency", "q", value=0.4, unit="share", goal="shown",
+                                       goal_spec=None, rows=[{"combination": "a", "share": 0.4}]),
+    }
+
+
+# ---------------------------------------------------------------- results file
+
+
+def test_verdicts() -> None:
+    assert R.verdict({"kind": "ratio_within", "target": 0.03}, 1.029) == "pass"
+    assert R.verdict({"kind": "ratio_within", "target": 0.03}, 0.96) == "fail"
+    assert R.verdict({"kind": "below", "target": 1.03}, 1.03) == "fail"
+    assert R.verdict({"kind": "rel_within", "target": 0.1}, -0.09) == "pass"
+    assert R.verdict({"kind": "at_least", "target": 12}, 12) == "pass"
+    assert R.verdict({"kind": "all"}, 0.99) == "fail"
+    assert R.verdict(None, 3.0) == "info"
+    assert R.verdict({"kind": "below", "target": 1}, None) == "not measured"
+
+
+def test_results_round_trip(tmp_path: Path) -> None:
+    doc = _doc(**_all_figures())
+    assert doc["kind"] == R.KIND and doc["schema_version"] == R.SCHEMA_VERSION
+    assert list(doc["figures"])[0] == "latency_agreement"  # display order, not insertion order
+    assert doc["summary"] == {"pass": 3, "fail": 1, "info": 1, "not measured": 1}
+    path = R.write_results(tmp_path / "bench" / "cpu-test.json", doc)
+    loaded = R.load_results(path)
+    assert loaded == json.loads(path.read_text())
+    assert loaded["figures"]["render_scaling"]["notes"] == ["no mkdocs.yml yet"]
+    for fig in loaded["figures"].values():
+        assert {"title", "question", "status", "value", "unit", "interval", "goal",
+                "goal_spec", "notes", "rows"} <= set(fig)
+    assert R.find_latest(tmp_path / "bench") == path
+
+
+def test_results_nan_becomes_null(tmp_path: Path) -> None:
+    fig = R.figure("x", "q", value=float("nan"), unit="ratio", goal="g", goal_spec=None,
+                   rows=[{"v": float("inf")}])
+    path = R.write_results(tmp_path / "r.json", _doc(x=fig))
+    loaded = R.load_results(path)
+    assert loaded["figures"]["x"]["value"] is None
+    assert loaded["figures"]["x"]["rows"] == [{"v": None}]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"schema_version": R.SCHEMA_VERSION + 1}, "newer"),
+    ({"kind": "reportgen.run"}, "kind"),
+    ({"figures": None}, "figures"),
+])
+def test_results_refused(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    doc = {**_doc(**_all_figures()), **change}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(R.ResultsError, match=message):
+        R.load_results(path)
+
+
+def test_bootstrap_ratio_and_diff() -> None:
+    a = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3]
+    b = [x / 1.02 for x in a]  # a constant 2% apart, round by round
+    point, lo, hi = R.bootstrap_ratio(a, b, paired=True)
+    assert point == pytest.approx(1.02)
+    assert lo == pytest.approx(1.02) and hi == pytest.approx(1.02)  # pairing removes drift
+    d, dlo, dhi = R.bootstrap_diff([5.0, 6.0, 7.0], [1.0, 2.0, 3.0])
+    assert d == 4.0 and dlo <= d <= dhi
+    assert all(math.isnan(x) for x in R.bootstrap_ratio([], [1.0]))
+
+
+def test_interleave_alternates_order() -> None:
+    calls: list[str] = []
+    out = interleave({"a": lambda: calls.append("a") or 1.0,
+                      "b": lambda: calls.append("b") or 2.0}, rounds=4)
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert out == {"a": [1.0] * 4, "b": [2.0] * 4}
+
+
+# ---------------------------------------------------------------- the page
+
+
+def test_page_renders_from_results_file(tmp_path: Path) -> None:
+    path = R.write_results(tmp_path / "r.json", _doc(**_all_figures()))
+    md = render_validation(R.load_results(path))
+    assert md.startswith("# Validation")
+    for title in ("Latency agreement", "Instrumentation", "Ablation", "FLOPs", "Render scaling"):
+        assert f"## {title}" in md
+    assert "| [Latency agreement](#latency-agreement) | 1.0100 | [0.9900, 1.0200] |" in md
+    assert "no mkdocs.yml yet" in md and "not measured" in md
+    assert "a\\|b" in md  # table cells escape pipes
+    assert md.count('class="rg-spec"') == len(chart_specs(R.load_results(path)))
+
+
+def test_chart_specs_are_vega_lite() -> None:
+    specs = chart_specs(_doc(**_all_figures()))
+    assert {"latency_agreement", "instrumentation_overhead", "attribution_ablation",
+            "flops_agreement", "harness_efficiency"} <= set(specs)
+    for spec in specs.values():
+        assert "vega-lite" in spec["$schema"]
+        json.dumps(spec, allow_nan=False)
+
+
+def test_page_refuses_newer_results() -> None:
+    doc = {**_doc(**_all_figures()), "schema_version": R.SCHEMA_VERSION + 1}
+    with pytest.raises(R.ResultsError):
+        render_validation(doc)
+
+
+# ---------------------------------------------------------------- the trace reader
+
+
+def _x(name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": tid, "ts": ts, "dur": dur}
+
+
+def test_reader_on_a_hand_made_trace(tmp_path: Path) -> None:
+    events = [
+        _x("rg|iteration", 0.0, 100.0, cat="user_annotation"),
+        _x("aten::linear", 10.0, 40.0),
+        _x("aten::addmm", 20.0, 25.0),          # nested: self time of linear is 15
+        _x("aten::add", 60.0, 5.0),
+        _x("rg|iteration", 200.0, 100.0, cat="user_annotation"),
+        _x("aten::linear", 210.0, 30.0),
+        _x("aten::addmm", 215.0, 20.0),
+        _x("aten::add", 150.0, 5.0),            # between the iterations: not counted
+        _x("aten::mul", 20.0, 3.0, tid=2),      # another thread without iterations
+        {"ph": "i", "name": "[memory]", "pid": 7, "tid": 1, "ts": 12.0},
+    ]
+    path = tmp_path / "t.trace.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump({"traceEvents": events}, fh)
+    trace = load_trace(path)
+
+    def window(e: dict[str, Any]) -> bool:
+        return e["name"] == "rg|iteration"
+
+    totals = op_totals(trace, window=window)
+    assert totals.windows == 2
+    assert totals.top_level_us == {"aten::linear": 70.0, "aten::add": 5.0}
+    assert totals.self_us == {"aten::linear": 25.0, "aten::addmm": 45.0, "aten::add": 5.0}
+    assert totals.calls == {"aten::linear": 2, "aten::addmm": 2, "aten::add": 1}
+    everything = op_totals(trace)
+    assert everything.top_level_us["aten::add"] == 10.0 and everything.top_level_us["aten::mul"] == 3.0
+
+    table = [{"name": "aten::linear", "category": "mlp", "total_ms": 0.030},
+             {"name": "aten::linear", "category": "attention.qkv", "total_ms": 0.005},
+             {"name": "aten::add", "category": "other", "total_ms": 0.0025}]
+    cmp = compare_totals(totals.as_ms("top"), ops_table_totals(table), scale=2.0)
+    assert cmp["weighted_rel_diff"] == pytest.approx(0.0)
+    assert cmp["reader_total_ms"] == pytest.approx(0.075)
+
+
+@pytest.mark.slow
+def test_reader_agrees_with_reportgen_on_a_tiny_profile(tmp_path: Path) -> None:
+    from reportgen import models, profiling
+    from reportgen.bench.trace_check import check_record
+    from reportgen.suite import Combination
+
+    combo = Combination(model="gpt2", scale="tiny", mode="forward", dtype="fp32",
+                        attn_implementation="eager", batch_size=1, seq_len=16, device="cpu")
+    built = models.build(combo, "cpu")
+    try:
+        result = profiling.profile_step(built.step, built.model, iterations=2,
+                                        trace_path=tmp_path / "traces" / "t.trace.json.gz")
+    finally:
+        models.free(built)
+    record = {"id": combo.id, "status": "ok", "profile": result["profile"], "ops": result["ops"]}
+    row = check_record(record, tmp_path)
+    assert row["iterations"] == 2
+    assert row["weighted_rel_diff"] < 1e-9
+    assert row["only_reader"] == [] and row["only_reportgen"] == []
+
+
+# ---------------------------------------------------------------- the ablation stand-in
+
+
+@pytest.mark.parametrize("model, attn", [("bert-base", "sdpa"), ("llama-small", "eager"),
+                                         ("t5-small", "sdpa")])
+def test_stand_in_returns_the_right_shape(model: str, attn: str) -> None:
+    import torch
+
+    from reportgen import models
+    from reportgen.bench.ablation import attention_stand_in
+    from reportgen.suite import Combination
+
+    combo = Combination(model=model, scale="tiny", mode="forward", dtype="fp32",
+                        attn_implementation=attn, batch_size=2, seq_len=8, device="cpu")
+    built = models.build(combo, "cpu")
+    try:
+        before = built.step()[0]
+        with attention_stand_in(built.model) as stand_in:
+            ablated = built.step()[0]
+        after = built.step()[0]
+    finally:
+        models.free(built)
+    assert stand_in.calls > 0  # the model really called it
+    assert ablated.shape == before.shape
+    assert not torch.equal(ablated, before)  # the core really was replaced
+    assert torch.equal(after, before)  # and put back
+
+
+def test_stand_in_output_is_cached_zeros() -> None:
+    import torch
+
+    from reportgen.bench.ablation import StandIn
+
+    stand_in = StandIn()
+    q = torch.randn(2, 4, 8, 16)  # batch, heads, q_len, head_dim
+    v = torch.randn(2, 4, 10, 12)
+    out, weights = stand_in(torch.nn.Identity(), q, v, v, None)
+    assert out.shape == (2, 8, 4, 12) and out.is_contiguous() and weights is None
+    assert not out.any()
+    assert stand_in(torch.nn.Identity(), q, v, v, None)[0] is out
+    assert stand_in.calls == 2
+
+
+# ---------------------------------------------------------------- figures from records
+
+
+def _record(cid: str, median: float, profiled: float, samples: list[float],
+            duration_s: float) -> dict[str, Any]:
+    return {"id": cid, "status": "ok", "duration_s": duration_s,
+            "timing": {"median": median, "samples": samples, "warmup_samples": [5.0],
+                       "n": len(samples), "budget_s": 1.0, "stop_reason": "converged"},
+            "profile": {"median_ms": profiled, "overhead_ratio": profiled / median}}
+
+
+def test_figures_from_suite_records() -> None:
+    from reportgen.bench.efficiency import SuiteRun, figures
+    from reportgen.bench.overhead import profiler_overhead
+
+    records = [_record("a", 10.0, 11.0, [10.0] * 100, 4.0),
+               _record("b", 20.0, 30.0, [20.0] * 50, 3.0),
+               {"id": "c", "status": "skipped", "duration_s": 0.5, "timing": None, "profile": None}]
+    prof = profiler_overhead(records)
+    assert prof["status"] == "info" and [r["ratio"] for r in prof["rows"]] == [1.1, 1.5]
+    assert prof["interval"] == [1.1, 1.5]
+    run = SuiteRun(suite=None, records=records, run_dir=Path("."), wall_s=10.0)
+    out = figures(run, reference_size=True)
+    eff = out["harness_efficiency"]
+    assert eff["value"] == pytest.approx(2.0 / 10.0)  # 1 s + 1 s of samples in 10 s
+    assert eff["warmup_s"] == pytest.approx(0.01)
+    assert out["suite_time"]["status"] == "pass" and out["suite_time"]["value"] == 10.0
+
+
+def test_flops_explanations_name_the_missing_ops() -> None:
+    from reportgen.bench.flops_check import explain, missing_formulas
+
+    census = {"aten.mm": 3, "aten.addmm": 2, "aten.scaled_dot_product_attention": 2,
+              "aten.view": 9, "aten.softmax": 1}
+    missing = missing_formulas(census)
+    assert missing == ["aten.scaled_dot_product_attention", "aten.softmax"]
+    text = explain("attention.core", 100.0, 0.0, missing=missing, notes=[])
+    assert text is not None and "aten.scaled_dot_product_attention" in text
+    assert explain("mlp", 100.0, 120.0, missing=missing, notes=[]) is None  # nothing named
+    note = "flop_counter counted no FLOPs in head (analytic 5)"
+    assert explain("head", 5.0, 0.0, missing=[], notes=[note]) == f"reportgen notes: {note}"
+
+
+def test_latency_verdict_counts_only_significant_misses() -> None:
+    from reportgen.bench.latency import summarise
+
+    def row(name: str, ratio: float, lo: float, hi: float) -> dict[str, Any]:
+        return {"combination": name, "ratio": ratio, "ratio_low": lo, "ratio_high": hi,
+                "rounds": 4}
+
+    noisy = [row("a", 1.00, 0.99, 1.01), row("b", 1.06, 0.95, 1.20), row("c", 0.99, 0.98, 1.0)]
+    fig = summarise(noisy, rounds=4, budget_s=0.6, min_run_time=0.4)
+    assert fig["status"] == "pass" and fig["value"] == 1.0  # b is outside only by its point
+    assert fig["significant_misses"] == 0 and fig["worst_ratio"] == 1.06
+    off = [*noisy, row("d", 1.10, 1.05, 1.15)]
+    assert summarise(off, rounds=4, budget_s=0.6, min_run_time=0.4)["status"] == "fail"
+    assert summarise([], rounds=4, budget_s=0.6, min_run_time=0.4)["status"] == "not measured"
+
+
+def test_instrumentation_verdict() -> None:
+    from reportgen.bench.overhead import instrumentation_summary
+
+    def row(ratio: float, lo: float, hi: float) -> dict[str, Any]:
+        return {"combination": f"c{ratio}", "mode": "forward", "ratio": ratio, "ratio_low": lo,
+                "ratio_high": hi, "modules": 10, "bare_ms": 1.0}
+
+    rows = [row(1.01, 1.0, 1.02), row(1.02, 1.0, 1.05), row(1.05, 0.98, 1.1)]
+    assert instrumentation_summary(rows, rounds=4, budget_s=0.5)["status"] == "pass"
+    rows.append(row(1.08, 1.05, 1.1))  # significantly over the goal
+    assert instrumentation_summary(rows, rounds=4, budget_s=0.5)["status"] == "fail"

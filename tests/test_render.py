@@ -1,0 +1,398 @@
+"""The report site: golden pages, determinism, ownership of docs/, escaping, strict build,
+and the sections other modules write (Findings from claims, Validation from bench results).
+
+Regenerate the golden pages after an intended change with
+``REPORTGEN_UPDATE_GOLDEN=1 pytest tests/test_render.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from reportgen.errors import UserError
+from reportgen.render import analysis, fmt, render, synthetic
+from reportgen.render.charts import Chart
+from reportgen.render.site import MANIFEST, MARKER, RenderResult
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "data" / "runs_fixture"
+CLAIMS = ROOT / "tests" / "data" / "claims_fixture"
+BENCH = ROOT / "tests" / "data" / "bench_fixture"
+GOLDEN = ROOT / "tests" / "golden"
+UPDATE = os.environ.get("REPORTGEN_UPDATE_GOLDEN") == "1"
+HOSTILE = "<script>alert(1)</script>"
+
+
+def make_project(where: Path) -> Path:
+    """A copy of the site project (mkdocs.yml and the hand-written docs) to render into."""
+    where.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "mkdocs.yml", where / "mkdocs.yml")
+    (where / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "methodology.md", where / "docs" / "methodology.md")
+    return where
+
+
+def mkdocs_build(project: Path, site: Path, site_url: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    if site_url:
+        env["SITE_URL"] = site_url
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f",
+         str(project / "mkdocs.yml"), "-d", str(site)],
+        capture_output=True, text=True, env=env, check=False)
+
+
+def render_fixture(docs: Path, *, svg: bool = True) -> RenderResult:
+    """The test site: the runs fixture with its claims and a bench results file."""
+    return render(FIXTURE, docs, svg=svg, claims=CLAIMS, bench=BENCH)
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    project = make_project(tmp_path_factory.mktemp("site") / "project")
+    render_fixture(project / "docs")
+    return project
+
+
+# --- fixture and golden pages --------------------------------------------------------
+
+
+def test_committed_fixture_matches_its_generator(tmp_path: Path) -> None:
+    synthetic.fixture(tmp_path)
+    assert files_under(tmp_path) == files_under(FIXTURE), (
+        "tests/data/runs_fixture is stale: python -m reportgen.render.synthetic "
+        "tests/data/runs_fixture --fixture")
+
+
+def test_pages_match_golden(rendered: Path) -> None:
+    docs = rendered / "docs"
+    manifest = (docs / MANIFEST).read_text(encoding="utf-8").splitlines()
+    pages = {p: (docs / p).read_bytes() for p in manifest if p.endswith(".md")}
+    pages[MANIFEST] = (docs / MANIFEST).read_bytes()
+    if UPDATE:
+        shutil.rmtree(GOLDEN, ignore_errors=True)
+        for rel, data in pages.items():
+            (GOLDEN / rel).parent.mkdir(parents=True, exist_ok=True)
+            (GOLDEN / rel).write_bytes(data)
+    golden = files_under(GOLDEN)
+    assert sorted(golden) == sorted(pages), "set of generated pages changed"
+    for rel, data in pages.items():
+        assert data == golden[rel], f"{rel} differs from tests/golden/{rel}"
+
+
+def test_render_is_deterministic(rendered: Path, tmp_path: Path) -> None:
+    again = make_project(tmp_path / "again")
+    render_fixture(again / "docs")
+    assert files_under(again / "docs") == files_under(rendered / "docs")
+
+
+def test_rerender_changes_nothing(rendered: Path, tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+    render_fixture(project / "docs", svg=False)
+    second = render_fixture(project / "docs", svg=False)
+    assert second.written == () and second.removed == ()
+
+
+# --- ownership of docs/ ---------------------------------------------------------------
+
+
+def test_stale_generated_pages_are_removed_and_nothing_else(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(FIXTURE, runs)
+    project = make_project(tmp_path / "p")
+    docs = project / "docs"
+    (docs / "notes.md").write_text("# Notes\n\nHand-written.\n", encoding="utf-8")
+    (docs / "hardware").mkdir()
+    (docs / "hardware" / "mine.txt").write_text("keep me\n", encoding="utf-8")
+    render(runs, docs, svg=False)
+    gpt2 = docs / "hardware" / "cpu-synthetic-epyc-2c" / "gpt2.md"
+    assert gpt2.is_file()
+    for path in runs.glob("*/*/combinations/gpt2--*.json"):
+        path.unlink()
+    for path in runs.glob("*/*/traces/gpt2--*"):
+        path.unlink()
+    result = render(runs, docs, svg=False)
+    assert not gpt2.exists()
+    assert not (docs / "models" / "gpt2.md").exists()
+    assert "hardware/cpu-synthetic-epyc-2c/gpt2.md" in result.removed
+    assert (docs / "notes.md").read_text(encoding="utf-8") == "# Notes\n\nHand-written.\n"
+    assert (docs / "hardware" / "mine.txt").is_file()
+    assert (docs / "methodology.md").is_file()
+
+
+def test_refuses_to_overwrite_a_hand_written_page(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+    (project / "docs" / "index.md").write_text("# My own home page\n", encoding="utf-8")
+    with pytest.raises(UserError, match="not written by reportgen render"):
+        render(FIXTURE, project / "docs", svg=False)
+    assert (project / "docs" / "index.md").read_text(encoding="utf-8") == "# My own home page\n"
+
+
+def test_generated_pages_carry_the_marker(rendered: Path) -> None:
+    for page in (rendered / "docs").rglob("*.md"):
+        if page.name != "methodology.md":
+            assert MARKER in page.read_text(encoding="utf-8"), page
+
+
+# --- the built site -------------------------------------------------------------------
+
+
+def test_mkdocs_build_strict(rendered: Path, tmp_path: Path) -> None:
+    result = mkdocs_build(rendered, tmp_path / "site")
+    assert result.returncode == 0, result.stdout + result.stderr
+    site = tmp_path / "site"
+    page = site / "hardware" / "cpu-synthetic-epyc-2c" / "script-alert-1-script" / "index.html"
+    html = page.read_text(encoding="utf-8")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    for built in site.rglob("*.html"):
+        assert HOSTILE not in built.read_text(encoding="utf-8"), built
+    # raw data and traces are reachable from the built site
+    data = list((site / "data").rglob("*.json")) + list((site / "data").rglob("*.trace.json.gz"))
+    assert len(data) > 40
+    assert (site / "assets" / "reportgen" / "vendor" / "vega-bundle.js").is_file()
+    # MkDocs does not check image links, so check every SVG fallback resolves
+    fallbacks = 0
+    for built in site.rglob("*.html"):
+        for src in re.findall(r'<img alt="[^"]*" class="rg-fallback" src="([^"]+)"',
+                              built.read_text(encoding="utf-8")):
+            fallbacks += 1
+            assert (built.parent / src).resolve().is_file(), f"{built}: {src}"
+    assert fallbacks >= 15
+    # pages written by reportgen.claims and reportgen.bench use the site's chart blocks
+    for rel in ("validation/index.html", "findings/hostile-text/index.html"):
+        html = (site / rel).read_text(encoding="utf-8")
+        assert 'class="rg-chart"' in html and "data-spec=" in html and "rg-spec" not in html
+        assert 'class="rg-fallback"' in html
+    hostile = (site / "findings" / "hostile-text" / "index.html").read_text(encoding="utf-8")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in hostile
+    assert 'href="javascript' not in hostile and "<iframe" not in hostile
+
+
+def test_empty_runs_tree_builds(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    project = make_project(tmp_path / "p")
+    render(tmp_path / "runs", project / "docs", svg=False)
+    assert "No runs yet" in (project / "docs" / "index.md").read_text(encoding="utf-8")
+    result = mkdocs_build(project, tmp_path / "site")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_render_never_imports_torch(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["torch"] = None  # any import of torch now raises ImportError
+        from pathlib import Path
+        import reportgen.render
+        from reportgen.cli import main
+        rc = main(["render", "--runs", {str(FIXTURE)!r}, "--docs", {str(tmp_path / 'docs')!r},
+                   "--claims", {str(CLAIMS)!r}, "--bench", {str(BENCH)!r}, "--no-svg"])
+        assert rc == 0
+        assert sys.modules["torch"] is None
+        assert Path({str(tmp_path / 'docs' / 'findings' / 'index.md')!r}).is_file()
+        assert Path({str(tmp_path / 'docs' / 'validation.md')!r}).is_file()
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=False, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def test_cli_missing_runs_is_a_user_error(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "reportgen", "render", "--runs",
+                             str(tmp_path / "nope"), "--docs", str(tmp_path / "docs")],
+                            capture_output=True, text=True, check=False, cwd=ROOT)
+    assert result.returncode == 2
+    assert "does not exist" in result.stderr
+    assert not (tmp_path / "docs").exists()
+
+
+# --- escaping ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [HOSTILE, "a|b", "**bold**", "[x](javascript:alert(1))",
+                                   "`code`", "{: onclick=alert(1) }", "line\nbreak", "_u_"])
+def test_escape_makes_run_data_inert(value: str) -> None:
+    out = fmt.escape(value)
+    for ch in "<>|*[]`{}\n_":
+        assert ch not in out
+
+
+def test_chart_json_cannot_close_an_element() -> None:
+    chart = Chart("c", "t", {"data": {"values": [{"model": "</script><script>alert(1)"}]}})
+    text = chart.json()
+    assert "</" not in text and "<" not in text
+    assert json.loads(text)["data"]["values"][0]["model"] == "</script><script>alert(1)"
+
+
+def test_code_block_fence_outlasts_backticks_in_the_value() -> None:
+    block = fmt.code_block("a ```` b", "sh")
+    assert block.startswith("````` sh\n") and block.endswith("\n`````")
+
+
+def test_hostile_name_in_front_matter_title_is_escaped() -> None:
+    assert fmt.front_matter_title("</title><script>") == '"&lt;/title&gt;&lt;script&gt;"'
+
+
+# --- analysis ---------------------------------------------------------------------------
+
+
+def _rows(seqs: list[int], att: list[float], mlp: list[float]) -> pd.DataFrame:
+    rows = []
+    for s, a, m in zip(seqs, att, mlp):
+        row = {f"ms:{c}": 0.0 for c in analysis.CATEGORIES}
+        row.update({"seq": s, "ms:attention.core": a, "ms:mlp": m})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_crossover_is_interpolated_on_log_axes() -> None:
+    out = analysis.attention_crossover(_rows([100, 400], [1.0, 16.0], [4.0, 4.0]))
+    assert out["status"] == "crossover"
+    assert out["seq"] == pytest.approx(200.0)
+
+
+@pytest.mark.parametrize(("att", "status"), [([1.0, 2.0], "not-within-range"),
+                                             ([9.0, 20.0], "attention-already-larger")])
+def test_crossover_outside_the_measured_range(att: list[float], status: str) -> None:
+    assert analysis.attention_crossover(_rows([100, 400], att, [4.0, 8.0]))["status"] == status
+
+
+def test_scaling_exponent_of_an_exact_power_law() -> None:
+    fits = analysis.scaling_fits(_rows([128, 256, 512], [1.0, 4.0, 16.0], [1.0, 2.0, 4.0]))
+    by_cat = dict(zip(fits["category"], fits["exponent"]))
+    assert by_cat["attention.core"] == pytest.approx(2.0)
+    assert by_cat["mlp"] == pytest.approx(1.0)
+
+
+def test_attention_significance_uses_non_overlapping_intervals() -> None:
+    base = {"scale": "r", "mode": "forward", "dtype": "fp32", "batch": 1, "seq": 128,
+            "status": "ok"}
+    frame = pd.DataFrame([
+        {**base, "attn": "sdpa", "median": 10.0, "ci_low": 9.5, "ci_high": 10.5},
+        {**base, "attn": "eager", "median": 10.4, "ci_low": 10.2, "ci_high": 10.8},
+        {**base, "attn": "flash", "median": 12.0, "ci_low": 11.0, "ci_high": 13.0},
+    ])
+    out = analysis.attention_comparison(frame).set_index("attn")
+    assert bool(out.loc["sdpa", "fastest"])
+    assert not out.loc["eager", "significant"]
+    assert out.loc["flash", "significant"]
+
+
+@pytest.mark.parametrize(("value", "text"), [(12.345, "12.3"), (0.01234, "0.0123"),
+                                             (1234.6, "1235"), (None, "–"),
+                                             (float("nan"), "–")])
+def test_number_formatting_is_stable(value: float | None, text: str) -> None:
+    assert fmt.num(value) == text
+
+
+# --- findings and validation ----------------------------------------------------------
+
+
+def test_findings_section_and_claims_on_combination_pages(rendered: Path) -> None:
+    docs = rendered / "docs"
+    findings = sorted(p.name for p in (docs / "findings").glob("*.md"))
+    assert findings == sorted(["index.md"] + [f"{p.stem}.md" for p in CLAIMS.glob("*.yaml")])
+    index = (docs / "findings" / "index.md").read_text(encoding="utf-8")
+    assert "(gpt2-sdpa-not-slower-than-eager.md)" in index
+    bert = (docs / "hardware" / "cpu-synthetic-epyc-2c" / "bert-base.md").read_text(encoding="utf-8")
+    assert "## Claims that bear on this page" in bert
+    assert "(../../findings/bert-base-attention-over-60-percent.md)" in bert
+    assert "gpt2-sdpa-not-slower-than-eager" not in bert
+    # the evidence links back to the combination pages
+    claim = (docs / "findings" / "gpt2-sdpa-not-slower-than-eager.md").read_text(encoding="utf-8")
+    assert "(../hardware/cpu-synthetic-epyc-2c/gpt2.md)" in claim
+    assert (docs / "findings" / "charts" / "gpt2-sdpa-not-slower-than-eager--evidence.svg").is_file()
+    # a claim about a GPU the runs lack: a page, a verdict, no chart
+    gpu = (docs / "findings" / "sdpa-flash-fastest-backend.md").read_text(encoding="utf-8")
+    assert "not tested" in gpu and "rg-chart" not in gpu
+
+
+def test_validation_page_from_the_bench_results(rendered: Path) -> None:
+    page = (rendered / "docs" / "validation.md").read_text(encoding="utf-8")
+    assert page.startswith("---\ntitle: \"Validation\"\n---\n# Validation\n" + MARKER)
+    assert page.count('<div class="rg-chart"') == 8
+    assert HOSTILE not in page and "&lt;script&gt;" in page
+    assert (rendered / "docs" / "charts" / "validation--latency-agreement.svg").is_file()
+    home = (rendered / "docs" / "index.md").read_text(encoding="utf-8")
+    assert "[Validation](validation.md)" in home and "[Findings](findings/index.md)" in home
+
+
+def test_without_claims_or_bench_results_there_is_no_section(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "notes.json").write_text('{"kind": "something else"}', encoding="utf-8")
+    render(FIXTURE, project / "docs", svg=False, claims=tmp_path / "no-claims",
+           bench=tmp_path / "bench")
+    docs = project / "docs"
+    assert not (docs / "findings").exists() and not (docs / "validation.md").exists()
+    bert = (docs / "hardware" / "cpu-synthetic-epyc-2c" / "bert-base.md").read_text(encoding="utf-8")
+    assert "Claims that bear" not in bert
+    assert "findings" not in (docs / "index.md").read_text(encoding="utf-8")
+
+
+def test_sections_removed_when_their_inputs_go(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "p")
+    render_fixture(project / "docs", svg=False)
+    result = render(FIXTURE, project / "docs", svg=False)
+    assert "validation.md" in result.removed and "findings/index.md" in result.removed
+    assert not (project / "docs" / "findings").exists()
+
+
+def test_newest_bench_results_file_is_shown(tmp_path: Path) -> None:
+    doc = json.loads((BENCH / "results.json").read_text(encoding="utf-8"))
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "a.json").write_text(json.dumps(doc), encoding="utf-8")
+    newer = {**doc, "created": "2026-12-24T00:00:00Z"}
+    (tmp_path / "bench" / "0-newer.json").write_text(json.dumps(newer), encoding="utf-8")
+    project = make_project(tmp_path / "p")
+    render(FIXTURE, project / "docs", svg=False, bench=tmp_path / "bench")
+    assert "Measured 2026-12-24T00:00:00Z" in (project / "docs" / "validation.md").read_text(
+        encoding="utf-8")
+
+
+def test_bench_results_from_a_newer_reportgen_are_refused(tmp_path: Path) -> None:
+    doc = json.loads((BENCH / "results.json").read_text(encoding="utf-8"))
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "r.json").write_text(json.dumps({**doc, "schema_version": 99}),
+                                               encoding="utf-8")
+    with pytest.raises(UserError, match="newer than this reportgen reads"):
+        render(FIXTURE, make_project(tmp_path / "p") / "docs", svg=False, bench=tmp_path / "bench")
+
+
+def test_a_bad_claim_is_a_user_error_and_nothing_is_written(tmp_path: Path) -> None:
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    shutil.copy(CLAIMS.parent / "claims" / "bad" / "unknown-metric.yaml", claims)
+    docs = make_project(tmp_path / "p") / "docs"
+    with pytest.raises(UserError, match="unknown-metric.yaml"):
+        render(FIXTURE, docs, svg=False, claims=claims)
+    assert sorted(p.name for p in docs.iterdir()) == ["methodology.md"]
+
+
+def test_claims_index_agrees_with_claims_for_combination() -> None:
+    from reportgen.claims import check, claims_for_combination
+    from reportgen.render.load import load_runs
+    from reportgen.render.sections import claims_index
+
+    report = check(FIXTURE, CLAIMS)
+    index = claims_index(report)
+    combos = [(run.run_id, str(c.record["id"])) for run in load_runs(FIXTURE)
+              for c in run.combinations]
+    assert any(index.get(k) for k in combos)
+    for run_id, combo_id in combos:
+        assert index.get((run_id, combo_id), []) == claims_for_combination(report, run_id,
+                                                                           combo_id)

@@ -1,0 +1,277 @@
+"""The built site in a real browser: Debian's chromium, headless, over the DevTools protocol.
+
+Needs ``chromium`` on PATH (or /usr/bin/chromium) and ``websocket-client``. Skipped when
+either is missing, except under CI (``CI=true``), where their absence is a failure.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_render import HOSTILE, make_project, mkdocs_build, render_fixture
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists()
+                                        else None)
+TIMEOUT_S = 30.0
+
+
+def _require(ok: bool, why: str) -> None:
+    if ok:
+        return
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{why} (required under CI)")
+    pytest.skip(why)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class CDP:
+    """A minimal Chrome DevTools Protocol session on one page target."""
+
+    def __init__(self, ws_url: str) -> None:
+        import websocket
+
+        self.ws = websocket.create_connection(ws_url, timeout=TIMEOUT_S, suppress_origin=True)
+        self.next_id = 0
+        self.events: list[dict[str, Any]] = []
+
+    def send(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.next_id += 1
+        my_id = self.next_id
+        self.ws.send(json.dumps({"id": my_id, "method": method, "params": params or {}}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == my_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return dict(msg.get("result", {}))
+            if "method" in msg:
+                self.events.append(msg)
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.send("Runtime.evaluate", {"expression": expression,
+                                                "returnByValue": True, "awaitPromise": True})
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, what: str) -> Any:
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def errors(self) -> list[str]:
+        out = []
+        for ev in self.events:
+            method, params = ev["method"], ev.get("params", {})
+            if method == "Runtime.consoleAPICalled" and params.get("type") == "error":
+                out.append(f"console.error: {[a.get('value', a.get('description')) for a in params.get('args', [])]}")
+            elif method == "Runtime.exceptionThrown":
+                out.append(f"exception: {params.get('exceptionDetails')}")
+            elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+                entry = params["entry"]
+                out.append(f"log: {entry.get('text')} {entry.get('url', '')}")
+        return out
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    _require(CHROMIUM is not None, "chromium is not installed")
+    try:
+        import websocket  # noqa: F401
+    except ImportError:
+        _require(False, "websocket-client is not installed")
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}/"
+    root = tmp_path_factory.mktemp("browser")
+    project = make_project(root / "project")
+    render_fixture(project / "docs")
+    result = mkdocs_build(project, root / "site", site_url=base)
+    assert result.returncode == 0, result.stdout + result.stderr
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+         "--directory", str(root / "site")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield base, root / "site"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser(site: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[CDP]:
+    assert CHROMIUM is not None
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    proc = subprocess.Popen(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--remote-debugging-port=0",
+         "--remote-debugging-address=127.0.0.1", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cdp: CDP | None = None
+    try:
+        active = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + TIMEOUT_S
+        while not (active.is_file() and active.read_text().strip()):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise AssertionError("chromium did not open its DevTools port")
+            time.sleep(0.1)
+        port = int(active.read_text().split()[0])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
+        conn.request("GET", "/json/list")
+        targets = json.loads(conn.getresponse().read())
+        conn.close()
+        page = next(t for t in targets if t.get("type") == "page")
+        cdp = CDP(page["webSocketDebuggerUrl"])
+        for domain in ("Runtime", "Log", "Page"):
+            cdp.send(f"{domain}.enable")
+        # Any alert() in a page is a script that got through escaping.
+        cdp.send("Page.addScriptToEvaluateOnNewDocument", {"source":
+                 "window.alert = function () { window.__rgAlerted = true; };"})
+        yield cdp
+    finally:
+        if cdp is not None:
+            cdp.ws.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _pages(site_dir: Path) -> list[str]:
+    pages = []
+    for html in sorted(site_dir.rglob("index.html")):
+        rel = html.parent.relative_to(site_dir).as_posix()
+        pages.append("" if rel == "." else f"{rel}/")
+    return pages
+
+
+CHARTS_DRAWN = """(() => {
+  const charts = [...document.querySelectorAll('div.rg-chart')];
+  return charts.every(c => c.querySelector('.rg-view svg, .rg-view canvas')
+                           && c.classList.contains('rg-drawn')) ? charts.length + 1 : 0;
+})()"""
+
+
+def _open(cdp: CDP, url: str) -> int:
+    cdp.send("Page.navigate", {"url": url})
+    cdp.wait_for("document.readyState === 'complete' && location.href === "
+                 + json.dumps(url), f"{url} to load")
+    charts = int(cdp.wait_for(CHARTS_DRAWN, f"charts on {url}")) - 1
+    specs = int(cdp.evaluate("document.querySelectorAll('div.rg-chart[data-spec]').length"))
+    assert charts == specs
+    return charts
+
+
+def test_every_page_draws_its_charts_without_errors(site: tuple[str, Path], browser: CDP) -> None:
+    base, site_dir = site
+    pages = _pages(site_dir)
+    assert len(pages) >= 10
+    # the sections other modules write are walked like every other page
+    assert {"findings/", "findings/hostile-text/", "validation/"} <= set(pages)
+    total = 0
+    for page in pages:
+        browser.events.clear()
+        total += _open(browser, base + page)
+        assert browser.errors() == [], f"{page}: {browser.errors()}"
+        assert not browser.evaluate("window.__rgAlerted === true"), f"alert() ran on {page}"
+    assert total >= 15
+
+
+def test_hostile_model_name_renders_as_text(site: tuple[str, Path], browser: CDP) -> None:
+    base, _ = site
+    _open(browser, base + "hardware/cpu-synthetic-epyc-2c/script-alert-1-script/")
+    h1 = browser.evaluate("document.querySelector('article h1').textContent")
+    assert HOSTILE in h1
+    assert browser.evaluate("document.title").startswith(HOSTILE)
+    assert not browser.evaluate("window.__rgAlerted === true")
+
+
+def test_hostile_claim_renders_as_text(site: tuple[str, Path], browser: CDP) -> None:
+    base, _ = site
+    charts = _open(browser, base + "findings/hostile-text/")
+    assert charts == 1
+    h1 = browser.evaluate("document.querySelector('article h1').textContent")
+    assert HOSTILE in h1
+    links = browser.evaluate("[...document.querySelectorAll('article a')].map(a => a.href)")
+    assert not [href for href in links if href.lower().startswith("javascript")]
+    assert not browser.evaluate("window.__rgAlerted === true")
+
+
+def test_findings_are_in_the_navigation(site: tuple[str, Path], browser: CDP) -> None:
+    base, _ = site
+    _open(browser, base)
+    hrefs = browser.evaluate("[...document.querySelectorAll('a.md-nav__link')].map(a => a.href)")
+    assert base + "findings/" in hrefs and base + "validation/" in hrefs
+
+
+def test_instant_navigation_loads_the_next_page_and_draws_it(site: tuple[str, Path],
+                                                             browser: CDP) -> None:
+    base, _ = site
+    _open(browser, base)
+    browser.events.clear()
+    browser.evaluate("window.__rgSamePage = true")
+    target = browser.evaluate("""(() => {
+      const a = [...document.querySelectorAll('a.md-nav__link')]
+        .find(a => /hardware\\/cpu-synthetic-epyc-2c\\/bert-base\\/$/.test(a.href));
+      a.click();
+      return a.href;
+    })()""")
+    browser.wait_for(f"location.href === {json.dumps(target)}", "the address to change")
+    browser.wait_for("document.querySelector('article h1') && "
+                     "document.querySelector('article h1').textContent.includes('bert-base on')",
+                     "the next page's content")
+    charts = int(browser.wait_for(CHARTS_DRAWN, "charts after navigation")) - 1
+    assert charts >= 2
+    # Material's instant navigation swaps the content without reloading the document.
+    assert browser.evaluate("window.__rgSamePage === true")
+    assert browser.errors() == []
+
+
+def test_charts_follow_the_dark_palette(site: tuple[str, Path], browser: CDP) -> None:
+    base, _ = site
+    _open(browser, base + "hardware/nvidia-synthetic-h200-1x/bert-base/")
+    scheme = browser.evaluate("document.body.getAttribute('data-md-color-scheme')")
+    browser.evaluate("document.querySelector('form[data-md-component=palette] label:not([hidden])')"
+                     ".click()")
+    other = "slate" if scheme != "slate" else "default"
+    browser.wait_for(f"document.body.getAttribute('data-md-color-scheme') === '{other}'",
+                     "the palette to switch")
+    want = "dark" if other == "slate" else "light"
+    browser.wait_for(f"[...document.querySelectorAll('div.rg-chart')].every(c => "
+                     f"c.getAttribute('data-rg-scheme') === '{want}' && c.querySelector('.rg-view svg'))",
+                     "charts redrawn in the new palette")
+    assert browser.errors() == []
