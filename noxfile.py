@@ -25,7 +25,8 @@ def install(session: nox.Session, *groups: str) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (CPU only; tiny models built in-process)."""
     install(session, "test")
-    session.run("pytest", *session.posargs)
+    # python -m: a pytest on the host (seen through the system site) would not see the venv
+    session.run("python", "-m", "pytest", *session.posargs)
 
 
 @nox.session(venv_params=VENV)
@@ -35,7 +36,7 @@ def report(session: nox.Session) -> None:
     session.run("reportgen", "profile", *session.posargs)
     session.run("reportgen", "render", "--runs", "runs", "--docs", "docs")
     session.run("reportgen", "check", "--runs", "runs")
-    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run("python", "-m", "mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(venv_params=VENV, default=False)
@@ -50,7 +51,7 @@ def serve(session: nox.Session) -> None:
     """Render the committed runs and preview the site with live reload."""
     install(session)
     session.run("reportgen", "render", "--runs", "runs", "--docs", "docs")
-    session.run("mkdocs", "serve", "-a", "127.0.0.1:8000", *session.posargs,
+    session.run("python", "-m", "mkdocs", "serve", "-a", "127.0.0.1:8000", *session.posargs,
                 env={"NO_MKDOCS_2_WARNING": "1"})
 
 
@@ -59,4 +60,4 @@ def publish(session: nox.Session) -> None:
     """Render the committed runs and deploy the site to GitHub Pages (gh-pages branch)."""
     install(session)
     session.run("reportgen", "render", "--runs", "runs", "--docs", "docs")
-    session.run("mkdocs", "gh-deploy", "--strict", "--force", *session.posargs)
+    session.run("python", "-m", "mkdocs", "gh-deploy", "--strict", "--force", *session.posargs)
