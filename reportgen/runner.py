@@ -244,10 +244,16 @@ def run_suite(
                        started=started, state=state, finished=finished)
         )
 
-    write_run("running", None)
     result = RunResult(store=store)
     todo = [c for c in combos if force or not store.done(c.id)]
     result.resumed = [c.id for c in combos if c not in todo]
+    if previous and not todo:
+        # nothing measured now: the run keeps the environment its records were measured in
+        if show_progress:
+            print(f"nothing to measure: all {len(combos)} combinations of {store.run_id} are done "
+                  "(--force measures them again)", file=sys.stderr)
+        return result
+    write_run("running", None)
     with _Progress(len(combos), len(todo), len(result.resumed), enabled=show_progress) as progress:
         try:
             for combo in todo:
