@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.bench.ablation import attention_stand_in
-from reportgen.bench.common import build, combo_label, interleave, stopwatch, time_median
+from reportgen.bench.common import build, combo_label, each_combo, interleave, stopwatch, time_median
 from reportgen.bench.results import bootstrap_diff, figure, median
 
 # Encoders, decoders, encoder-decoders; fused (gpt2, gpt_neox, falcon, bloom, phi's dense
@@ -227,24 +227,15 @@ def ablation(combos: Sequence[Any], *, rounds: int = 8, budget_s: float = 1.5,
              stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     goal = f"drop within {ABLATION_GOAL:.0%} of the attributed attention.core time (relative)"
     spec = {"kind": "rel_within", "target": ABLATION_GOAL}
-    rows: list[dict[str, Any]] = []
-    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-ablation-") as tmp, stopwatch() as wall:
-        for combo in combos:
-            if stop():
-                notes.append(f"time limit reached: {combo_label(combo)} not measured")
-                continue
-            try:
-                row = ablate(combo, rounds=rounds, budget_s=budget_s, iterations=iterations,
-                             trace_dir=Path(tmp))
-            except Exception as exc:  # noqa: BLE001
-                notes.append(f"{combo_label(combo)} failed: {type(exc).__name__}: {exc}")
-                log(f"  ablation {combo_label(combo)}: FAILED {exc}")
-                continue
-            rows.append(row)
-            log(f"  ablation {row['combination']}: drop {row['drop_ms']:.2f} ms "
-                f"[{row['drop_low_ms']:.2f}, {row['drop_high_ms']:.2f}] vs attributed "
-                f"{row['attributed_ms']:.2f} ms ({row['rel_diff']:+.1%})")
+        rows, notes = each_combo(
+            combos, "ablation",
+            lambda c: ablate(c, rounds=rounds, budget_s=budget_s, iterations=iterations,
+                             trace_dir=Path(tmp)),
+            lambda row: (f"{row['combination']}: drop {row['drop_ms']:.2f} ms "
+                         f"[{row['drop_low_ms']:.2f}, {row['drop_high_ms']:.2f}] vs attributed "
+                         f"{row['attributed_ms']:.2f} ms ({row['rel_diff']:+.1%})"),
+            log=log, stop=stop)
     if not rows:
         return figure("Attention ablation", ABLATION_QUESTION, value=None, unit="fraction",
                       goal=goal, goal_spec=spec, status="not measured",

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+from reportgen.stats import median
 
 
 def interleave(variants: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
@@ -90,9 +92,29 @@ def loop_median(fn: Callable[[], Any], sync: Callable[[], Any], *, iterations: i
         fn()
         sync()
         samples.append((time.perf_counter() - t0) * 1000.0)
-    samples.sort()
-    n = len(samples)
-    return samples[n // 2] if n % 2 else 0.5 * (samples[n // 2 - 1] + samples[n // 2])
+    return median(samples)
+
+
+def each_combo(combos: Sequence[Any], name: str, measure: Callable[[Any], dict[str, Any]],
+               describe: Callable[[dict[str, Any]], str], *, log: Callable[[str], None],
+               stop: Callable[[], bool]) -> tuple[list[dict[str, Any]], list[str]]:
+    """``measure`` each combination in turn: one that fails is a note (a finding), not the
+    end of the figure; once ``stop()`` says the time limit is reached the rest are noted."""
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for i, combo in enumerate(combos, 1):
+        if stop():
+            notes.append(f"time limit reached: {len(combos) - i + 1} combinations not measured")
+            break
+        try:
+            row = measure(combo)
+        except Exception as exc:  # noqa: BLE001
+            notes.append(f"{combo_label(combo)} failed: {type(exc).__name__}: {exc}")
+            log(f"  {name} {i}/{len(combos)} {combo_label(combo)}: FAILED {exc}")
+            continue
+        rows.append(row)
+        log(f"  {name} {i}/{len(combos)} {describe(row)}")
+    return rows, notes
 
 
 @contextmanager

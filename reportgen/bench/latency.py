@@ -13,13 +13,14 @@ from typing import Any
 from reportgen.bench.common import (
     build,
     combo_label,
+    each_combo,
     interleave,
     reset_cost_ms,
     stopwatch,
     time_median,
     timer_median,
 )
-from reportgen.bench.results import bootstrap_median, bootstrap_ratio, figure
+from reportgen.bench.results import bootstrap_median, bootstrap_ratio, figure, median
 
 GOAL = 0.03
 QUESTION = (
@@ -47,8 +48,8 @@ def compare(combo: Any, *, rounds: int, budget_s: float, min_run_time: float) ->
     del built, step
     return {
         "combination": combo_label(combo),
-        "reportgen_ms": _median(ours),
-        "timer_ms": _median(values["timer"]),
+        "reportgen_ms": median(ours),
+        "timer_ms": median(values["timer"]),
         "ratio": ratio, "ratio_low": lo, "ratio_high": hi,
         "rounds": rounds, "reset_ms": reset_ms,
         "reportgen_rounds_ms": ours,
@@ -60,22 +61,11 @@ def compare(combo: Any, *, rounds: int, budget_s: float, min_run_time: float) ->
 def run(combos: Sequence[Any], *, rounds: int = 4, budget_s: float = 1.0,
         min_run_time: float = 0.5, log: Callable[[str], None] = print,
         stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-    rows: list[dict[str, Any]] = []
-    notes: list[str] = []
     with stopwatch() as wall:
-        for i, combo in enumerate(combos, 1):
-            if stop():
-                notes.append(f"time limit reached: {len(combos) - i + 1} combinations not measured")
-                break
-            try:
-                row = compare(combo, rounds=rounds, budget_s=budget_s, min_run_time=min_run_time)
-            except Exception as exc:  # noqa: BLE001 - one failing combination is a finding, not the end
-                notes.append(f"{combo_label(combo)} failed: {type(exc).__name__}: {exc}")
-                log(f"  latency {i}/{len(combos)} {combo_label(combo)}: FAILED {exc}")
-                continue
-            rows.append(row)
-            log(f"  latency {i}/{len(combos)} {row['combination']}: ratio {row['ratio']:.4f} "
-                f"[{row['ratio_low']:.4f}, {row['ratio_high']:.4f}]")
+        rows, notes = each_combo(
+            combos, "latency",
+            lambda c: compare(c, rounds=rounds, budget_s=budget_s, min_run_time=min_run_time),
+            describe_ratio, log=log, stop=stop)
     return summarise(rows, notes, rounds=rounds, budget_s=budget_s, min_run_time=min_run_time,
                      duration_s=wall[0])
 
@@ -127,7 +117,6 @@ def summarise(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), *, roun
     )
 
 
-def _median(xs: Sequence[float]) -> float:
-    from reportgen.bench.results import median
-
-    return median(xs)
+def describe_ratio(row: dict[str, Any]) -> str:
+    return (f"{row['combination']}: ratio {row['ratio']:.4f} "
+            f"[{row['ratio_low']:.4f}, {row['ratio_high']:.4f}]")

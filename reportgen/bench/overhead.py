@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from reportgen.bench.common import build, combo_label, interleave, stopwatch, time_median
+from reportgen.bench.common import build, combo_label, each_combo, interleave, stopwatch, time_median
+from reportgen.bench.latency import describe_ratio
 from reportgen.bench.results import bootstrap_median, bootstrap_ratio, figure, median
 
 INSTRUMENTATION_GOAL = 0.03
@@ -94,24 +95,11 @@ def instrumentation_compare(combo: Any, *, rounds: int, budget_s: float) -> dict
 def instrumentation_overhead(combos: Sequence[Any], *, rounds: int = 6, budget_s: float = 0.6,
                              log: Callable[[str], None] = print,
                              stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-    goal = f"instrumented / bare < {1 + INSTRUMENTATION_GOAL:.2f} at reference size"
-    spec = {"kind": "below", "target": 1 + INSTRUMENTATION_GOAL}
-    rows: list[dict[str, Any]] = []
-    notes: list[str] = []
     with stopwatch() as wall:
-        for i, combo in enumerate(combos, 1):
-            if stop():
-                notes.append(f"time limit reached: {len(combos) - i + 1} combinations not measured")
-                break
-            try:
-                row = instrumentation_compare(combo, rounds=rounds, budget_s=budget_s)
-            except Exception as exc:  # noqa: BLE001
-                notes.append(f"{combo_label(combo)} failed: {type(exc).__name__}: {exc}")
-                log(f"  instrumentation {i}/{len(combos)} {combo_label(combo)}: FAILED {exc}")
-                continue
-            rows.append(row)
-            log(f"  instrumentation {i}/{len(combos)} {row['combination']}: ratio "
-                f"{row['ratio']:.4f} [{row['ratio_low']:.4f}, {row['ratio_high']:.4f}]")
+        rows, notes = each_combo(
+            combos, "instrumentation",
+            lambda c: instrumentation_compare(c, rounds=rounds, budget_s=budget_s),
+            describe_ratio, log=log, stop=stop)
     return instrumentation_summary(rows, notes, rounds=rounds, budget_s=budget_s,
                                    duration_s=wall[0])
 

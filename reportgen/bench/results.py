@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from reportgen.stats import median
 from reportgen.store import atomic_write_bytes
 
 KIND = "reportgen.bench"
@@ -130,15 +131,6 @@ def verdict(goal_spec: Mapping[str, Any] | None, value: float | None,
 
 
 # ---------------------------------------------------------------- statistics (pure)
-
-
-def median(values: Sequence[float]) -> float:
-    xs = sorted(values)
-    n = len(xs)
-    if n == 0:
-        return float("nan")
-    mid = n // 2
-    return xs[mid] if n % 2 else 0.5 * (xs[mid - 1] + xs[mid])
 
 
 def bootstrap_ratio(a: Sequence[float], b: Sequence[float], *, paired: bool = True,
