@@ -3,7 +3,7 @@
 The trace is what ``torch.profiler`` exports: host ``cpu_op`` and ``user_annotation``
 events (complete events, ``ph == "X"``, microseconds), ``cuda_runtime`` launches, device
 ``kernel``/``gpu_memcpy``/``gpu_memset`` events linked to their launch by ``correlation``,
-and ``[memory]`` instants. The hooks in ``reportgen.structure`` open ``rg|<role>|<fqn>``
+and ``[memory]`` instants. The hooks in ``reportgen.profile.structure`` open ``rg|<role>|<fqn>``
 ranges around modules and ``rg|iteration`` around each profiled forward.
 
 Both the render side and tests on recorded GPU traces call this, hence pure Python.
@@ -152,7 +152,7 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
                    key=lambda e: float(e["ts"]))
     if not iters:
         raise ValueError(f"trace has no {ITERATION_LABEL!r} ranges: was it recorded "
-                         "with reportgen.profiling?")
+                         "with reportgen.profile.profiling?")
     host = (iters[0].get("pid"), iters[0].get("tid"))
     spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in iters]
     parsed = _Parsed(iterations=spans)

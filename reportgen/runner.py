@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reportgen.errors import Skip
-from reportgen.schema import COMBINATION_KIND, RUN_KIND, SCHEMA_VERSION, SECTIONS, load_combination
+from reportgen.schema import (
+    COMBINATION_KIND,
+    RUN_KIND,
+    SCHEMA_VERSION,
+    SECTIONS,
+    load_combination,
+)
 from reportgen.store import RunStore
 from reportgen.suite import Combination, Suite
 
@@ -40,7 +46,7 @@ class MeasureFn(Protocol):
 
 def load_measure() -> MeasureFn:
     """The real measurement (imports torch); tests replace it."""
-    from reportgen.measure import measure
+    from reportgen.profile.measure import measure
 
     return measure  # type: ignore[no-any-return]
 
@@ -49,19 +55,19 @@ def resolve_device(requested: str) -> str:
     """``auto`` -> cuda or cpu; ``cuda`` without a GPU is a UserError."""
     if requested == "cpu":
         return "cpu"  # no torch import needed to know that
-    from reportgen.env import resolve_device as env_resolve
+    from reportgen.profile.env import resolve_device as env_resolve
 
     return env_resolve(requested)
 
 
 def collect_environment(device: str) -> dict[str, Any]:
-    from reportgen import env
+    from reportgen.profile import env
 
     return env.collect(device)
 
 
 def hardware_slug(environment: Mapping[str, Any]) -> str:
-    from reportgen import env
+    from reportgen.profile import env
 
     return env.hardware_slug(environment)
 

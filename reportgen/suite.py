@@ -21,25 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.errors import UserError
+from reportgen.vocabulary import (
+    ATTENTION_MICRO,
+    ATTN_IMPLEMENTATIONS,
+    DEVICES,
+    DTYPES,
+    MODES,
+    SCALES,
+)
 
 SUITES_DIR = Path(__file__).parent / "suites"
 
-DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
-ATTN_IMPLEMENTATIONS: tuple[str, ...] = (
-    "eager",
-    "sdpa",
-    "sdpa-math",
-    "sdpa-flash",
-    "sdpa-efficient",
-    "sdpa-cudnn",
-    "flash_attention_2",
-    "naive",
-    "naive-inplace",
-)
-MODES: tuple[str, ...] = ("forward", "prefill", "decode")
-DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
-SCALES: tuple[str, ...] = ("tiny", "reference")
-ATTENTION_MICRO = "attention-micro"
 
 # Matrix keys, in the order combinations are expanded (outermost first after models).
 LIST_KEYS: tuple[str, ...] = ("models", "modes", "dtypes", "attn", "batch_sizes", "seq_lens")
@@ -352,8 +344,8 @@ def _check_matrix_value(key: str, value: Any, label: str, *, base_dir: Path | No
 
 
 def preset_names() -> tuple[str, ...]:
-    # Lazy: reportgen.models imports torch, and suite.py must stay importable without it.
-    models = importlib.import_module("reportgen.models")
+    # Lazy: reportgen.profile.models imports torch, and suite.py must stay importable without it.
+    models = importlib.import_module("reportgen.profile.models")
     return tuple(models.model_choices())
 
 

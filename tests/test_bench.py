@@ -13,7 +13,12 @@ import pytest
 from reportgen.bench import results as R
 from reportgen.bench.common import interleave
 from reportgen.bench.page import chart_specs, render_validation
-from reportgen.bench.trace_check import compare_totals, load_trace, op_totals, ops_table_totals
+from reportgen.bench.trace_check import (
+    compare_totals,
+    load_trace,
+    op_totals,
+    ops_table_totals,
+)
 
 
 def _doc(**figures: dict[str, Any]) -> dict[str, Any]:
@@ -194,8 +199,8 @@ def test_reader_on_a_hand_made_trace(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_reader_agrees_with_reportgen_on_a_tiny_profile(tmp_path: Path) -> None:
-    from reportgen import models, profiling
     from reportgen.bench.trace_check import check_record
+    from reportgen.profile import models, profiling
     from reportgen.suite import Combination
 
     combo = Combination(model="gpt2", scale="tiny", mode="forward", dtype="fp32",
@@ -221,8 +226,8 @@ def test_reader_agrees_with_reportgen_on_a_tiny_profile(tmp_path: Path) -> None:
 def test_stand_in_returns_the_right_shape(model: str, attn: str) -> None:
     import torch
 
-    from reportgen import models
     from reportgen.bench.ablation import attention_stand_in
+    from reportgen.profile import models
     from reportgen.suite import Combination
 
     combo = Combination(model=model, scale="tiny", mode="forward", dtype="fp32",

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from reportgen import env, nvml
 from reportgen.cli import main
 from reportgen.errors import UserError
+from reportgen.profile import env, nvml
 
 DATA = Path(__file__).parent / "data" / "nvml"
 H200 = DATA / "h200-sxm-1x.json"

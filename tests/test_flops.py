@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from torch import nn
 
-from reportgen import flops, models
 from reportgen.categories import CATEGORIES
+from reportgen.profile import flops, models
 
 _ATTN_IN_NAME = ("attention", "attn", "selfattention", "encdecattention")
 _OUT_LEAVES = ("o_proj", "o", "out_proj", "c_proj", "dense")
 
 
 def hand_categories(model: nn.Module) -> dict[str, str]:
-    """A trivial stand-in for reportgen.structure.module_categories, by module names of
+    """A trivial stand-in for reportgen.profile.structure.module_categories, by module names of
     the few models tested here (the real one is structural)."""
     out: dict[str, str] = {}
     for name, module in model.named_modules():

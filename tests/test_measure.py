@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import torch
 
-from reportgen import measure as measure_mod
-from reportgen import models
 from reportgen.categories import CATEGORIES
 from reportgen.errors import Skip
-from reportgen.measure import OutOfMemory, attention_activation_bytes, measure
+from reportgen.profile import measure as measure_mod
+from reportgen.profile import models
+from reportgen.profile.measure import OutOfMemory, attention_activation_bytes, measure
 
 SECTIONS = {"model", "inputs", "timing", "profile", "attribution", "ops", "memory", "flops"}
 
@@ -83,7 +83,7 @@ def test_measure_skips_what_does_not_apply(tmp_path: Path) -> None:
 
 
 def _fake_profile(monkeypatch: pytest.MonkeyPatch, median_ms: float = 12.0) -> list[dict[str, Any]]:
-    import reportgen.profiling
+    import reportgen.profile.profiling
 
     calls: list[dict[str, Any]] = []
 
@@ -96,7 +96,7 @@ def _fake_profile(monkeypatch: pytest.MonkeyPatch, median_ms: float = 12.0) -> l
                 "attribution": {"basis": "cpu"}, "ops": [],
                 "memory": {"by_category_bytes": {"mlp": 5}}}
 
-    monkeypatch.setattr(reportgen.profiling, "profile_step", profile_step)
+    monkeypatch.setattr(reportgen.profile.profiling, "profile_step", profile_step)
     return calls
 
 

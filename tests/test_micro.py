@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from reportgen import micro
 from reportgen.errors import Skip
+from reportgen.profile import micro, models
 
 
 def combo(variant: str, **overrides: object) -> SimpleNamespace:
@@ -48,7 +48,7 @@ def test_module_class_is_an_attention_container() -> None:
 
 
 def test_profiler_structure_sees_attention_projections() -> None:
-    from reportgen.structure import classify
+    from reportgen.profile.structure import classify
 
     roles = classify(micro.build(combo("naive"), "cpu")[0])
     assert roles["attn"].category == "attention.core"
@@ -124,7 +124,7 @@ def test_flash_runs_or_skips_with_reason() -> None:
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_reduced_precision_dtypes(dtype: str) -> None:
     module, _, step = micro.build(combo("naive-inplace", dtype=dtype), "cpu")
-    assert step.hidden.dtype == module.attn.qkv.weight.dtype == micro._DTYPES[dtype]
+    assert step.hidden.dtype == module.attn.qkv.weight.dtype == models.TORCH_DTYPES[dtype]
     assert torch.isfinite(step().float()).all()
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from reportgen import models
 from reportgen.errors import Skip, UserError
+from reportgen.profile import models
 
 
 def combo(model: str = "llama", mode: str = "forward", **kw: Any) -> SimpleNamespace:

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from test_structure import TINY, build
 
 from reportgen.attribution import classify_ops
 from reportgen.categories import CATEGORIES
-from reportgen.profiling import profile_step, write_gzip_atomic
-from reportgen.structure import classify, module_categories
-from test_structure import TINY, build
+from reportgen.profile.profiling import profile_step, write_gzip_atomic
+from reportgen.profile.structure import classify, module_categories
 
 ATTRIBUTED = ("attention.qkv", "attention.core", "attention.out", "mlp", "norm")
 

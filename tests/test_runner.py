@@ -17,7 +17,13 @@ import pytest
 
 from reportgen import cli, runner
 from reportgen.errors import Skip
-from reportgen.schema import COMBINATION_KIND, RUN_KIND, SECTIONS, iter_runs, json_schema
+from reportgen.schema import (
+    COMBINATION_KIND,
+    RUN_KIND,
+    SECTIONS,
+    iter_runs,
+    json_schema,
+)
 from reportgen.suite import Combination
 
 ROOT = Path(__file__).parent.parent
@@ -269,7 +275,7 @@ def test_sigint_stops_cleanly_with_exit_130(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_real_measure_on_the_tiny_suite(tmp_path: Path) -> None:
-    pytest.importorskip("reportgen.measure")
+    pytest.importorskip("reportgen.profile.measure")
     out = tmp_path / "runs"
     argv = ["profile", "--suite", "tiny", "--models", "gpt2", "--seq-lens", "16", "--attn", "sdpa",
             "--modes", "forward,decode", "--device", "cpu", "--out", str(out)]

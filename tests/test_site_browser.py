@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from test_render import HOSTILE, make_project, mkdocs_build, render_fixture
 
 pytestmark = pytest.mark.browser

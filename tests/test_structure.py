@@ -10,7 +10,12 @@ import transformers as tf
 from torch import nn
 
 from reportgen.categories import CATEGORIES
-from reportgen.structure import classify, install_hooks, label, module_categories
+from reportgen.profile.structure import (
+    classify,
+    install_hooks,
+    label,
+    module_categories,
+)
 
 H, FF, HEADS, LAYERS, VOCAB = 64, 128, 4, 2, 1000
 

@@ -12,7 +12,12 @@ import pytest
 import torch
 
 from reportgen import stats
-from reportgen.timing import CudaEventTimer, HostClockTimer, default_timer, time_step
+from reportgen.profile.timing import (
+    CudaEventTimer,
+    HostClockTimer,
+    default_timer,
+    time_step,
+)
 
 # --- stats -------------------------------------------------------------------------
 

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.bench.ablation import attention_stand_in
-from reportgen.bench.common import build, combo_label, each_combo, interleave, stopwatch, time_median
+from reportgen.bench.common import (
+    build,
+    combo_label,
+    each_combo,
+    interleave,
+    stopwatch,
+    time_median,
+)
 from reportgen.bench.results import bootstrap_diff, figure, median
 
 # Encoders, decoders, encoder-decoders; fused (gpt2, gpt_neox, falcon, bloom, phi's dense
@@ -55,7 +62,7 @@ def _combo(model: str, *, scale: str, mode: str = "forward", attn: str = "sdpa",
 
 
 def _profile(built: Any, iterations: int, trace_dir: Path, name: str) -> dict[str, Any]:
-    from reportgen import profiling
+    from reportgen.profile import profiling
 
     return profiling.profile_step(built.step, built.model, iterations=iterations,
                                   trace_path=trace_dir / f"{name}.trace.json.gz")
@@ -89,7 +96,7 @@ def _traits(model: Any) -> dict[str, Any]:
 
 
 def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2) -> dict[str, Any]:
-    from reportgen import models
+    from reportgen.profile import models
 
     row: dict[str, Any] = {"model_type": model_type}
     built = None
@@ -165,7 +172,7 @@ def architectures(model_types: Sequence[str] = ARCHITECTURES, *,
 
 def ablate(combo: Any, *, rounds: int, budget_s: float, iterations: int,
            trace_dir: Path) -> dict[str, Any]:
-    from reportgen import models
+    from reportgen.profile import models
 
     built = build(combo)
     step, model = built.step, built.model

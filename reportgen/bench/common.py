@@ -28,8 +28,8 @@ def interleave(variants: Mapping[str, Callable[[], float]], rounds: int) -> dict
 
 
 def build(combo: Any, device: str = "cpu") -> Any:
-    """``reportgen.models.build`` in eval mode, with the garbage of the previous model gone."""
-    from reportgen import models
+    """``reportgen.profile.models.build`` in eval mode, with the garbage of the previous model gone."""
+    from reportgen.profile import models
 
     gc.collect()
     return models.build(combo, device)
@@ -38,7 +38,7 @@ def build(combo: Any, device: str = "cpu") -> Any:
 def time_median(step: Any, budget_s: float, **kwargs: Any) -> tuple[float, dict[str, Any]]:
     """reportgen's unprofiled timing pass: (median ms, the timing section). ``kwargs`` go to
     ``timing.time_step`` (a tighter ``target_rel_halfwidth`` spends the whole budget)."""
-    from reportgen import timing
+    from reportgen.profile import timing
 
     section = timing.time_step(step, budget_s=budget_s, **kwargs)
     return float(section["median"]), section
@@ -129,8 +129,8 @@ def stopwatch() -> Iterator[list[float]]:
 
 
 def environment_summary(device: str = "cpu") -> dict[str, Any]:
-    """The environment record (reportgen.env) plus a short summary the page shows."""
-    from reportgen import env
+    """The environment record (reportgen.profile.env) plus a short summary the page shows."""
+    from reportgen.profile import env
 
     full = env.collect(device)
     host = full.get("host") or {}

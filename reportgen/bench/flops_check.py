@@ -30,8 +30,8 @@ def op_census(combo: Any) -> dict[str, int]:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from reportgen import models
     from reportgen.bench.common import build
+    from reportgen.profile import models
 
     counts: dict[str, int] = {}
 

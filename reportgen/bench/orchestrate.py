@@ -107,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from reportgen.bench.common import environment_summary, other_cpu_busy, wait_until_quiet
+    from reportgen.bench.common import (
+        environment_summary,
+        other_cpu_busy,
+        wait_until_quiet,
+    )
 
     t_start = time.perf_counter()
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -240,7 +244,7 @@ def resummarise(path: Path) -> int:
 
 
 def _hardware_guess() -> str:
-    from reportgen import env
+    from reportgen.profile import env
 
     return env.hardware_slug(env.collect("cpu"))
 

@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from reportgen.bench.common import build, combo_label, each_combo, interleave, stopwatch, time_median
+from reportgen.bench.common import (
+    build,
+    combo_label,
+    each_combo,
+    interleave,
+    stopwatch,
+    time_median,
+)
 from reportgen.bench.latency import describe_ratio
 from reportgen.bench.results import bootstrap_median, bootstrap_ratio, figure, median
 
@@ -66,7 +73,7 @@ def profiler_overhead(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def instrumentation_compare(combo: Any, *, rounds: int, budget_s: float) -> dict[str, Any]:
-    from reportgen import structure
+    from reportgen.profile import structure
 
     built = build(combo)
     step, model = built.step, built.model

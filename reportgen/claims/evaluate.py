@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.claims.metrics import Measured, Metric, ratio, read_term
-from reportgen.claims.registry import Check, Claim, Comparison, Ordering, load_claims
+from reportgen.claims.registry import Check, Claim, Comparison, load_claims
 
 SUPPORTED, REFUTED, INCONCLUSIVE, NOT_TESTED = "supported", "refuted", "inconclusive", "not tested"
 MIXED = "mixed"  # a claim's overall verdict when its evidence disagrees

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
-from urllib.parse import quote
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup

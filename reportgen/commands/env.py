@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from reportgen import env  # imports torch; keep `reportgen --help` fast
+    from reportgen.profile import env  # imports torch; keep `reportgen --help` fast
 
     record = env.collect(args.device)
     if args.format == "json":

@@ -7,10 +7,10 @@ only when their bytes change, so ``mkdocs serve`` reloads only what changed.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 from collections.abc import Iterable, Mapping
-import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from importlib import resources

@@ -13,28 +13,28 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
 
 from reportgen.errors import Skip, UserError
+from reportgen.profile.step import StepLike
+from reportgen.profile.structure import is_attention, is_projection
+from reportgen.vocabulary import (
+    ATTENTION_MICRO,
+    ATTN_IMPLEMENTATIONS,
+    DTYPES,
+    MICRO_ONLY,
+    MODES,
+    SCALES,
+    SDPA_BACKENDS,
+)
 
-MICRO = "attention-micro"
-SCALES = ("reference", "tiny")
-MODES = ("forward", "prefill", "decode")
-ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
+MICRO = ATTENTION_MICRO
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-_SDPA_BACKENDS = {
-    "sdpa-math": "MATH",
-    "sdpa-flash": "FLASH_ATTENTION",
-    "sdpa-efficient": "EFFICIENT_ATTENTION",
-    "sdpa-cudnn": "CUDNN_ATTENTION",
-}
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", *_SDPA_BACKENDS, "flash_attention_2", "naive", "naive-inplace")
-_MICRO_ONLY = ("naive", "naive-inplace")
+# suite dtype name (vocabulary.DTYPES) -> torch dtype
+TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 # name -> (transformers model_type, config overrides). Everything not overridden keeps the
 # config class default, which for these types is already the named checkpoint's shape.
@@ -227,7 +227,9 @@ def architecture(config: Any) -> str:
 
 def _auto_class(config: Any, arch: str) -> Any:
     import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    )
 
     if arch == "decoder":
         return transformers.AutoModelForCausalLM
@@ -238,7 +240,7 @@ def _auto_class(config: Any, arch: str) -> Any:
 
 def torch_dtype(name: str) -> torch.dtype:
     try:
-        return DTYPES[name]
+        return TORCH_DTYPES[name]
     except KeyError:
         raise UserError(f"unknown dtype {name!r}; choose from {', '.join(DTYPES)}") from None
 
@@ -248,7 +250,7 @@ def attn_backend(impl: str, device: torch.device, dtype: torch.dtype) -> tuple[s
     ATTN_IMPLEMENTATIONS; Skip where the device cannot run it."""
     if impl not in ATTN_IMPLEMENTATIONS:
         raise UserError(f"unknown attn_implementation {impl!r}; choose from {', '.join(ATTN_IMPLEMENTATIONS)}")
-    if impl in _MICRO_ONLY:
+    if impl in MICRO_ONLY:
         raise Skip(f"attn_implementation {impl} applies only to {MICRO}")
     if impl == "flash_attention_2":
         if device.type != "cuda":
@@ -258,12 +260,12 @@ def attn_backend(impl: str, device: torch.device, dtype: torch.dtype) -> tuple[s
         if dtype not in (torch.float16, torch.bfloat16):
             raise Skip("flash_attention_2 runs only in fp16 or bf16")
         return impl, None
-    if impl in _SDPA_BACKENDS:
+    if impl in SDPA_BACKENDS:
         from torch.nn.attention import SDPBackend
 
         if impl in ("sdpa-efficient", "sdpa-cudnn") and device.type != "cuda":
             raise Skip(f"{impl} needs a CUDA device")
-        return "sdpa", getattr(SDPBackend, _SDPA_BACKENDS[impl])
+        return "sdpa", getattr(SDPBackend, SDPA_BACKENDS[impl])
     return impl, None
 
 
@@ -274,14 +276,6 @@ def check_dtype(dtype: torch.dtype, device: torch.device) -> None:
 
 # --- inputs and steps ----------------------------------------------------------------
 
-
-class StepLike(Protocol):
-    device: torch.device
-    inputs_info: dict[str, Any]
-
-    def __call__(self) -> Any: ...
-    def reset(self) -> None: ...
-    def sync(self) -> None: ...
 
 
 def random_ids(shape: tuple[int, ...], vocab_size: int, generator: torch.Generator) -> torch.Tensor:
@@ -432,21 +426,12 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
-def _is_attention(module: nn.Module) -> bool:
-    return "Attention" in type(module).__name__
-
-
-def _is_projection(module: nn.Module) -> bool:
-    weight = getattr(module, "weight", None)
-    return isinstance(weight, torch.Tensor) and weight.dim() == 2 and not isinstance(module, nn.Embedding)
-
-
 def _first_block(model: nn.Module) -> nn.Module | None:
     """The first item of a ModuleList that holds an attention module: a transformer block."""
     for module in model.modules():
         if isinstance(module, nn.ModuleList) and len(module) > 0:
             first = module[0]
-            if any(_is_attention(m) for m in first.modules()):
+            if any(is_attention(m) for m in first.modules()):
                 return first
     return None
 
@@ -456,9 +441,9 @@ def _mlp_projections(block: nn.Module) -> list[nn.Module]:
 
     def walk(module: nn.Module) -> None:
         for child in module.children():
-            if _is_attention(child):
+            if is_attention(child):
                 continue
-            if _is_projection(child) and not list(child.children()):
+            if is_projection(child):
                 found.append(child)
             walk(child)
 
@@ -554,7 +539,9 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     """Build ``combo``'s model with random weights on ``device`` (default combo.device),
     its info dict and its Step. Raises Skip for combinations that cannot run here."""
     if combo.model == MICRO:
-        from reportgen import micro  # written alongside; imported only when asked for
+        from reportgen.profile import (
+            micro,  # written alongside; imported only when asked for
+        )
 
         module, info, step = micro.build(combo, device if device is not None else combo.device, seed=seed)
         return BuiltModel(module, info, step)

@@ -7,9 +7,9 @@ driver, device, git, environment_variables, time. The caller adds ``seeds``.
 Rule 12: the hostname is stored only as a hash, environment variables are an allowlist
 of performance-relevant names, and anything that looks like a credential (by name or by
 value) is dropped even when its name is on the allowlist. Rule 13: nothing here changes
-the hardware; NVML is read only (see :mod:`reportgen.nvml`).
+the hardware; NVML is read only (see :mod:`reportgen.profile.nvml`).
 
-torch is imported inside functions so that ``reportgen.env`` stays cheap to import.
+torch is imported inside functions so that ``reportgen.profile.env`` stays cheap to import.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from reportgen import __version__, nvml
+from reportgen import __version__
 from reportgen.errors import UserError
+from reportgen.profile import nvml
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 

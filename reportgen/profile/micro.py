@@ -39,8 +39,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from reportgen.errors import Skip
+from reportgen.profile.models import TORCH_DTYPES
+from reportgen.vocabulary import ATTENTION_MICRO, SDPA_BACKENDS
 
-NAME = "attention-micro"
+NAME = ATTENTION_MICRO
 HIDDEN_SIZE = 1024
 NUM_HEADS = 16
 
@@ -52,22 +54,6 @@ VARIANTS: tuple[str, ...] = (
     "sdpa-flash",
     "sdpa-cudnn",
 )
-
-_BACKENDS: dict[str, str] = {
-    "sdpa-math": "MATH",
-    "sdpa-efficient": "EFFICIENT_ATTENTION",
-    "sdpa-flash": "FLASH_ATTENTION",
-    "sdpa-cudnn": "CUDNN_ATTENTION",
-}
-
-_DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-}
 
 
 class OutProjection(nn.Linear):
@@ -159,17 +145,17 @@ def _field(combo: Any, name: str, default: Any = None) -> Any:
 
 def backend_context(variant: str) -> Callable[[], AbstractContextManager[Any]]:
     """A factory for the context that pins SDPA to the variant's backend (none for naive)."""
-    if variant not in _BACKENDS:
+    if variant not in SDPA_BACKENDS:
         return nullcontext
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backend = getattr(SDPBackend, _BACKENDS[variant])
+    backend = getattr(SDPBackend, SDPA_BACKENDS[variant])
     return lambda: sdpa_kernel(backend)
 
 
 def _probe(variant: str, module: MicroModel, x: torch.Tensor, device: torch.device, dtype: str) -> None:
     """Raise Skip when the pinned backend has no kernel for these inputs on this device."""
-    if variant not in _BACKENDS or variant == "sdpa-math":
+    if variant not in SDPA_BACKENDS or variant == "sdpa-math":
         return
     import warnings
 
@@ -235,9 +221,9 @@ def build(
     if mode not in (None, "forward"):
         raise Skip(f"attention-micro measures the forward pass only, not mode {mode!r}")
     dtype_name = str(_field(combo, "dtype", "fp32"))
-    if dtype_name not in _DTYPES:
+    if dtype_name not in TORCH_DTYPES:
         raise Skip(f"attention-micro does not support dtype {dtype_name!r}")
-    dtype = _DTYPES[dtype_name]
+    dtype = TORCH_DTYPES[dtype_name]
     batch = int(_field(combo, "batch_size", 1) or 1)
     length = int(_field(combo, "seq_len", 1024) or 1024)
     if seed is None:
@@ -276,7 +262,7 @@ def build(
                 "naive": "masked_fill (out of place)",
                 "naive-inplace": "masked_fill_ (in place)",
             }.get(variant, "is_causal=True"),
-            "sdpa_backend": _BACKENDS.get(variant),
+            "sdpa_backend": SDPA_BACKENDS.get(variant),
         },
     }
     inputs_info: dict[str, Any] = {

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -30,6 +30,7 @@ from reportgen.attribution import (
     split_attention,
     split_mlp,
 )
+from reportgen.profile.step import StepLike
 
 __all__ = ["ITERATION_LABEL", "ModuleRole", "classify", "install_hooks", "label",
            "module_categories"]
@@ -41,11 +42,6 @@ _CONTAINER_CATEGORY: dict[str | None, str] = {
     "embed": "embeddings", "head": "head", "attn": "attention.core", "core": "attention.core",
     "mlp": "mlp", None: "other"}
 
-
-class StepLike(Protocol):
-    def __call__(self) -> Any: ...
-
-    def reset(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -81,7 +77,7 @@ def _is_norm(module: nn.Module) -> bool:
         or isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)))
 
 
-def _is_attention(module: nn.Module) -> bool:
+def is_attention(module: nn.Module) -> bool:
     return "Attention" in type(module).__name__
 
 
@@ -89,7 +85,7 @@ def _is_embedding(module: nn.Module) -> bool:
     return isinstance(module, nn.Embedding) or "Embedding" in type(module).__name__
 
 
-def _is_projection(module: nn.Module) -> bool:
+def is_projection(module: nn.Module) -> bool:
     weight = getattr(module, "weight", None)
     return (_is_leaf(module) and isinstance(weight, torch.Tensor) and weight.dim() == 2
             and not _is_embedding(module))
@@ -125,7 +121,7 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
             pass  # the root's own ops (masks, residuals) and all of a head stay as they are
         elif _is_norm(module):
             role, category = "norm", "norm"
-        elif _is_attention(module):
+        elif is_attention(module):
             if container is None:
                 role, category, inner, inner_fqn = "attn", "attention.core", "attn", fqn
         elif _is_embedding(module):
@@ -136,7 +132,7 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
         elif container is None and (module is out_emb or any(
                 marker in type(module).__name__ for marker in HEAD_MARKERS)):
             role, category, inner, inner_fqn = "head", "head", "head", fqn
-        elif _is_projection(module):
+        elif is_projection(module):
             if container == "attn":
                 role, category = "proj", "attention.qkv"
             elif container == "mlp" or (container is None and block is not None):
@@ -147,8 +143,8 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
         elif parent_is_list and container is None and block is None and not is_list:
             role, category, inner_block = "block", "other", fqn
         elif (container is None and block is not None and not is_list
-              and _has_descendant(module, _is_projection)
-              and not _has_descendant(module, _is_attention)):
+              and _has_descendant(module, is_projection)
+              and not _has_descendant(module, is_attention)):
             role, category, inner, inner_fqn = "mlp", "mlp", "mlp", fqn
         result[fqn] = ModuleRole(fqn, role, category, container, container_fqn, block)
         for name, child in module.named_children():

@@ -2,7 +2,7 @@
 
 Timing comes from the unprofiled pass (METHOD.md rule 1); this pass only apportions it.
 Each iteration runs inside an ``rg|iteration`` range with the module hooks of
-``reportgen.structure`` installed, so ``reportgen.attribution`` can split it.
+``reportgen.profile.structure`` installed, so ``reportgen.attribution`` can split it.
 """
 
 from __future__ import annotations
@@ -13,27 +13,18 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from reportgen.attribution import ATTRIBUTION_KEYS, ITERATION_LABEL, analyse_trace
+from reportgen.profile.step import StepLike
+from reportgen.profile.structure import install_hooks
 from reportgen.store import atomic_write_bytes
-from reportgen.structure import install_hooks
 
 __all__ = ["profile_step", "write_gzip_atomic"]
 
-
-class Step(Protocol):
-    device: torch.device
-
-    def __call__(self) -> Any: ...
-
-    def reset(self) -> None: ...
-
-    def sync(self) -> None: ...
 
 
 def write_gzip_atomic(path: Path, data: bytes) -> int:
@@ -45,7 +36,7 @@ def write_gzip_atomic(path: Path, data: bytes) -> int:
     return len(packed)
 
 
-def _record(step: Step, model: nn.Module, iterations: int, warmup: int, out: Path) -> None:
+def _record(step: StepLike, model: nn.Module, iterations: int, warmup: int, out: Path) -> None:
     activities = [ProfilerActivity.CPU]
     if step.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -64,7 +55,7 @@ def _record(step: Step, model: nn.Module, iterations: int, warmup: int, out: Pat
     prof.export_chrome_trace(str(out))
 
 
-def profile_step(step: Step, model: nn.Module, *, iterations: int = 3, warmup: int = 1,
+def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmup: int = 1,
                  trace_path: Path) -> dict[str, Any]:
     """Profile ``iterations`` forwards of ``step`` (after ``warmup`` profiled-but-dropped
     ones) and attribute them.

@@ -15,19 +15,13 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from reportgen import stats
+from reportgen.profile.step import StepLike
 
 WARMUP_WINDOW = 5  # iterations per window; warm when two windows' medians agree
 WARMUP_TOLERANCE = 0.05
 WARMUP_MAX_ITERATIONS = 200
 BUDGET_FLOOR = 3  # the budget never stops a run with fewer samples than min(min_samples, this)
 
-
-class StepLike(Protocol):
-    device: Any
-
-    def __call__(self) -> Any: ...
-    def reset(self) -> None: ...
-    def sync(self) -> None: ...
 
 
 class Timer(Protocol):

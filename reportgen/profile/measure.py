@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from reportgen import flops as flops_mod
-from reportgen import models
-from reportgen.timing import time_step
+from reportgen.profile import flops as flops_mod
+from reportgen.profile import models
+from reportgen.profile.timing import time_step
 
 __all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
 
@@ -57,7 +57,7 @@ def _peaks(device: torch.device) -> tuple[int | None, int | None]:
 
 
 def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, device: torch.device) -> dict[str, Any]:
-    from reportgen.structure import module_categories
+    from reportgen.profile.structure import module_categories
 
     hints = models.analytic_hints(built.model)
     analytic = flops_mod.analytic(built.info, combo, hints)
@@ -97,7 +97,7 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
 
 def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
              profile_iterations: int, holder: list[models.BuiltModel]) -> dict[str, Any]:
-    from reportgen.profiling import profile_step
+    from reportgen.profile.profiling import profile_step
 
     device = torch.device(combo.device)
     built = models.build(combo, device, seed=seed)

@@ -1,0 +1,24 @@
+"""The names a suite is made of, defined once: modes, dtypes, scales, devices, attention
+implementations. Torch-free; the profile side maps these names to torch objects."""
+
+from __future__ import annotations
+
+MODES: tuple[str, ...] = ("forward", "prefill", "decode")
+DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
+SCALES: tuple[str, ...] = ("tiny", "reference")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+ARCHITECTURES: tuple[str, ...] = ("encoder", "decoder", "encoder-decoder")
+
+# The isolated attention micro-benchmark model (not a transformers model).
+ATTENTION_MICRO = "attention-micro"
+
+# SDPA pinned to one backend: implementation name -> torch.nn.attention.SDPBackend member.
+SDPA_BACKENDS: dict[str, str] = {
+    "sdpa-math": "MATH",
+    "sdpa-flash": "FLASH_ATTENTION",
+    "sdpa-efficient": "EFFICIENT_ATTENTION",
+    "sdpa-cudnn": "CUDNN_ATTENTION",
+}
+# Variants that exist only in the micro-benchmark (hand-written attention).
+MICRO_ONLY: tuple[str, ...] = ("naive", "naive-inplace")
+ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("eager", "sdpa", *SDPA_BACKENDS, "flash_attention_2", *MICRO_ONLY)
