@@ -1,54 +1,43 @@
-"""Run a validated suite: one record per combination, written the moment it finishes.
+"""Run a validated suite: plan what is left, hand it to an executor, keep run.json current.
 
 Resume is the default: a combination with a readable record is not measured again
-(``force`` re-measures). A ``Skip`` from ``measure`` is recorded as ``skipped``; any other
-exception (a CUDA out-of-memory included) as ``failed`` with ``"{type}: {message}"``, and
-the suite goes on. Ctrl-C stops between writes: finished records stay, run.json says
+(``force`` re-measures everything, ``retry_failed`` the failed ones). The executor
+measures (``reportgen.execute``): by default one supervised worker process per device,
+so a crash, hang or poisoned device costs one combination, recorded ``failed`` with its
+reason. Ctrl-C stops between writes: finished records stay, run.json says
 ``interrupted``, and the KeyboardInterrupt goes up to the CLI (exit 130).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import gc
 import sys
-import time
-import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from reportgen.errors import Skip
-from reportgen.schema import (
-    COMBINATION_KIND,
-    RUN_KIND,
-    SCHEMA_VERSION,
-    SECTIONS,
-    load_combination,
-)
+from reportgen.execute import plan
+from reportgen.execute.console import Progress
+from reportgen.execute.devices import MEASURE, PREFLIGHT, worker_specs
+from reportgen.execute.local import Job
+from reportgen.execute.record import git_of, run_record, utc_now
 from reportgen.store import RunStore
-from reportgen.suite import Combination, Suite
+from reportgen.suite import Settings, Suite
+
+# A combination's worker is stopped after this long; at least TIMEOUT_FLOOR_S, else this
+# many times the suite's timing budget (build, warm-up, timing, profiled pass, FLOPs).
+TIMEOUT_FLOOR_S = 900.0
+TIMEOUT_BUDGETS = 120.0
 
 
-class MeasureFn(Protocol):
-    def __call__(
-        self,
-        combo: Combination,
-        *,
-        run_dir: Path,
-        combo_id: str,
-        budget_s: float,
-        seed: int,
-        profile_iterations: int,
-    ) -> Mapping[str, Any]: ...
+def default_timeout(settings: Settings) -> float:
+    return max(TIMEOUT_FLOOR_S, TIMEOUT_BUDGETS * settings.budget_s)
 
 
-def load_measure() -> MeasureFn:
-    """The real measurement (imports torch); tests replace it."""
-    from reportgen.profile.measure import measure
+class Executor(Protocol):
+    name: str
 
-    return measure  # type: ignore[no-any-return]
+    def run(self, job: Job, progress: Progress) -> None: ...
 
 
 def resolve_device(requested: str) -> str:
@@ -72,52 +61,6 @@ def hardware_slug(environment: Mapping[str, Any]) -> str:
     return env.hardware_slug(environment)
 
 
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def git_of(environment: Mapping[str, Any]) -> dict[str, Any]:
-    git = environment.get("git") or {}
-    return {"commit": git.get("commit"), "dirty": git.get("dirty")}
-
-
-def combination_record(
-    combo: Combination,
-    *,
-    run_id: str,
-    status: str,
-    reason: str | None,
-    started: str,
-    finished: str,
-    duration_s: float,
-    git: Mapping[str, Any],
-    sections: Mapping[str, Any] | None = None,
-    error_traceback: str | None = None,
-) -> dict[str, Any]:
-    """The envelope around what ``measure`` returned; envelope keys always win."""
-    record: dict[str, Any] = {
-        "kind": COMBINATION_KIND,
-        "schema_version": SCHEMA_VERSION,
-        "id": combo.id,
-        "run_id": run_id,
-        "combination": combo.as_dict(),
-        "status": status,
-        "reason": reason,
-        "started": started,
-        "finished": finished,
-        "duration_s": duration_s,
-        "git": dict(git),
-    }
-    sections = sections or {}
-    for name in SECTIONS:
-        record[name] = sections.get(name)
-    for name, value in sections.items():
-        record.setdefault(name, value)  # extra sections measure may add later
-    if error_traceback is not None:
-        record["traceback"] = error_traceback
-    return record
-
-
 @dataclass
 class RunResult:
     store: RunStore
@@ -129,91 +72,16 @@ class RunResult:
         return sum(1 for r in self.records if r["status"] == status)
 
 
-def _release_memory() -> None:
-    # After an out-of-memory failure the next combination needs the cached blocks back.
-    gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        torch.cuda.empty_cache()
+def local_executor(suite: Suite, *, devices: list[int] | None = None, gpu_count: int = 0,
+                   timeout_s: float | None = None, measure: str = MEASURE,
+                   preflight: str | None = PREFLIGHT) -> Executor:
+    """Supervised workers on this host; ``measure`` and ``preflight`` are "module:function"
+    paths each worker imports (``preflight=None`` checks no memory first)."""
+    from reportgen.execute.local import LocalExecutor
 
-
-def measure_one(
-    combo: Combination, store: RunStore, suite: Suite, measure: MeasureFn, git: Mapping[str, Any]
-) -> dict[str, Any]:
-    started = utc_now()
-    t0 = time.perf_counter()
-    sections: Mapping[str, Any] | None = None
-    reason: str | None = None
-    error_traceback: str | None = None
-    try:
-        sections = measure(
-            combo,
-            run_dir=store.run_dir,
-            combo_id=combo.id,
-            budget_s=suite.settings.budget_s,
-            seed=suite.settings.seed,
-            profile_iterations=suite.settings.profile_iterations,
-        )
-        status = "ok"
-    except Skip as exc:
-        status, reason = "skipped", str(exc) or "skipped"
-    except Exception as exc:  # noqa: BLE001 - one failure must not stop the suite
-        # an out-of-memory already says what it is; anything else is named by its type
-        oom = type(exc).__name__ == "OutOfMemory"
-        status, reason = "failed", str(exc) if oom else f"{type(exc).__name__}: {exc}"
-        error_traceback = traceback.format_exc(limit=20)
-        _release_memory()
-    return combination_record(
-        combo,
-        run_id=store.run_id,
-        status=status,
-        reason=reason,
-        started=started,
-        finished=utc_now(),
-        duration_s=time.perf_counter() - t0,
-        git=git,
-        sections=sections,
-        error_traceback=error_traceback,
-    )
-
-
-def run_record(
-    store: RunStore,
-    suite: Suite,
-    *,
-    command: str,
-    environment: Mapping[str, Any],
-    started: str,
-    state: str,
-    finished: str | None,
-) -> dict[str, Any]:
-    """run.json; ``state`` is running, interrupted or ended (complete if nothing pending)."""
-    ids = [c.id for c in suite.combinations()]
-    counts = {"ok": 0, "skipped": 0, "failed": 0, "pending": 0}
-    for combo_id in ids:
-        path = store.combination_path(combo_id)
-        if not path.is_file():
-            counts["pending"] += 1
-            continue
-        try:
-            counts[load_combination(path)["status"]] += 1
-        except Exception:  # noqa: BLE001 - an unreadable record is re-measured later
-            counts["pending"] += 1
-    return {
-        "kind": RUN_KIND,
-        "schema_version": SCHEMA_VERSION,
-        "run_id": store.run_id,
-        "hardware": store.hardware,
-        "suite": {"name": suite.name, "hash": suite.hash, "source": suite.source, "spec": suite.spec()},
-        "command": command,
-        "environment": dict(environment),
-        "status": ("complete" if counts["pending"] == 0 else "incomplete") if state == "ended" else state,
-        "started": started,
-        "updated": utc_now(),
-        "finished": finished,
-        "counts": counts,
-        "combinations": ids,
-    }
+    specs = worker_specs(suite.settings.device, devices, gpu_count=gpu_count, measure=measure,
+                         preflight=preflight)
+    return LocalExecutor(specs, timeout_s=timeout_s or default_timeout(suite.settings))
 
 
 def run_suite(
@@ -221,15 +89,19 @@ def run_suite(
     *,
     out: str | Path,
     force: bool = False,
+    retry_failed: bool = False,
     command: str = "",
-    measure: MeasureFn | None = None,
+    executor: Executor | None = None,
+    measure: Callable[..., Any] | None = None,
     environment: Mapping[str, Any] | None = None,
     hardware: str | None = None,
     show_progress: bool = True,
 ) -> RunResult:
     """Measure every combination of ``suite`` not yet done under ``out``.
 
-    ``suite`` must be validated; ``auto`` is resolved here if the caller has not.
+    ``executor`` defaults to the local one (supervised workers); ``measure`` (a callable)
+    runs in this process instead, without isolation. ``suite`` must be validated;
+    ``auto`` is resolved here if the caller has not.
     """
     if suite.settings.device == "auto":
         suite = suite.with_device(resolve_device("auto"))
@@ -238,110 +110,44 @@ def run_suite(
         environment = collect_environment(suite.settings.device)
     environment = {**environment, "seeds": {"suite": suite.settings.seed}}
     store = RunStore(out, hardware or hardware_slug(environment), suite)
-    measure = measure or load_measure()
-    git = git_of(environment)
+    if executor is None:
+        if measure is not None:
+            from reportgen.execute.inline import InlineExecutor
+
+            executor = InlineExecutor(measure, device=suite.settings.device)
+        else:
+            executor = local_executor(suite)
 
     previous = store.read_run()
     started = previous.get("started", utc_now()) if previous else utc_now()
+    execution = {"executor": executor.name,
+                 "workers": [spec.slot for spec in getattr(executor, "specs", [])] or None}
 
     def write_run(state: str, finished: str | None) -> None:
-        store.write_run(
-            run_record(store, suite, command=command, environment=environment,
-                       started=started, state=state, finished=finished)
-        )
+        store.write_run(run_record(store, suite, command=command, environment=environment, started=started,
+                                   state=state, finished=finished, execution=execution))
 
     result = RunResult(store=store)
-    todo = [c for c in combos if force or not store.done(c.id)]
-    result.resumed = [c.id for c in combos if c not in todo]
+    todo = plan.todo(store, combos, force=force, retry_failed=retry_failed)
+    waiting = {c.id for c in todo}
+    result.resumed = [c.id for c in combos if c.id not in waiting]
     if previous and not todo:
         # nothing measured now: the run keeps the environment its records were measured in
         if show_progress:
-            print(f"nothing to measure: all {len(combos)} combinations of {store.run_id} are done "
-                  "(--force measures them again)", file=sys.stderr)
+            failed = sum(1 for e in plan.states(store.run_dir, [c.id for c in combos]) if e.state == "failed")
+            hint = f"; {failed} failed (--retry-failed measures them again)" if failed else ""
+            print(f"nothing to measure: all {len(combos)} combinations of {store.run_id} are done{hint} "
+                  "(--force measures them all again)", file=sys.stderr)
         return result
     write_run("running", None)
-    with _Progress(len(combos), len(todo), len(result.resumed), enabled=show_progress) as progress:
+    job = Job(store=store, todo=todo, settings=suite.settings, git=git_of(environment),
+              retry_failed=retry_failed, force=force, executor=executor.name, records=result.records)
+    with Progress(len(combos), len(todo), len(result.resumed), enabled=show_progress) as progress:
         try:
-            for combo in todo:
-                progress.start(combo)
-                record = measure_one(combo, store, suite, measure, git)
-                store.write_combination(record)
-                result.records.append(record)
-                progress.finish(combo, record)
+            executor.run(job, progress)
         except KeyboardInterrupt:
             result.interrupted = True
             write_run("interrupted", utc_now())
             raise
     write_run("ended", utc_now())
     return result
-
-
-class _Progress:
-    """A rich progress bar on a terminal; one line per combination otherwise (CI logs)."""
-
-    def __init__(self, total: int, todo: int, resumed: int, *, enabled: bool) -> None:
-        from rich.console import Console
-
-        self.console = Console(stderr=True)
-        self.total, self.todo, self.resumed = total, todo, resumed
-        self.index = resumed
-        self.enabled = enabled
-        self.bar: Any = None
-        self.task: Any = None
-
-    def __enter__(self) -> _Progress:
-        if not self.enabled:
-            return self
-        if self.resumed:
-            self.note(f"resuming: {self.resumed} of {self.total} combinations already done")
-        if self.console.is_terminal:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            # The bar counts only this invocation's work, so resumed ones don't skew ETA.
-            self.bar = Progress(
-                TextColumn("[bold]{task.fields[position]}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                TextColumn("{task.description}"),
-                console=self.console,
-            )
-            self.bar.__enter__()
-            self.task = self.bar.add_task("", total=self.todo, position="")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-
-    def note(self, text: str) -> None:
-        if self.enabled:
-            self.console.print(text, markup=False, highlight=False)
-
-    def start(self, combo: Combination) -> None:
-        self.index += 1
-        if self.bar is not None:
-            self.bar.update(self.task, description=combo.id, position=f"{self.index}/{self.total}")
-
-    def finish(self, combo: Combination, record: Mapping[str, Any]) -> None:
-        if not self.enabled:
-            return
-        timing = record.get("timing") or {}
-        median = timing.get("median")
-        detail = f"{median:.4g} ms" if isinstance(median, (int, float)) else (record.get("reason") or "")
-        line = f"[{self.index}/{self.total}] {combo.id}: {record['status']} {detail} ({record['duration_s']:.1f} s)"
-        if self.bar is not None:
-            self.bar.advance(self.task)
-            if record["status"] == "failed":
-                self.bar.console.print(line, markup=False, highlight=False)
-        else:
-            self.console.print(line, markup=False, highlight=False, soft_wrap=True)

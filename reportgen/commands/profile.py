@@ -54,6 +54,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         parser.add_argument(flag, dest=dest, metavar=metavar, help=text)
     parser.add_argument("--out", default="runs", metavar="DIR", help="results root (default: runs)")
     parser.add_argument("--force", action="store_true", help="re-measure combinations already done")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="measure failed combinations again (a plain rerun leaves them: one may have "
+                        "killed its worker)")
+    parser.add_argument("--executor", default="local", metavar="local|slurm",
+                        help="local: one supervised worker process per device on this host (default); "
+                        "slurm: a job array on a Slurm cluster")
+    parser.add_argument("--devices", metavar="all|0,3,5",
+                        help="GPUs of this host to measure on, one worker each (default: the first GPU)")
+    parser.add_argument("--timeout", dest="timeout_s", metavar="SECONDS",
+                        help="stop a combination's worker after this long and record it failed "
+                        "(default: the larger of 900 s and 120 timing budgets)")
     parser.add_argument(
         "--list", action="store_true", help="print the combination ids and exit; writes nothing"
     )
@@ -73,6 +84,13 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--out", args.out]
     if args.force:
         parts.append("--force")
+    if args.retry_failed:
+        parts.append("--retry-failed")
+    if args.executor != "local":
+        parts += ["--executor", args.executor]
+    for flag, dest in (("--devices", "devices"), ("--timeout", "timeout_s")):
+        if getattr(args, dest) is not None:
+            parts += [flag, str(getattr(args, dest))]
     return shlex.join(parts)
 
 
@@ -85,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out: '{out}' exists and is not a directory")
+    timeout_s = _timeout(args.timeout_s)
+    if args.executor not in EXECUTORS:
+        raise UserError(f"--executor: unknown executor {args.executor!r}; choose from {', '.join(EXECUTORS)}")
+    if args.force and args.retry_failed:
+        raise UserError("--retry-failed: contradicts --force, which measures every combination again")
     suite = suite.with_device(runner.resolve_device(suite.settings.device))
     combos = suite.combinations()
 
@@ -93,9 +116,43 @@ def run(args: argparse.Namespace) -> int:
             print(combo.id)
         return 0
 
-    result = runner.run_suite(suite, out=out, force=args.force, command=command_line(args))
+    if args.executor == "slurm":
+        from reportgen.execute import slurm
+
+        return slurm.main(args, suite, out=out, command=command_line(args), timeout_s=timeout_s)
+
+    gpu_count = _gpu_count(suite.settings.device)
+    from reportgen.execute.devices import parse_devices
+
+    devices = parse_devices(args.devices, device=suite.settings.device, gpu_count=gpu_count)
+    executor = runner.local_executor(suite, devices=devices, gpu_count=gpu_count, timeout_s=timeout_s)
+    result = runner.run_suite(suite, out=out, force=args.force, retry_failed=args.retry_failed,
+                              command=command_line(args), executor=executor)
     _print_summary(result.store.run_dir)
     return 0
+
+
+EXECUTORS = ("local", "slurm")
+
+
+def _timeout(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise UserError(f"--timeout: {value!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise UserError(f"--timeout: must be more than 0 seconds, not {value}")
+    return seconds
+
+
+def _gpu_count(device: str) -> int:
+    if device != "cuda":
+        return 0
+    import torch
+
+    return int(torch.cuda.device_count())
 
 
 def _print_summary(run_dir: Path) -> None:
@@ -109,3 +166,7 @@ def _print_summary(run_dir: Path) -> None:
     console = table_console()
     console.print(render_table(rows, title=title))
     console.print(f"records: {run_dir}", markup=False, highlight=False)
+    if counts.get("failed"):
+        console.print(f"{counts['failed']} failed: the reasons are in the table and the worker logs in "
+                      f"{run_dir / 'logs'}; rerun with --retry-failed to measure them again",
+                      markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,14 @@
+"""Execution: how the combinations of a suite get measured, apart from what measuring is.
+
+``plan``        which combinations of a run are done, claimed, pending; claims as lock files
+``record``      the records written under runs/ (combination envelope, run.json)
+``worker``      the measuring process: one per device, a fresh interpreter, never forked
+``supervisor``  starts a worker, hands it one combination at a time, survives its death
+``devices``     which devices get a worker (``--devices``)
+``local``       the default executor: one supervised worker per device on this host
+``inline``      measuring in this process, without isolation (for the isolation-cost bench)
+``slurm``       the Slurm executor (submitit): a job array whose tasks each run a worker
+``console``     the progress display and the quiet console
+
+The parent never measures: it plans, hands out work and writes what comes back.
+"""

@@ -1,0 +1,169 @@
+"""The local executor: one supervised worker per device on this host.
+
+Combinations are handed out dynamically, largest first, to whichever worker is free.
+Each is claimed in the run directory before it is measured (``plan.Claims``), so a
+local run and Slurm tasks on the same run never measure one combination twice, and its
+record is written the moment it finishes. Ctrl-C (or SIGTERM) kills the workers, keeps
+every finished record and leaves the unfinished ones pending.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reportgen.execute.console import Progress
+from reportgen.execute.plan import HEARTBEAT_S, Claims
+from reportgen.execute.record import combination_record, utc_now
+from reportgen.execute.supervisor import Outcome, Supervisor
+from reportgen.execute.worker import WorkerSpec
+from reportgen.store import RunStore
+from reportgen.suite import Combination, Settings
+
+
+@dataclass
+class Job:
+    """What one invocation measures, and where its records go."""
+
+    store: RunStore
+    todo: list[Combination]
+    settings: Settings
+    git: Mapping[str, Any]
+    retry_failed: bool = False
+    force: bool = False
+    executor: str = "local"
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def task(self, combo: Combination) -> dict[str, Any]:
+        return {"combo": combo, "combo_id": combo.id, "run_dir": self.store.run_dir,
+                "budget_s": self.settings.budget_s, "seed": self.settings.seed,
+                "profile_iterations": self.settings.profile_iterations}
+
+    def still_wanted(self, combo: Combination) -> bool:
+        """Re-checked after claiming: another process may have finished it meanwhile."""
+        if self.force:
+            return True
+        path = self.store.combination_path(combo.id)
+        if not path.is_file():
+            return True
+        if not self.store.done(combo.id):
+            return True
+        if self.retry_failed:
+            from reportgen.schema import load_combination
+
+            return bool(load_combination(path).get("status") == "failed")
+        return False
+
+
+def outcome_record(job: Job, combo: Combination, outcome: Outcome, *, started: str, seconds: float,
+                   slurm: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    execution: dict[str, Any] = {"executor": job.executor, **outcome.execution}
+    if slurm:
+        execution["slurm"] = dict(slurm)
+    if outcome.status == "failed" and outcome.log_tail:
+        execution["log_tail"] = outcome.log_tail
+    return combination_record(
+        combo, run_id=job.store.run_id, status=outcome.status, reason=outcome.reason, started=started,
+        finished=utc_now(), duration_s=seconds, git=job.git,
+        sections=outcome.sections if outcome.status == "ok" else None,
+        error_traceback=outcome.traceback,
+        extra={"preflight": outcome.preflight, "device": outcome.device, "execution": execution},
+    )
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, specs: list[WorkerSpec], *, timeout_s: float,
+                 supervisor: Callable[..., Supervisor] = Supervisor) -> None:
+        self.specs = specs
+        self.timeout_s = timeout_s
+        self.make_supervisor = supervisor
+
+    def run(self, job: Job, progress: Progress) -> None:
+        claims = Claims(job.store.run_dir)
+        queue = list(job.todo)
+        queue_lock = threading.Lock()
+        stop = threading.Event()
+        active: dict[str, str] = {}  # slot -> combination id being measured
+        errors: list[BaseException] = []
+        log_dir = job.store.run_dir / "logs"
+        supervisors = [self.make_supervisor(spec, log_dir=log_dir, timeout_s=self.timeout_s)
+                       for spec in self.specs]
+
+        def next_combo() -> Combination | None:
+            with queue_lock:
+                while queue and not stop.is_set():
+                    combo = queue.pop(0)
+                    if not claims.try_claim(combo.id):
+                        continue  # measured by another process right now
+                    if not job.still_wanted(combo):
+                        claims.release(combo.id)
+                        continue
+                    return combo
+                return None
+
+        def work(sup: Supervisor) -> None:
+            slot = sup.spec.slot
+            try:
+                while not stop.is_set():
+                    combo = next_combo()
+                    if combo is None:
+                        return
+                    active[slot] = combo.id
+                    progress.start(combo, slot)
+                    started, t0 = utc_now(), time.perf_counter()
+                    try:
+                        outcome = sup.run(job.task(combo))
+                    except BaseException:
+                        claims.release(combo.id)
+                        if stop.is_set():
+                            return  # interrupted: the combination stays pending
+                        raise
+                    if stop.is_set():
+                        claims.release(combo.id)
+                        return
+                    record = outcome_record(job, combo, outcome, started=started,
+                                            seconds=time.perf_counter() - t0, slurm=claims.me.get("slurm"))
+                    job.store.write_combination(record)
+                    claims.release(combo.id)
+                    active.pop(slot, None)
+                    job.records.append(record)
+                    progress.finish(combo, slot, record, outcome.log_tail)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                errors.append(exc)
+                stop.set()
+            finally:
+                active.pop(slot, None)
+                sup.close()
+
+        def heartbeat() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                claims.heartbeat(list(active.values()))
+
+        threads = [threading.Thread(target=work, args=(sup,), name=f"supervise-{sup.spec.slot}", daemon=True)
+                   for sup in supervisors]
+        beat = threading.Thread(target=heartbeat, name="claims-heartbeat", daemon=True)
+        for thread in threads:
+            thread.start()
+        beat.start()
+        try:
+            while any(thread.is_alive() for thread in threads):
+                for thread in threads:
+                    thread.join(timeout=0.2)
+        except BaseException:
+            stop.set()
+            for sup in supervisors:
+                sup.stopping = True
+                sup.kill()
+            for thread in threads:
+                thread.join(timeout=30)
+            raise
+        finally:
+            stop.set()
+            beat.join(timeout=5)
+        if errors:
+            raise errors[0]

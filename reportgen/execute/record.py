@@ -1,0 +1,123 @@
+"""The records written under runs/: the combination envelope and run.json."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from reportgen.schema import (
+    COMBINATION_KIND,
+    RUN_KIND,
+    SCHEMA_VERSION,
+    SECTIONS,
+    load_combination,
+)
+
+if TYPE_CHECKING:
+    from reportgen.store import RunStore
+    from reportgen.suite import Combination, Suite
+
+# Sections the executor adds beside what ``measure`` returns (all optional in the schema).
+EXECUTION_SECTIONS: tuple[str, ...] = ("preflight", "device", "execution")
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def git_of(environment: Mapping[str, Any]) -> dict[str, Any]:
+    git = environment.get("git") or {}
+    return {"commit": git.get("commit"), "dirty": git.get("dirty")}
+
+
+def combination_record(
+    combo: Combination,
+    *,
+    run_id: str,
+    status: str,
+    reason: str | None,
+    started: str,
+    finished: str,
+    duration_s: float,
+    git: Mapping[str, Any],
+    sections: Mapping[str, Any] | None = None,
+    error_traceback: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The envelope around what ``measure`` returned; envelope keys always win.
+
+    ``extra`` holds the executor's sections (``preflight``, ``device``, ``execution``).
+    """
+    record: dict[str, Any] = {
+        "kind": COMBINATION_KIND,
+        "schema_version": SCHEMA_VERSION,
+        "id": combo.id,
+        "run_id": run_id,
+        "combination": combo.as_dict(),
+        "status": status,
+        "reason": reason,
+        "started": started,
+        "finished": finished,
+        "duration_s": duration_s,
+        "git": dict(git),
+    }
+    sections = sections or {}
+    for name in SECTIONS:
+        record[name] = sections.get(name)
+    for name, value in sections.items():
+        record.setdefault(name, value)  # extra sections measure may add later
+    for name, value in (extra or {}).items():
+        if value is not None:
+            record.setdefault(name, value)
+    if error_traceback is not None:
+        record["traceback"] = error_traceback
+    return record
+
+
+def run_counts(store: RunStore, ids: list[str]) -> dict[str, int]:
+    counts = {"ok": 0, "skipped": 0, "failed": 0, "pending": 0}
+    for combo_id in ids:
+        path = store.combination_path(combo_id)
+        if not path.is_file():
+            counts["pending"] += 1
+            continue
+        try:
+            counts[load_combination(path)["status"]] += 1
+        except Exception:  # noqa: BLE001 - an unreadable record is re-measured later
+            counts["pending"] += 1
+    return counts
+
+
+def run_record(
+    store: RunStore,
+    suite: Suite,
+    *,
+    command: str,
+    environment: Mapping[str, Any],
+    started: str,
+    state: str,
+    finished: str | None,
+    execution: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """run.json; ``state`` is running, interrupted or ended (complete if nothing pending)."""
+    ids = [c.id for c in suite.combinations()]
+    counts = run_counts(store, ids)
+    record = {
+        "kind": RUN_KIND,
+        "schema_version": SCHEMA_VERSION,
+        "run_id": store.run_id,
+        "hardware": store.hardware,
+        "suite": {"name": suite.name, "hash": suite.hash, "source": suite.source, "spec": suite.spec()},
+        "command": command,
+        "environment": dict(environment),
+        "status": ("complete" if counts["pending"] == 0 else "incomplete") if state == "ended" else state,
+        "started": started,
+        "updated": utc_now(),
+        "finished": finished,
+        "counts": counts,
+        "combinations": ids,
+    }
+    if execution is not None:
+        record["execution"] = dict(execution)
+    return record

@@ -1,0 +1,232 @@
+"""One supervised worker: start it, hand it one combination at a time, survive its death.
+
+The supervisor turns every way a measurement can end into an outcome the executor
+records: the worker's own result (ok, skipped, failed), or, when the worker dies (any
+signal, the kernel's OOM killer included), runs past the timeout, or reports an error
+that poisons its device, ``failed`` with a precise reason, and a fresh worker for the
+next combination. While it waits, it samples the host's memory, so a SIGKILL can be told
+apart: "worker killed by SIGKILL (9) after 41 s, host memory 23.1 of 23.4 GiB in use:
+likely out of host memory".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from reportgen.execute.worker import WorkerSpec
+
+READY_TIMEOUT_S = 300.0  # importing torch on a cold network filesystem can take minutes
+POLL_S = 0.25
+LOG_TAIL_LINES = 30
+OOM_FRACTION = 0.9  # host memory in use, of the total, above which a SIGKILL is likely the OOM killer
+GIB = 1024**3
+
+
+class WorkerStartError(RuntimeError):
+    """A worker could not start (its log says why): nothing can be measured on this slot."""
+
+
+def host_memory(meminfo: str | None = None) -> tuple[int, int] | None:
+    """(bytes in use, total bytes) of the host: MemTotal - MemAvailable."""
+    try:
+        text = meminfo if meminfo is not None else Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            values[key] = int(parts[0]) * 1024
+    if "MemTotal" not in values or "MemAvailable" not in values:
+        return None
+    return values["MemTotal"] - values["MemAvailable"], values["MemTotal"]
+
+
+def death_reason(returncode: int, seconds: float, memory: tuple[int, int] | None) -> str:
+    """Why a worker ended without answering, in one line."""
+    if returncode < 0:
+        signum = -returncode
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        reason = f"worker killed by {name} ({signum}) after {seconds:.0f} s"
+    else:
+        reason = f"worker exited with code {returncode} after {seconds:.0f} s"
+    if memory is not None:
+        used, total = memory
+        reason += f", host memory {used / GIB:.1f} of {total / GIB:.1f} GiB in use"
+        if returncode == -signal.SIGKILL and used >= OOM_FRACTION * total:
+            reason += ": likely out of host memory"
+    return reason
+
+
+@dataclass
+class Outcome:
+    """What became of one task: the worker's result, or what the supervisor saw."""
+
+    status: str
+    reason: str | None = None
+    sections: Mapping[str, Any] | None = None
+    traceback: str | None = None
+    preflight: Mapping[str, Any] | None = None
+    device: Mapping[str, Any] | None = None
+    execution: dict[str, Any] = field(default_factory=dict)
+    log_tail: str | None = None
+
+
+class Supervisor:
+    """Owns one worker process for one device slot."""
+
+    def __init__(self, spec: WorkerSpec, *, log_dir: str | Path, timeout_s: float,
+                 env: Mapping[str, str] | None = None, python: str = sys.executable) -> None:
+        self.spec = spec
+        self.log_dir = Path(log_dir)
+        self.timeout_s = timeout_s
+        self.env = dict(os.environ if env is None else env)
+        self.python = python
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.conn: Connection | None = None
+        self.log_path: Path | None = None
+        self.starts = 0
+        self.stopping = False
+
+    # -- the worker process ---------------------------------------------------------------
+
+    def _start(self) -> None:
+        self.starts += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        slot = self.spec.slot.replace(":", "")
+        self.log_path = self.log_dir / f"worker-{slot}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{self.starts}.log"
+        parent_sock, child_sock = socket.socketpair()
+        env = dict(self.env)
+        if self.spec.visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.spec.visible_devices
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # the worker imports what this process can (as multiprocessing's spawn does)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [self.python, "-m", "reportgen.execute.worker", "--fd", str(child_sock.fileno()),
+                 "--spec", self.spec.to_json(), "--parent", str(os.getpid())],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                pass_fds=(child_sock.fileno(),), close_fds=True,
+            )
+        child_sock.close()
+        self.conn = Connection(parent_sock.detach())
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.conn.poll(POLL_S):
+                try:
+                    message = self.conn.recv()
+                except EOFError:
+                    break
+                if isinstance(message, tuple) and message[:1] == ("ready",):
+                    return
+            if self.proc.poll() is not None or self.stopping:
+                break
+        self.kill()
+        raise WorkerStartError(f"the {self.spec.slot} worker did not start; its log says why: "
+                               f"{self.log_path}\n{self._tail(0)}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.conn is not None:
+            self.conn.close()
+        self.proc, self.conn = None, None
+
+    def close(self) -> None:
+        """Ask the worker to exit; kill it if it does not within a few seconds."""
+        if self.proc is not None and self.conn is not None and self.proc.poll() is None:
+            try:
+                self.conn.send(None)
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def _tail(self, offset: int) -> str:
+        if self.log_path is None or not self.log_path.is_file():
+            return ""
+        with open(self.log_path, "rb") as handle:
+            handle.seek(offset)
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+        return "\n".join(lines[-LOG_TAIL_LINES:])
+
+    # -- one task ---------------------------------------------------------------------------
+
+    def run(self, task: Mapping[str, Any]) -> Outcome:
+        """Measure one combination in the worker (starting one if needed)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.kill()
+            self._start()
+        assert self.proc is not None and self.conn is not None and self.log_path is not None
+        offset = self.log_path.stat().st_size
+        execution = {"slot": self.spec.slot, "worker_pid": self.proc.pid, "worker_start": self.starts,
+                     "timeout_s": self.timeout_s}
+        peak = host_memory()
+        t0 = time.monotonic()
+        self.conn.send(dict(task))
+        while True:
+            elapsed = time.monotonic() - t0
+            if self.conn.poll(POLL_S):
+                try:
+                    result = self.conn.recv()
+                except (EOFError, OSError):
+                    break  # died while answering: judged below like any death
+                return self._finished(result, execution, offset)
+            now = host_memory()
+            if now is not None and (peak is None or now[0] > peak[0]):
+                peak = now
+            if self.proc.poll() is not None:
+                break
+            if elapsed > self.timeout_s:
+                self.kill()
+                execution["worker_restarted"] = True
+                return Outcome("failed", f"timed out after {self.timeout_s:.0f} s; worker restarted",
+                               execution=execution, log_tail=self._tail(offset))
+        self.proc.wait()
+        code = self.proc.returncode
+        seconds = time.monotonic() - t0
+        tail = self._tail(offset)
+        self.kill()
+        execution["worker_restarted"] = True
+        execution["worker_exit"] = code
+        return Outcome("failed", death_reason(code, seconds, peak), execution=execution, log_tail=tail)
+
+    def _finished(self, result: Mapping[str, Any], execution: dict[str, Any], offset: int) -> Outcome:
+        execution["host_memory"] = result.get("host_memory")
+        execution["measure_s"] = result.get("seconds")
+        tail = None
+        if result["status"] == "failed":
+            tail = self._tail(offset)
+        if result.get("poisoned"):
+            # the worker exits by itself; the next task gets a fresh process
+            if self.proc is not None:
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+                execution["worker_exit"] = self.proc.returncode if self.proc.poll() is not None else None
+            self.kill()
+            execution["worker_restarted"] = True
+        return Outcome(result["status"], result.get("reason"), sections=result.get("sections"),
+                       traceback=result.get("traceback"), preflight=result.get("preflight"),
+                       device=result.get("device"), execution=execution, log_tail=tail)

@@ -1,0 +1,236 @@
+"""The measuring process: ``python -m reportgen.execute.worker --fd N --spec JSON``.
+
+A fresh interpreter (spawned, never forked: no inherited CUDA context, locks or threads),
+one per device, that measures one combination at a time for its supervisor. It talks over
+the socket ``--fd`` (``multiprocessing.connection`` messages); its stdout and stderr are the
+worker's log in the run directory, so the profiler's own output never reaches the console.
+
+Messages: the worker sends ``("ready", pid)``; then for each task (a dict) it receives, it
+sends back one result (a dict); ``None`` asks it to exit. After an error that poisons the
+device (a CUDA error other than a clean out-of-memory) it sends the result and exits
+with ``POISONED_EXIT``, so the next combination gets a fresh process and CUDA context.
+
+It exits by itself when its parent dies (checked twice a second), so workers never
+outlive the ``profile`` process, even one killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+POISONED_EXIT = 3
+PARENT_POLL_S = 0.5
+
+# Errors after which the CUDA context cannot be trusted (CUDA's "sticky" errors). A clean
+# out-of-memory is not one of them: the allocator frees and the next combination runs.
+_POISON_MARKERS = (
+    "cuda error",
+    "illegal memory access",
+    "device-side assert",
+    "misaligned address",
+    "unspecified launch failure",
+    "an illegal instruction",
+    "cudaerror",
+    "cublas_status_execution_failed",
+    "cudnn_status_execution_failed",
+    "cuda driver error",
+    "nccl error",
+)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    device: str                       # "cpu" or "cuda"
+    slot: str                         # "cpu", "cuda:0", ...: what the console and records call it
+    measure: str                      # "module:function" measuring one combination
+    preflight: str | None = None      # "module:function" checking memory first, or None
+    visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES for this worker (None: inherited)
+    physical_index: int | None = None   # the GPU's NVML index, for identity and readings
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerSpec:
+        return cls(**json.loads(text))
+
+
+def load_callable(path: str) -> Callable[..., Any]:
+    module, _, name = path.partition(":")
+    if not module or not name:
+        raise ValueError(f"not a 'module:function' path: {path!r}")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+def is_poisoning(exc: BaseException) -> bool:
+    """Whether ``exc`` leaves the device unusable for the rest of this process."""
+    name = type(exc).__name__
+    if name in {"OutOfMemory", "OutOfMemoryError"}:
+        return False
+    if name == "AcceleratorError":  # torch >= 2.8 raises this for CUDA runtime errors
+        return True
+    text = f"{name}: {exc}".lower()
+    if "out of memory" in text and "cuda error: out of memory" not in text:
+        return False
+    return any(marker in text for marker in _POISON_MARKERS)
+
+
+def _reason(exc: BaseException) -> str:
+    """One line: the first line of the message (the traceback keeps the rest)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    if type(exc).__name__ == "OutOfMemory":
+        return first  # already says what it is: "out of memory: ..."
+    return f"{type(exc).__name__}: {first}"
+
+
+# --- host memory of this process --------------------------------------------------------
+
+def _status_bytes(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    # Writing 5 to clear_refs resets VmHWM (Linux >= 4.0), so each combination's peak is
+    # its own, not the largest of every combination this worker measured before it.
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+# --- one task ---------------------------------------------------------------------------
+
+def run_task(task: Mapping[str, Any], spec: WorkerSpec, measure: Callable[..., Any],
+             preflight: Callable[..., Any] | None) -> dict[str, Any]:
+    """Measure one combination; never raises. The result carries the record's sections."""
+    from reportgen.errors import (
+        Skip,  # cheap; keeps this module importable without torch
+    )
+
+    combo = task["combo"]
+    result: dict[str, Any] = {"status": "ok", "sections": None, "reason": None, "traceback": None,
+                              "preflight": None, "poisoned": False}
+    reset = _reset_peak_rss()
+    rss_before = _status_bytes("VmRSS")
+    gpu = _gpu_identity(spec)
+    before = _gpu_snapshot(spec)
+    t0 = time.perf_counter()
+    try:
+        if preflight is not None:
+            result["preflight"] = preflight(combo, spec.device)
+        result["sections"] = dict(measure(
+            combo, run_dir=task["run_dir"], combo_id=task["combo_id"], budget_s=task["budget_s"],
+            seed=task["seed"], profile_iterations=task["profile_iterations"]))
+    except Skip as exc:
+        result.update(status="skipped", reason=str(exc) or "skipped")
+        result["preflight"] = getattr(exc, "preflight", None) or result["preflight"]
+    except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which records it
+        result.update(status="failed", reason=_reason(exc), traceback=traceback.format_exc(limit=20),
+                      poisoned=is_poisoning(exc))
+        if result["poisoned"]:
+            result["reason"] += "; worker restarted"
+    result["seconds"] = time.perf_counter() - t0
+    result["host_memory"] = {
+        "rss_before_bytes": rss_before,
+        "peak_rss_bytes": _status_bytes("VmHWM") if reset else None,
+    }
+    if gpu is not None:
+        result["device"] = {**gpu, "nvml_before": before, "nvml_after": _gpu_snapshot(spec)}
+    return result
+
+
+def _gpu_identity(spec: WorkerSpec) -> dict[str, Any] | None:
+    if spec.device != "cuda":
+        return None
+    try:
+        from reportgen.profile import nvml
+
+        return {"slot": spec.slot, **nvml.device_identity(spec.physical_index if spec.physical_index is not None else 0)}
+    except Exception as exc:  # noqa: BLE001 - readings are context; their absence is recorded
+        return {"slot": spec.slot, "reason": f"{type(exc).__name__}: {exc}"}
+
+
+def _gpu_snapshot(spec: WorkerSpec) -> dict[str, Any] | None:
+    if spec.device != "cuda":
+        return None
+    try:
+        from reportgen.profile import nvml
+
+        return nvml.snapshot(spec.physical_index if spec.physical_index is not None else 0)
+    except Exception as exc:  # noqa: BLE001
+        return {"reason": f"{type(exc).__name__}: {exc}"}
+
+
+# --- the process ------------------------------------------------------------------------
+
+def _watch_parent(parent: int) -> None:
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(0)  # orphaned: the profile process is gone, so is its supervisor
+            time.sleep(PARENT_POLL_S)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def serve(conn: Connection, spec: WorkerSpec) -> int:
+    measure = load_callable(spec.measure)
+    preflight = load_callable(spec.preflight) if spec.preflight else None
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return 0
+        if task is None:
+            return 0
+        print(f"--- {task['combo_id']} ({time.strftime('%H:%M:%S')})", flush=True)
+        result = run_task(task, spec, measure, preflight)
+        print(f"--- {task['combo_id']}: {result['status']} {result['reason'] or ''}".rstrip(), flush=True)
+        if result["traceback"]:
+            print(result["traceback"], flush=True)
+        conn.send(result)
+        if result["poisoned"]:
+            return POISONED_EXIT
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reportgen.execute.worker")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--parent", type=int, required=True)
+    args = parser.parse_args(argv)
+    # Ctrl-C at a terminal reaches the whole process group; stopping is the parent's job.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_parent(args.parent)
+    spec = WorkerSpec.from_json(args.spec)
+    conn = Connection(args.fd)
+    try:
+        return serve(conn, spec)
+    finally:
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""A measure function that workers can import (``fake_measure:measure``), for tests.
+
+What it does for each combination comes from environment variables the test sets before
+the workers start:
+
+* ``REPORTGEN_FAKE_LOG``: a file each call appends ``<pid> <combo id>`` to;
+* ``REPORTGEN_FAKE_PLAN``: JSON ``{combo id or "*": behaviour}``, a behaviour being
+  ``ok`` (the golden record's sections), ``skip``, ``error``, ``oom`` (a clean CUDA
+  out-of-memory), ``poison`` (an illegal memory access), ``kill`` (SIGKILL to itself),
+  ``segfault`` (SIGSEGV), ``hang`` (sleeps for an hour), ``alloc`` (allocates host memory
+  until the kernel kills it; only in a memory-limited cgroup) or ``sleep:<seconds>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from reportgen.errors import Skip
+from reportgen.schema import SECTIONS
+
+GOLDEN = json.loads((Path(__file__).parent / "data" / "schema" / "v1" / "combination-ok.json").read_text())
+
+
+def behaviour(combo_id: str) -> str:
+    plan = json.loads(os.environ.get("REPORTGEN_FAKE_PLAN", "{}"))
+    return str(plan.get(combo_id, plan.get("*", "ok")))
+
+
+def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
+            profile_iterations: int) -> dict[str, Any]:
+    assert combo_id == combo.id and Path(run_dir).is_dir() and budget_s > 0 and profile_iterations >= 1
+    log = os.environ.get("REPORTGEN_FAKE_LOG")
+    if log:
+        with open(log, "a") as handle:
+            handle.write(f"{os.getpid()} {combo_id}\n")
+    what = behaviour(combo_id)
+    print(f"fake measure: {combo_id}: {what}", flush=True)
+    if what.startswith("sleep:"):
+        time.sleep(float(what.split(":", 1)[1]))
+    elif what == "skip":
+        raise Skip(f"{combo.model} cannot run {combo.mode} here")
+    elif what == "error":
+        raise ValueError("a bug in one combination")
+    elif what == "oom":
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    elif what == "poison":
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\n"
+                           "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+    elif what == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif what == "segfault":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif what == "hang":
+        time.sleep(3600)
+    elif what == "alloc":
+        hoard = []
+        while True:
+            hoard.append(bytearray(256 * 1024 * 1024))
+    return {name: GOLDEN[name] for name in SECTIONS}
+
+
+def preflight(combo: Any, device: str) -> dict[str, Any]:
+    """A pre-flight that skips what the plan marks ``too-big``."""
+    section = {"estimate_bytes": 1024, "available_bytes": 2048, "fits": True}
+    if behaviour(combo.id) == "too-big":
+        exc = Skip("needs ~27.0 GiB, 21.9 GiB available")
+        exc.preflight = {**section, "estimate_bytes": 27 * 1024**3, "fits": False}  # type: ignore[attr-defined]
+        raise exc
+    return section
