@@ -73,14 +73,13 @@ class RunResult:
 
 
 def local_executor(suite: Suite, *, devices: list[int] | None = None, gpu_count: int = 0,
-                   timeout_s: float | None = None, measure: str = MEASURE,
-                   preflight: str | None = PREFLIGHT) -> Executor:
-    """Supervised workers on this host; ``measure`` and ``preflight`` are "module:function"
-    paths each worker imports (``preflight=None`` checks no memory first)."""
+                   timeout_s: float | None = None) -> Executor:
+    """Supervised workers on this host, each importing ``MEASURE`` and ``PREFLIGHT``
+    ("module:function" paths; tests point them at fakes)."""
     from reportgen.execute.local import LocalExecutor
 
-    specs = worker_specs(suite.settings.device, devices, gpu_count=gpu_count, measure=measure,
-                         preflight=preflight)
+    specs = worker_specs(suite.settings.device, devices, gpu_count=gpu_count, measure=MEASURE,
+                         preflight=PREFLIGHT)
     return LocalExecutor(specs, timeout_s=timeout_s or default_timeout(suite.settings))
 
 

@@ -35,31 +35,32 @@ SMALL_COUNT = 12
 
 
 class FakeMeasure:
-    """Returns the golden record's sections; decode of gpt2 at 32 fails like an OOM and
-    bert's decode-less modes are skipped, as the real one would."""
+    """The worker-side fake (tests/fake_measure.py) told to behave like the real measure
+    would on SMALL: bert's decode-less modes are skipped, gpt2's decode at 32 fails like an
+    out-of-memory; ``calls`` lists the combinations the workers were given, in order."""
 
-    def __init__(self, interrupt_at: int | None = None) -> None:
-        self.calls: list[str] = []
-        self.interrupt_at = interrupt_at
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: Mapping[str, str] | None = None) -> None:
+        self.log = tmp_path / "fake-calls.log"
+        if plan is None:
+            plan = {f"bert-base--{mode}--fp32--sdpa--b1--s{seq}--tiny": "skip"
+                    for mode in ("prefill", "decode") for seq in (16, 32)}
+            plan["gpt2--decode--fp32--sdpa--b1--s32--tiny"] = "oom"
+        monkeypatch.setenv("REPORTGEN_FAKE_PLAN", json.dumps(plan))
+        monkeypatch.setenv("REPORTGEN_FAKE_LOG", str(self.log))
+        monkeypatch.setattr(runner, "MEASURE", "fake_measure:measure")
+        monkeypatch.setattr(runner, "PREFLIGHT", "fake_measure:preflight")
 
-    def __call__(self, combo: Combination, *, run_dir: Path, combo_id: str, budget_s: float,
-                 seed: int, profile_iterations: int) -> Mapping[str, Any]:
-        assert combo_id == combo.id and run_dir.is_dir() and budget_s > 0 and profile_iterations >= 1
-        self.calls.append(combo_id)
-        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
-            raise KeyboardInterrupt
-        if combo.model == "bert-base" and combo.mode != "forward":
-            raise Skip(f"{combo.model} is an encoder: no {combo.mode}")
-        if combo.mode == "decode" and combo.seq_len == 32:
-            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return {name: GOLDEN[name] for name in SECTIONS}
+    @property
+    def calls(self) -> list[str]:
+        return [line.split()[1] for line in self.log.read_text().splitlines()] if self.log.exists() else []
+
+    def clear(self) -> None:
+        self.log.unlink(missing_ok=True)
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeMeasure:
-    measure = FakeMeasure()
-    monkeypatch.setattr(runner, "load_measure", lambda: measure)
-    return measure
+def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeMeasure:
+    return FakeMeasure(tmp_path, monkeypatch)
 
 
 def _run_dir(out: Path) -> Path:
@@ -95,6 +96,8 @@ def test_profile_writes_valid_records_and_goes_on_after_a_failure(
     failed = records["gpt2--decode--fp32--sdpa--b1--s32--tiny"]
     assert failed["status"] == "failed"
     assert failed["reason"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert failed["execution"]["worker_pid"] == records["gpt2--forward--fp32--sdpa--b1--s32--tiny"]["execution"]["worker_pid"]
+    assert "worker_restarted" not in failed["execution"]  # a clean out-of-memory keeps the worker
     assert failed["timing"] is None and "RuntimeError" in failed["traceback"]
     ok = records["bert-base--forward--fp32--sdpa--b1--s16--tiny"]
     assert ok["timing"] == GOLDEN["timing"] and ok["combination"]["device"] == "cpu"
@@ -109,7 +112,7 @@ def test_skip_is_recorded_with_its_reason(fake: FakeMeasure, tmp_path: Path) -> 
             "--attn", "sdpa", "--device", "cpu", "--out", str(out)]
     assert cli.main(argv) == 0
     (record,) = _records(_run_dir(out)).values()
-    assert record["status"] == "skipped" and record["reason"] == "bert-base is an encoder: no decode"
+    assert record["status"] == "skipped" and record["reason"] == "bert-base cannot run decode here"
     assert all(record[name] is None for name in SECTIONS)
 
 
@@ -122,7 +125,7 @@ def test_rerun_resumes_and_force_remeasures(fake: FakeMeasure, tmp_path: Path) -
     started = json.loads((run_dir / "run.json").read_text())["started"]
     run_bytes = (run_dir / "run.json").read_bytes()
 
-    fake.calls.clear()
+    fake.clear()
     assert cli.main(argv) == 0
     assert fake.calls == []
     # nothing measured: the run record (its environment) is left as it was
@@ -130,32 +133,50 @@ def test_rerun_resumes_and_force_remeasures(fake: FakeMeasure, tmp_path: Path) -
 
     removed = "gpt2--prefill--fp32--sdpa--b1--s16--tiny"
     (run_dir / "combinations" / f"{removed}.json").unlink()
+    fake.clear()
     assert cli.main(argv) == 0
     assert fake.calls == [removed]
 
-    fake.calls.clear()
+    fake.clear()
     assert cli.main([*argv, "--force"]) == 0
     assert len(fake.calls) == SMALL_COUNT
     assert _run_dir(out) == run_dir
 
 
-def test_keyboard_interrupt_keeps_finished_records_and_exits_130(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    measure = FakeMeasure(interrupt_at=3)
-    monkeypatch.setattr(runner, "load_measure", lambda: measure)
-    out = tmp_path / "runs"
-    argv = ["profile", *SMALL, "--out", str(out)]
-    assert cli.main(argv) == 130
-    assert "interrupted" in capsys.readouterr().err
-    run_dir = _run_dir(out)
+class InProcessMeasure:
+    """A measure callable for the inline executor (run_suite(measure=...))."""
+
+    def __init__(self, interrupt_at: int | None = None) -> None:
+        self.calls: list[str] = []
+        self.interrupt_at = interrupt_at
+
+    def __call__(self, combo: Combination, *, run_dir: Path, combo_id: str, budget_s: float,
+                 seed: int, profile_iterations: int) -> Mapping[str, Any]:
+        self.calls.append(combo_id)
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        if combo.mode == "decode":
+            raise Skip("no decode here")
+        return {name: GOLDEN[name] for name in SECTIONS}
+
+
+def test_inline_executor_keyboard_interrupt_keeps_finished_records(tmp_path: Path) -> None:
+    from reportgen.suite import load_suite, parse_overrides
+
+    suite = load_suite("tiny", parse_overrides({"models": "bert-base,gpt2", "attn": "sdpa", "device": "cpu"}))
+    measure = InProcessMeasure(interrupt_at=3)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_suite(suite, out=tmp_path, measure=measure, environment={"git": None},
+                         hardware="test-host", show_progress=False)
+    run_dir = _run_dir(tmp_path)
     assert sorted(_records(run_dir)) == sorted(measure.calls[:2])
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "interrupted" and run["counts"]["pending"] == SMALL_COUNT - 2
+    assert run["execution"]["executor"] == "inline"
 
-    resumed = FakeMeasure()
-    monkeypatch.setattr(runner, "load_measure", lambda: resumed)
-    assert cli.main(argv) == 0
+    resumed = InProcessMeasure()
+    runner.run_suite(suite, out=tmp_path, measure=resumed, environment={"git": None},
+                     hardware="test-host", show_progress=False)
     assert set(resumed.calls).isdisjoint(measure.calls[:2])
     assert len(_records(run_dir)) == SMALL_COUNT
     assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
@@ -166,7 +187,7 @@ def test_run_suite_takes_an_injected_measure(tmp_path: Path) -> None:
 
     suite = load_suite("tiny", parse_overrides({"models": "gpt2", "seq_lens": "16", "attn": "eager",
                                                 "modes": "forward", "device": "cpu"}))
-    measure = FakeMeasure()
+    measure = InProcessMeasure()
     result = runner.run_suite(suite, out=tmp_path, measure=measure, environment={"git": None},
                               hardware="test-host", show_progress=False)
     assert measure.calls == ["gpt2--forward--fp32--eager--b1--s16--tiny"]
@@ -181,22 +202,13 @@ def test_run_suite_takes_an_injected_measure(tmp_path: Path) -> None:
 # --- in a real process: SIGKILL and SIGINT ----------------------------------------------
 
 FAKE_SCRIPT = """
-import json, sys, time
-from pathlib import Path
+import json, os, sys
+sys.path.insert(0, sys.argv[1])  # tests/: the workers import fake_measure from there
+os.environ["REPORTGEN_FAKE_PLAN"] = json.dumps({"*": "sleep:" + sys.argv[2]})
+os.environ["REPORTGEN_FAKE_LOG"] = sys.argv[3]
 from reportgen import runner
-from reportgen.schema import SECTIONS
-
-golden = json.loads(Path(sys.argv[1]).read_text())
-delay = float(sys.argv[2])
-log = Path(sys.argv[3])
-
-def fake(combo, *, run_dir, combo_id, budget_s, seed, profile_iterations):
-    with log.open("a") as handle:
-        handle.write(combo_id + "\\n")
-    time.sleep(delay)
-    return {name: golden[name] for name in SECTIONS}
-
-runner.load_measure = lambda: fake
+runner.MEASURE = "fake_measure:measure"
+runner.PREFLIGHT = "fake_measure:preflight"
 from reportgen.cli import main
 raise SystemExit(main(sys.argv[4:]))
 """
@@ -205,10 +217,10 @@ raise SystemExit(main(sys.argv[4:]))
 def _start(tmp_path: Path, out: Path, delay: float, log: Path) -> subprocess.Popen[str]:
     script = tmp_path / "fake_profile.py"
     script.write_text(FAKE_SCRIPT)
-    golden = Path(__file__).parent / "data" / "schema" / "v1" / "combination-ok.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, str(script), str(golden), str(delay), str(log), "profile", *SMALL, "--out", str(out)],
+        [sys.executable, str(script), str(Path(__file__).parent), str(delay), str(log), "profile", *SMALL,
+         "--out", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
     )
 
@@ -226,7 +238,7 @@ def _wait_for_first_record(out: Path, child: subprocess.Popen[str], deadline_s: 
 
 
 def _logged(log: Path) -> list[str]:
-    return log.read_text().split() if log.exists() else []
+    return [line.split()[1] for line in log.read_text().splitlines()] if log.exists() else []
 
 
 @pytest.mark.slow
