@@ -7,8 +7,8 @@ the workers start:
 * ``REPORTGEN_FAKE_PLAN``: JSON ``{combo id or "*": behaviour}``, a behaviour being
   ``ok`` (the golden record's sections), ``skip``, ``error``, ``oom`` (a clean CUDA
   out-of-memory), ``poison`` (an illegal memory access), ``kill`` (SIGKILL to itself),
-  ``segfault`` (SIGSEGV), ``hang`` (sleeps for an hour), ``alloc`` (allocates host memory
-  until the kernel kills it; only in a memory-limited cgroup) or ``sleep:<seconds>``.
+  ``segfault`` (SIGSEGV), ``hang`` (sleeps for an hour), ``alloc:<cgroup dir>`` (joins that memory
+  cgroup, then allocates until the kernel's OOM killer ends it) or ``sleep:<seconds>``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,12 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
         os.kill(os.getpid(), signal.SIGSEGV)
     elif what == "hang":
         time.sleep(3600)
-    elif what == "alloc":
+    elif what.startswith("alloc"):
+        # alloc:<cgroup dir>: join that memory cgroup first (the test made it with a limit)
+        if ":" in what:
+            with open(Path(what.split(":", 1)[1]) / "cgroup.procs", "w") as handle:
+                handle.write(str(os.getpid()))
+            time.sleep(1.0)  # the supervisor sees the move before the kill
         hoard = []
         while True:
             hoard.append(bytearray(256 * 1024 * 1024))

@@ -23,38 +23,29 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from reportgen.execute.memory import (
+    GIB,
+    MemoryCgroup,
+    host_memory,
+    memory_cgroup,
+    refresh,
+)
 from reportgen.execute.worker import WorkerSpec
 
 READY_TIMEOUT_S = 300.0  # importing torch on a cold network filesystem can take minutes
 POLL_S = 0.25
 LOG_TAIL_LINES = 30
 OOM_FRACTION = 0.9  # host memory in use, of the total, above which a SIGKILL is likely the OOM killer
-GIB = 1024**3
 
 
 class WorkerStartError(RuntimeError):
     """A worker could not start (its log says why): nothing can be measured on this slot."""
 
 
-def host_memory(meminfo: str | None = None) -> tuple[int, int] | None:
-    """(bytes in use, total bytes) of the host: MemTotal - MemAvailable."""
-    try:
-        text = meminfo if meminfo is not None else Path("/proc/meminfo").read_text()
-    except OSError:
-        return None
-    values = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            values[key] = int(parts[0]) * 1024
-    if "MemTotal" not in values or "MemAvailable" not in values:
-        return None
-    return values["MemTotal"] - values["MemAvailable"], values["MemTotal"]
-
-
-def death_reason(returncode: int, seconds: float, memory: tuple[int, int] | None) -> str:
-    """Why a worker ended without answering, in one line."""
+def death_reason(returncode: int, seconds: float, memory: tuple[int, int] | None,
+                 cgroup: tuple[MemoryCgroup, MemoryCgroup] | None = None) -> str:
+    """Why a worker ended without answering, in one line. ``memory`` is the host's peak
+    (in use, total) while it ran; ``cgroup`` its memory cgroup before and after."""
     if returncode < 0:
         signum = -returncode
         try:
@@ -69,6 +60,11 @@ def death_reason(returncode: int, seconds: float, memory: tuple[int, int] | None
         reason += f", host memory {used / GIB:.1f} of {total / GIB:.1f} GiB in use"
         if returncode == -signal.SIGKILL and used >= OOM_FRACTION * total:
             reason += ": likely out of host memory"
+    if cgroup is not None:
+        before, after = cgroup
+        if before.oom_kills is not None and after.oom_kills is not None and after.oom_kills > before.oom_kills:
+            limit = f"limit {before.limit_bytes / GIB:.1f} GiB" if before.limit_bytes else "no limit of its own"
+            reason += f"; its memory cgroup ({limit}) recorded an OOM kill: out of memory"
     return reason
 
 
@@ -182,10 +178,14 @@ class Supervisor:
         execution = {"slot": self.spec.slot, "worker_pid": self.proc.pid, "worker_start": self.starts,
                      "timeout_s": self.timeout_s}
         peak = host_memory()
+        cgroup = memory_cgroup(self.proc.pid)
         t0 = time.monotonic()
         self.conn.send(dict(task))
         while True:
             elapsed = time.monotonic() - t0
+            seen = memory_cgroup(self.proc.pid)  # the worker may be moved (a job step, a container)
+            if seen is not None and (cgroup is None or seen.path != cgroup.path):
+                cgroup = seen
             if self.conn.poll(POLL_S):
                 try:
                     result = self.conn.recv()
@@ -209,7 +209,8 @@ class Supervisor:
         self.kill()
         execution["worker_restarted"] = True
         execution["worker_exit"] = code
-        return Outcome("failed", death_reason(code, seconds, peak), execution=execution, log_tail=tail)
+        cgroups = (cgroup, refresh(cgroup)) if cgroup is not None else None
+        return Outcome("failed", death_reason(code, seconds, peak, cgroups), execution=execution, log_tail=tail)
 
     def _finished(self, result: Mapping[str, Any], execution: dict[str, Any], offset: int) -> Outcome:
         execution["host_memory"] = result.get("host_memory")

@@ -133,8 +133,9 @@ def run_task(task: Mapping[str, Any], spec: WorkerSpec, measure: Callable[..., A
                               "preflight": None, "poisoned": False}
     reset = _reset_peak_rss()
     rss_before = _status_bytes("VmRSS")
-    gpu = _gpu_identity(spec)
-    before = _gpu_snapshot(spec)
+    index = _nvml_index(spec) if spec.device == "cuda" else None
+    gpu = _gpu_identity(spec, index)
+    before = _gpu_snapshot(spec, index)
     t0 = time.perf_counter()
     try:
         if preflight is not None:
@@ -156,28 +157,55 @@ def run_task(task: Mapping[str, Any], spec: WorkerSpec, measure: Callable[..., A
         "peak_rss_bytes": _status_bytes("VmHWM") if reset else None,
     }
     if gpu is not None:
-        result["device"] = {**gpu, "nvml_before": before, "nvml_after": _gpu_snapshot(spec)}
+        after = _gpu_snapshot(spec, index)
+        result["device"] = {**gpu, "nvml_before": before, "nvml_after": after}
+        if before is not None and after is not None:
+            from reportgen.profile import nvml
+
+            result["device"]["nvml_delta"] = nvml.snapshot_delta(before, after)
     return result
 
 
-def _gpu_identity(spec: WorkerSpec) -> dict[str, Any] | None:
+def _nvml_index(spec: WorkerSpec) -> int | None:
+    """The NVML (physical) index of this worker's GPU. NVML ignores CUDA_VISIBLE_DEVICES
+    and may number GPUs in another order than CUDA, so where the spec cannot say, the GPU
+    is found by its UUID; None where that fails (readings are then not taken)."""
+    if spec.physical_index is not None:
+        return spec.physical_index
+    try:
+        import torch
+
+        from reportgen.profile import nvml
+
+        wanted = nvml.uuid_hash(str(torch.cuda.get_device_properties(0).uuid))
+        for index in range(nvml.device_count() or 0):
+            if nvml.device_identity(index).get("uuid") == wanted:
+                return index
+    except Exception:  # noqa: BLE001 - no torch UUID or no NVML: no readings
+        return None
+    return None
+
+
+def _gpu_identity(spec: WorkerSpec, index: int | None) -> dict[str, Any] | None:
     if spec.device != "cuda":
         return None
+    if index is None:
+        return {"slot": spec.slot, "reason": "this GPU's NVML index is unknown (not found by its UUID)"}
     try:
         from reportgen.profile import nvml
 
-        return {"slot": spec.slot, **nvml.device_identity(spec.physical_index if spec.physical_index is not None else 0)}
+        return {"slot": spec.slot, **nvml.device_identity(index)}
     except Exception as exc:  # noqa: BLE001 - readings are context; their absence is recorded
         return {"slot": spec.slot, "reason": f"{type(exc).__name__}: {exc}"}
 
 
-def _gpu_snapshot(spec: WorkerSpec) -> dict[str, Any] | None:
-    if spec.device != "cuda":
+def _gpu_snapshot(spec: WorkerSpec, index: int | None) -> dict[str, Any] | None:
+    if spec.device != "cuda" or index is None:
         return None
     try:
         from reportgen.profile import nvml
 
-        return nvml.snapshot(spec.physical_index if spec.physical_index is not None else 0)
+        return nvml.snapshot(index)
     except Exception as exc:  # noqa: BLE001
         return {"reason": f"{type(exc).__name__}: {exc}"}
 

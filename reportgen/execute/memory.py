@@ -1,0 +1,104 @@
+"""Memory as the supervisor sees it: the host's, and the memory cgroup a worker runs in.
+
+A worker killed by SIGKILL is most often the kernel's OOM killer. Two places say so: the
+host's memory in use while it ran (sampled by the supervisor, since it is freed the
+moment the worker dies), and, where the worker runs in a memory cgroup (a Slurm job, a
+container), the cgroup's own OOM-kill counter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+GIB = 1024**3
+
+
+def host_memory(meminfo: str | None = None) -> tuple[int, int] | None:
+    """(bytes in use, total bytes) of the host: MemTotal - MemAvailable."""
+    try:
+        text = meminfo if meminfo is not None else Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            values[key] = int(parts[0]) * 1024
+    if "MemTotal" not in values or "MemAvailable" not in values:
+        return None
+    return values["MemTotal"] - values["MemAvailable"], values["MemTotal"]
+
+
+@dataclass(frozen=True)
+class MemoryCgroup:
+    """A process's memory cgroup: its directory, limit (None: unlimited) and OOM kills so far."""
+
+    path: Path
+    version: int
+    limit_bytes: int | None
+    oom_kills: int | None
+
+
+def _number(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None  # "max" (v2 unlimited)
+    value = int(text)
+    return None if value >= 1 << 60 else value  # v1 says "unlimited" with a huge number
+
+
+def _oom_kills(path: Path, version: int) -> int | None:
+    name = "memory.events" if version == 2 else "memory.oom_control"
+    try:
+        lines = (path / name).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def _mounted(mount: Path, path: str) -> list[Path]:
+    """Where ``path`` (as /proc/<pid>/cgroup names it) lies under ``mount``: in a container
+    the mount's root is often the container's own cgroup, so leading parts are dropped."""
+    parts = [part for part in path.split("/") if part]
+    return [mount.joinpath(*parts[i:]) for i in range(len(parts) + 1)]
+
+
+def memory_cgroup(pid: int | str = "self", *, proc: Path = Path("/proc"),
+                  root: Path = CGROUP_ROOT) -> MemoryCgroup | None:
+    """The memory cgroup of ``pid`` (v1 ``memory`` hierarchy, else the v2 unified one)."""
+    try:
+        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v1 = v2 = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            v1 = path
+        elif controllers == "":
+            v2 = path
+    candidates = []
+    if v1 is not None:
+        candidates += [(base, 1) for base in _mounted(root / "memory", v1)]
+    if v2 is not None:
+        candidates += [(base, 2) for base in [*_mounted(root, v2), *_mounted(root / "unified", v2)]]
+    for path, version in candidates:
+        limit_file = path / ("memory.max" if version == 2 else "memory.limit_in_bytes")
+        if limit_file.is_file():
+            return MemoryCgroup(path, version, _number(limit_file), _oom_kills(path, version))
+    return None
+
+
+def refresh(cgroup: MemoryCgroup) -> MemoryCgroup:
+    """The same cgroup read again (its OOM-kill counter after the worker died)."""
+    return MemoryCgroup(cgroup.path, cgroup.version, cgroup.limit_bytes, _oom_kills(cgroup.path, cgroup.version))
