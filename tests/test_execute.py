@@ -458,3 +458,37 @@ def test_bad_execution_flags(extra: list[str], message: str, tmp_path: Path,
     assert cli.main(["profile", *ARGS, "--out", str(out), *extra]) == 2
     assert capsys.readouterr().err.strip() == message
     assert not out.exists()
+
+
+# the GPU path on recorded NVML readings ----------------------------------------------------------
+
+
+def test_a_gpu_worker_records_its_device_and_readings_around_the_measurement(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from test_nvml_snapshot import FakeNvml, load
+
+    from reportgen.profile import nvml
+
+    raw = load()
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(raw))
+    spec = worker.WorkerSpec(device="cuda", slot="cuda:1", measure="fake_measure:measure", visible_devices="1",
+                             physical_index=1)
+    suite = load_suite("tiny", parse_overrides({"models": "gpt2", "attn": "sdpa", "device": "cpu",
+                                                "modes": "forward", "seq_lens": "16"}))
+    (combo,) = suite.combinations()
+    import fake_measure
+
+    task = {"combo": combo, "combo_id": combo.id, "run_dir": tmp_path, "budget_s": 1.0, "seed": 0,
+            "profile_iterations": 1}
+    result = worker.run_task(task, spec, fake_measure.measure, None)
+    assert result["status"] == "ok"
+    device = result["device"]
+    assert device["slot"] == "cuda:1" and device["index"] == 1
+    assert device["uuid"] == nvml.uuid_hash(raw["devices"][1]["nvmlDeviceGetUUID"])
+    before, after = device["nvml_before"], device["nvml_after"]
+    assert before["throttled"] is True and {"sw_power_cap", "sw_thermal_slowdown"} <= set(before["throttle_reasons"])
+    assert after["sm_clock_mhz"] == before["sm_clock_mhz"]
+    assert device["nvml_delta"]["throttled"] is True
+    # a CPU worker takes no readings
+    cpu = worker.run_task(task, worker.WorkerSpec(device="cpu", slot="cpu", measure="m:f"), fake_measure.measure, None)
+    assert "device" not in cpu and cpu["host_memory"]["rss_before_bytes"] > 0
