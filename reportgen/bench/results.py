@@ -43,6 +43,8 @@ FIGURES: tuple[str, ...] = (
     "trace_agreement",
     "harness_efficiency",
     "suite_time",
+    "isolation_cost",
+    "memory_estimate",
     "render_scaling",
 )
 

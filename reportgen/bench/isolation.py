@@ -1,0 +1,120 @@
+"""Two figures about how combinations are executed.
+
+* Isolation cost: the suite measured by supervised worker processes (the default) against
+  the same suite measured inside one process, one right after the other on the same
+  host: what process isolation adds to the suite's wall time.
+* Memory estimate: each combination's pre-flight estimate of its peak memory against the
+  peak resident memory its worker reached while measuring it (VmHWM, reset before each
+  combination), so the estimate that decides "skipped: needs ~X GiB" stays honest.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from reportgen.bench.efficiency import SuiteRun
+from reportgen.bench.results import bootstrap_ratio, figure
+
+ISOLATION_QUESTION = (
+    "What does measuring every combination in a supervised worker process (so a crash, hang "
+    "or out-of-memory costs one combination) add to the suite's wall time, against measuring "
+    "in the suite's own process?"
+)
+ISOLATION_GOAL = 1.10
+MEMORY_QUESTION = (
+    "Is the pre-flight memory estimate (from the config, before anything is allocated) at least "
+    "the peak memory each combination's worker really reached, and by how much does it overshoot?"
+)
+GIB = 1024**3
+
+
+def inline_run(suite: Any, out: Path) -> SuiteRun:
+    """The suite in this process (no isolation), with the same pre-flight check."""
+    from reportgen.execute.inline import InlineExecutor
+    from reportgen.profile.measure import measure
+    from reportgen.profile.preflight import check
+    from reportgen.runner import run_suite
+
+    executor = InlineExecutor(measure, preflight=check, device=suite.settings.device)
+    t0 = time.perf_counter()
+    result = run_suite(suite, out=out, force=True, command="scripts/bench.py (in-process suite run)",
+                       executor=executor)
+    return SuiteRun(suite=suite, records=list(result.records), run_dir=Path(result.store.run_dir),
+                    wall_s=time.perf_counter() - t0)
+
+
+def isolation_cost(workers: SuiteRun, inline: SuiteRun) -> dict[str, Any]:
+    by_id = {r["id"]: r for r in inline.records}
+    rows = []
+    for rec in workers.records:
+        other = by_id.get(rec["id"])
+        if other is None:
+            continue
+        rows.append({"combination": rec["id"], "workers_s": rec["duration_s"], "inline_s": other["duration_s"],
+                     "ratio": rec["duration_s"] / other["duration_s"] if other["duration_s"] else None,
+                     "status": rec["status"], "inline_status": other["status"]})
+    ratio = workers.wall_s / inline.wall_s if inline.wall_s else None
+    per_combo, low, high = bootstrap_ratio([r["workers_s"] for r in rows], [r["inline_s"] for r in rows],
+                                           paired=True)
+    return figure(
+        "Isolation cost", ISOLATION_QUESTION,
+        value=ratio, unit="ratio",
+        goal=f"suite wall time with workers / in one process at most {ISOLATION_GOAL:.2f}",
+        goal_spec={"kind": "below", "target": ISOLATION_GOAL + 1e-12},
+        notes=[
+            f"Workers: {workers.wall_s:.1f} s; in one process: {inline.wall_s:.1f} s, measured one "
+            "right after the other on this host.",
+            f"Per combination (worker start-up excluded), median ratio {per_combo:.3f} "
+            f"[{low:.3f}, {high:.3f}] (paired bootstrap, 95%).",
+            "The worker starts once per device (a fresh interpreter importing torch) and again only "
+            "after a combination that killed it.",
+        ],
+        rows=rows, duration_s=workers.wall_s + inline.wall_s,
+        extra={"workers_wall_s": workers.wall_s, "inline_wall_s": inline.wall_s,
+               "per_combination_ratio": [per_combo, low, high]},
+    )
+
+
+def memory_estimate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    rows = []
+    for rec in records:
+        estimate = (rec.get("preflight") or {}).get("estimate_bytes")
+        peak = ((rec.get("execution") or {}).get("host_memory") or {}).get("peak_rss_bytes")
+        if rec.get("status") != "ok" or not estimate or not peak:
+            continue
+        rows.append({"combination": rec["id"], "estimate_gib": estimate / GIB, "peak_rss_gib": peak / GIB,
+                     "ratio": estimate / peak})
+    if not rows:
+        return figure("Memory estimate", MEMORY_QUESTION, value=None, unit="ratio",
+                      goal="estimate / measured peak at least 1 in every combination", goal_spec=None,
+                      status="not measured",
+                      notes=["No combination carried both a pre-flight estimate and a worker peak."])
+    ratios = [r["ratio"] for r in rows]
+    return figure(
+        "Memory estimate", MEMORY_QUESTION,
+        value=min(ratios), unit="ratio",
+        goal="estimate / measured peak at least 1 in every combination (the lowest is shown)",
+        goal_spec={"kind": "above", "target": 1.0},
+        notes=[f"Over {len(rows)} combinations: estimate / peak resident memory from {min(ratios):.2f} "
+               f"to {max(ratios):.2f}, median {statistics.median(ratios):.2f}.",
+               "The peak is the worker's resident set (VmHWM, reset before each combination), which "
+               "includes the interpreter, torch and everything the combination allocated; on a GPU the "
+               "device's own peak (allocator statistics) is in each record's memory section."],
+        rows=rows,
+        extra={"median_ratio": statistics.median(ratios), "max_ratio": max(ratios)},
+    )
+
+
+def run(suite: Any, workers: SuiteRun, scratch: Path, log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    import shutil
+
+    out = scratch / "runs-inline"
+    if out.exists():
+        shutil.rmtree(out)
+    log(f"isolation: the same {len(workers.records)} combinations in one process ...")
+    inline = inline_run(suite, out)
+    return {"isolation_cost": isolation_cost(workers, inline), "memory_estimate": memory_estimate(workers.records)}
