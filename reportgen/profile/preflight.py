@@ -1,0 +1,457 @@
+"""Pre-flight memory check: will this combination fit, decided before anything real is
+allocated (METHOD.md rule 16: an out-of-memory costs that combination only).
+
+A combination that cannot fit is recorded ``skipped`` within seconds ("needs ~27.0 GiB,
+21.9 GiB available") instead of the OS OOM-killing the worker half-way through building
+it (``--models llama`` at reference scale is ``LlamaConfig()``'s defaults: 6.7B
+parameters, 27 GB in fp32).
+
+The estimate comes from the config alone:
+
+* **parameters** (and buffers) are counted exactly by building the model on the ``meta``
+  device through the very path `models.build` uses (`models.resolve`,
+  `ModelSpec.make_config` with ``--scale``, `models.architecture`, `models._auto_class`);
+  meta tensors have shapes and dtypes and no storage, so a 70B config takes well under a
+  second and allocates nothing. transformers' ``no_init_weights`` is deliberately *not*
+  used: it also skips weight tying (GPT-2's tied head would be counted twice), and
+  initialisation on meta costs nothing anyway.
+* **weights** = parameter and buffer bytes, each at the dtype it is built in.
+* **build_transient**: transformers allocates every tied weight (GPT-2's and T5's LM
+  head, T5's per-stack token embeddings) before ``post_init`` ties it to the shared one,
+  so building briefly holds the bytes of each duplicate too: the parameter bytes counted
+  with duplicates (``named_parameters(remove_duplicate=False)``) less those without.
+  Measured on this CPU: GPT-2 +147 MiB, T5-small +188 MiB, exactly this figure.
+* **kv_cache** (prefill, decode; a causal LM's only) =
+  ``2 (K, V) x (layers + 1) x kv_heads x head_dim x (seq_len + 1) x batch x bytes``; the
+  extra layer is the transient copy while a layer's cache grows by concatenation. An
+  encoder-decoder's decoder adds its cross-attention cache, ``seq_len`` long.
+* **activations**: one forward under inference mode frees each layer's intermediates
+  when the layer returns, so the working set is one layer's, not the sum over layers:
+  ``batch x tokens x bytes x (ACT_HIDDEN_TENSORS x width + ACT_FF_TENSORS x ff)``, where
+  width = max(hidden, heads x head_dim) and ff the MLP width (residual, normed input,
+  q/k/v, rotary copies, attention output, projection output: 8 width-sized tensors; the
+  MLP's up, gate and activation output: 3 ff-sized ones), plus the inputs (ids, mask,
+  positions: int64), one additive mask ``batch x Lq x Lk x bytes`` per stack, the
+  encoder's output for an encoder-decoder, a relative position bias ``batch x heads x Lq x
+  Lk`` per attention kind for configs that have one (``relative_attention_num_buckets``,
+  T5-style: the bias is computed once and passed through every layer), the logits
+  ``batch x positions x vocab x bytes`` for a model with an LM head (x2 with
+  ``final_logit_softcapping``; positions = 1 where the model keeps only the last
+  position's logits in prefill/decode, as `models.make_step` asks), and, for an
+  implementation that materialises scores, one more score-sized tensor ``batch x heads x
+  Lq x Lk x bytes``: scaling, masking and softmax each hold input and output at once, so
+  even naive-inplace (which `measure.attention_activation_bytes` counts x1) peaks at two.
+  The sum is multiplied by ``WORKING_SET_SLACK`` (1.5) for allocator retention and
+  fragmentation: on the CPU freed blocks stay in glibc's heap, and peak RSS ran up to
+  1.35x the live tensors for bert-base eager s512 and llama-small eager s1024 (1.64x for
+  attention-micro naive-inplace before the extra score tensor was counted). Tokens per
+  forward: seq_len for forward and prefill; for decode too, because building a decode
+  step runs the prefill first.
+* **attention_scores**: exactly `measure.attention_activation_bytes` (eager, sdpa-math
+  and naive hold scores and probabilities, ``B x H x Lq x Lk x bytes x 2``; naive-inplace
+  x1; fused backends 0). For decode the larger of the decode step's and the prefill's
+  that builds its cache.
+* **profiler**: the profiled pass keeps its trace in host memory (kineto's events, the
+  exported JSON read back, the parsed dict and the attribution's tables):
+  ``PROFILER_FIXED_BYTES + PROFILER_EVENT_BYTES x PROFILER_EVENTS_PER_LAYER x layers x
+  (iterations + 1 warm-up)``. Measured on this CPU (cpu-default suite, torch 2.13):
+  210-390 trace events per layer per forward, and the profiled pass's peak RSS growth
+  ~3-11 KiB per event (t5-small: 188 MiB for 12 layers x 4 forwards); the allowance
+  rounds both up (500 events, 12 KiB). On CUDA the trace is host
+  memory, not device memory, so it is not part of the device estimate.
+* **runtime**: a fixed allowance for the process: on the CPU ``RUNTIME_CPU_BYTES``
+  (torch + transformers imported, the modeling code and profiler loaded lazily,
+  allocator slack and thread arenas; ~0.3 GiB measured after import); on CUDA
+  ``RUNTIME_CUDA_BYTES`` (cuBLAS/cuDNN workspaces and caching-allocator rounding). The
+  CUDA context itself is not counted: `torch.cuda.mem_get_info` creates it before it
+  answers, so its free figure is already net of the context.
+
+The check compares the estimate with ``SAFETY_MARGIN`` (95%) of what is available: on
+the CPU ``MemAvailable`` from /proc/meminfo, or less where a cgroup memory limit leaves
+less; on CUDA the free bytes of `torch.cuda.mem_get_info`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from reportgen.errors import Skip, UserError
+from reportgen.profile import models
+from reportgen.vocabulary import ATTENTION_MICRO
+
+__all__ = ["SAFETY_MARGIN", "available", "check", "estimate", "format_gib"]
+
+GIB = 1024**3
+MIB = 1024**2
+METHOD = "meta-device parameter count + analytic working set"
+
+SAFETY_MARGIN = 0.95  # the estimate may use at most this share of what is available
+
+# per-layer working set of one forward, in tensors of batch x tokens x (width | ff)
+ACT_HIDDEN_TENSORS = 8
+ACT_FF_TENSORS = 3
+INPUT_TENSORS = 3  # input ids, attention mask, position ids: int64 each
+WORKING_SET_SLACK = 1.5  # allocator retention and fragmentation; see the module docstring
+
+PROFILER_FIXED_BYTES = 64 * MIB
+PROFILER_EVENTS_PER_LAYER = 500  # per forward; 210-390 measured on CPU traces
+PROFILER_EVENT_BYTES = 12 * 1024  # kineto's record + raw JSON + parsed dict + analysis; <= 11 KiB measured
+PROFILE_ITERATIONS = 3  # the suite default (settings.profile_iterations)
+PROFILE_WARMUP = 1  # profiling.profile_step's default
+
+RUNTIME_CPU_BYTES = 512 * MIB
+RUNTIME_CUDA_BYTES = 512 * MIB
+
+MEMINFO_PATH = "/proc/meminfo"
+CGROUP_ROOT = "/sys/fs/cgroup"
+SELF_CGROUP_PATH = "/proc/self/cgroup"
+
+_UNLIMITED = 2**62  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
+
+
+def format_gib(n: int) -> str:
+    """``n`` bytes as GiB with one decimal: ``format_gib(27 * 2**30) == "27.0 GiB"``."""
+    return f"{n / GIB:.1f} GiB"
+
+
+# --- the estimate ----------------------------------------------------------------------
+
+
+def _field(combo: Any, name: str, default: Any = None) -> Any:
+    if isinstance(combo, dict):
+        return combo.get(name, default)
+    return getattr(combo, name, default)
+
+
+def _bytes_of(tensors: Any) -> tuple[int, int]:
+    """(elements, bytes) of distinct tensors (tied weights count once)."""
+    seen: set[int] = set()
+    elements = size = 0
+    for tensor in tensors:
+        if tensor is None or id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        elements += tensor.numel()
+        size += tensor.numel() * tensor.element_size()
+    return elements, size
+
+
+def _micro_model(combo: Any) -> tuple[int, int, dict[str, Any]]:
+    """(parameters, weight bytes, info) of attention-micro from its known sizes: the same
+    classes `micro.build` uses, on meta."""
+    from reportgen.profile import micro
+
+    variant = str(_field(combo, "attn_implementation", "naive"))
+    length = int(_field(combo, "seq_len", 1) or 1)
+    dtype = models.TORCH_DTYPES.get(str(_field(combo, "dtype", "fp32")), torch.float32)
+    with torch.device("meta"):
+        attn = micro.CausalSelfAttention(micro.HIDDEN_SIZE, micro.NUM_HEADS, length,
+                                         variant if variant in micro.VARIANTS else "sdpa-math")
+        module = micro.MicroModel(attn).to(dtype=dtype)
+    params, param_bytes = _bytes_of(module.parameters())
+    _, buffer_bytes = _bytes_of(module.buffers())
+    info: dict[str, Any] = {"num_layers": 1, "hidden_size": micro.HIDDEN_SIZE, "num_heads": micro.NUM_HEADS,
+                            "num_kv_heads": micro.NUM_HEADS, "head_dim": micro.HIDDEN_SIZE // micro.NUM_HEADS,
+                            "intermediate_size": 0, "vocab_size": None, "architecture": "attention"}
+    return params, param_bytes + buffer_bytes, info
+
+
+def _meta_model(combo: Any) -> tuple[torch.nn.Module, Any, str, str]:
+    """(model on meta, config, architecture, spec name): `models.build`'s config path."""
+    spec = models.resolve(combo.model)
+    needed = int(combo.seq_len) + (1 if combo.mode == "decode" else 0)
+    config = spec.make_config(_field(combo, "scale", "reference"), min_positions=needed)
+    arch = models.architecture(config)
+    cls = models._auto_class(config, arch)
+    dtype = models.torch_dtype(combo.dtype)
+    # meta init draws no random numbers, but the caller's RNG state is not ours to touch
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        model = cls.from_config(config, dtype=dtype)
+    return model, config, arch, spec.name
+
+
+def _layers(config: Any, info: dict[str, Any], arch: str) -> tuple[int, int]:
+    """(encoder layers, decoder layers); an encoder-only or decoder-only model has one."""
+    layers = int(info.get("num_layers") or 1)
+    if arch != "encoder-decoder":
+        return (0, layers) if arch == "decoder" else (layers, 0)
+    enc = models._first(config, ("encoder_layers", "num_layers", "num_hidden_layers")) or layers
+    dec = models._first(config, ("num_decoder_layers", "decoder_layers")) or enc
+    return int(enc), int(dec)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the analytic terms read beyond the record's ``model`` section."""
+
+    arch: str
+    enc_layers: int
+    dec_layers: int
+    lm_head: bool = False  # the model returns logits over the vocabulary
+    keeps_last_logits: bool = False  # forward takes logits_to_keep (make_step passes 1)
+    relative_bias: bool = False  # T5-style bias, computed once and passed through the stack
+    logit_softcapping: bool = False  # logits / cap -> tanh -> * cap: two logits tensors live
+
+
+def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]:
+    """kv_cache, activations and attention_scores in bytes (formulas: module docstring)."""
+    from reportgen.profile.measure import attention_activation_bytes
+
+    mode = str(combo.mode)
+    nbytes = models.torch_dtype(combo.dtype).itemsize
+    batch = int(combo.batch_size)
+    length = int(combo.seq_len)
+    hidden = int(info.get("hidden_size") or 0)
+    heads = int(info.get("num_heads") or 0)
+    head_dim = int(info.get("head_dim") or (hidden // heads if heads else 0))
+    kv_heads = int(info.get("num_kv_heads") or heads)
+    ff = info.get("intermediate_size")
+    ff = int(ff) if ff is not None else 4 * hidden
+    width = max(hidden, heads * head_dim)
+    encoder_decoder = shape.arch == "encoder-decoder"
+
+    kv = 0
+    if mode in ("prefill", "decode"):
+        per_token_layer = 2 * kv_heads * head_dim * batch * nbytes
+        layers = shape.dec_layers or shape.enc_layers
+        kv = per_token_layer * (layers + 1) * (length + 1)
+        if encoder_decoder:
+            kv += per_token_layer * layers * length  # cross-attention keys/values
+
+    tokens = length  # decode builds its cache with a full-length prefill first
+    stacks = 2 if encoder_decoder else 1
+    working = batch * tokens * nbytes * (ACT_HIDDEN_TENSORS * width + ACT_FF_TENSORS * ff)
+    working += INPUT_TENSORS * stacks * batch * tokens * 8
+    working += stacks * batch * tokens * tokens * nbytes  # one additive mask per stack
+    if encoder_decoder:
+        working += batch * tokens * hidden * nbytes  # the encoder's output, kept for cross-attention
+    if shape.relative_bias:
+        kinds = 3 if encoder_decoder else 1  # encoder self, decoder self, decoder cross
+        working += kinds * batch * heads * tokens * tokens * nbytes
+    if shape.lm_head:
+        vocab = int(info.get("vocab_size") or 0)
+        positions = 1 if (mode != "forward" and shape.keeps_last_logits) else tokens
+        working += (2 if shape.logit_softcapping else 1) * batch * positions * vocab * nbytes
+    scores = attention_activation_bytes(info, combo)
+    if mode == "decode":
+        prefill = SimpleNamespace(**{**_as_dict(combo), "mode": "prefill"})
+        scores = max(scores, attention_activation_bytes(info, prefill))
+    if scores:
+        # scaling, masking and softmax each hold input and output at once: one score-sized
+        # tensor beyond the live scores measure counts (naive-inplace peaks at two as well)
+        working += batch * heads * tokens * tokens * nbytes
+    activations = int(WORKING_SET_SLACK * working)
+    return {"kv_cache": int(kv), "activations": activations, "attention_scores": int(scores)}
+
+
+def _as_dict(combo: Any) -> dict[str, Any]:
+    if isinstance(combo, dict):
+        return dict(combo)
+    if hasattr(combo, "as_dict"):
+        return dict(combo.as_dict())
+    return dict(vars(combo))
+
+
+def _device_type(device: str | torch.device | None) -> str:
+    if device is None or str(device) == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(device).type
+
+
+def estimate(combo: Any, *, device: str | None = None, profile_iterations: int = PROFILE_ITERATIONS) -> dict[str, Any]:
+    """Peak memory of measuring ``combo`` on ``device`` (default ``combo.device``), from
+    its config alone; nothing real is allocated. Raises `UserError` for a model name
+    `models.build` would refuse too. Formulas: the module docstring."""
+    combo = combo if not isinstance(combo, dict) else SimpleNamespace(**combo)
+    dev = _device_type(device if device is not None else _field(combo, "device", "cpu"))
+    if combo.model == ATTENTION_MICRO:
+        params, weights, info = _micro_model(combo)
+        transient = 0
+        shape = _Shape(arch="attention", enc_layers=1, dec_layers=0)
+    else:
+        model, config, arch, name = _meta_model(combo)
+        params, param_bytes = _bytes_of(model.parameters())
+        _, buffer_bytes = _bytes_of(model.buffers())
+        weights = param_bytes + buffer_bytes
+        with_duplicates = sum(p.numel() * p.element_size() for _, p in model.named_parameters(remove_duplicate=False))
+        transient = with_duplicates - param_bytes
+        info = models.model_info(name, model, arch)
+        enc_layers, dec_layers = _layers(config, info, arch)
+        shape = _Shape(arch=arch, enc_layers=enc_layers, dec_layers=dec_layers,
+                       lm_head=model.get_output_embeddings() is not None,
+                       keeps_last_logits="logits_to_keep" in models._forward_params(model),
+                       relative_bias=bool(getattr(config, "relative_attention_num_buckets", None)),
+                       logit_softcapping=bool(getattr(config, "final_logit_softcapping", None)))
+        del model
+    parts: dict[str, int] = {"weights": int(weights), "build_transient": int(transient)}
+    parts.update(_analytic(combo, info, shape))
+    if dev == "cuda":
+        parts["profiler"] = 0  # the trace lives in host memory, not on the device
+        parts["runtime"] = RUNTIME_CUDA_BYTES
+    else:
+        layers = max(1, shape.enc_layers + shape.dec_layers)
+        events = PROFILER_EVENTS_PER_LAYER * layers * (profile_iterations + PROFILE_WARMUP)
+        parts["profiler"] = PROFILER_FIXED_BYTES + PROFILER_EVENT_BYTES * events
+        parts["runtime"] = RUNTIME_CPU_BYTES
+    return {"estimate_bytes": int(sum(parts.values())), "parts": parts, "parameters": int(params),
+            "method": METHOD}
+
+
+# --- what is available ----------------------------------------------------------------
+
+
+def _read(path: str | os.PathLike[str]) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def meminfo_available(text: str) -> int | None:
+    """``MemAvailable`` (bytes) from /proc/meminfo text."""
+    match = re.search(r"^MemAvailable:\s+(\d+)\s*kB", text, re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else None
+
+
+def _int_file(path: Path) -> int | None:
+    text = _read(path)
+    if text is None:
+        return None
+    text = text.strip()
+    if text == "max":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return None if value >= _UNLIMITED else value
+
+
+def _inactive_file(stat_path: Path) -> int:
+    """Reclaimable page cache charged to the cgroup (``inactive_file`` in memory.stat):
+    the kernel drops it before it OOM-kills, so it counts as available."""
+    text = _read(stat_path) or ""
+    match = re.search(r"^(?:total_)?inactive_file\s+(\d+)", text, re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
+def cgroup_available(cgroup_root: str | os.PathLike[str] = CGROUP_ROOT,
+                     self_cgroup_path: str | os.PathLike[str] = SELF_CGROUP_PATH) -> tuple[int, str] | None:
+    """(limit - usage + reclaimable cache, source) of the tightest cgroup memory limit
+    over this process's cgroup and its mount root, v2 (memory.max / memory.current) or v1
+    (memory/memory.limit_in_bytes / memory.usage_in_bytes); None where there is no limit."""
+    root = Path(cgroup_root)
+    own_v2 = own_v1 = ""
+    for line in (_read(self_cgroup_path) or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            own_v2 = parts[2].strip("/")
+        elif "memory" in parts[1].split(","):
+            own_v1 = parts[2].strip("/")
+    candidates: list[tuple[Path, str, str, str]] = []
+    for sub in dict.fromkeys((own_v2, "")):
+        candidates.append((root / sub if sub else root, "memory.max", "memory.current", "v2"))
+    for sub in dict.fromkeys((own_v1, "")):
+        base = root / "memory"
+        candidates.append((base / sub if sub else base, "memory.limit_in_bytes", "memory.usage_in_bytes", "v1"))
+    best: tuple[int, str] | None = None
+    for folder, limit_name, usage_name, version in candidates:
+        limit = _int_file(folder / limit_name)
+        if limit is None:
+            continue
+        usage = _int_file(folder / usage_name) or 0
+        free = max(0, limit - usage + _inactive_file(folder / "memory.stat"))
+        free = min(free, limit)
+        if best is None or free < best[0]:
+            best = (free, f"cgroup {version} {folder / limit_name} - {usage_name} + inactive_file")
+    return best
+
+
+def available(device: str, *, meminfo_path: str | os.PathLike[str] = MEMINFO_PATH,
+              cgroup_root: str | os.PathLike[str] = CGROUP_ROOT,
+              self_cgroup_path: str | os.PathLike[str] = SELF_CGROUP_PATH) -> tuple[int, str]:
+    """(bytes available to a new allocation on ``device``, where the figure came from).
+
+    CPU: ``MemAvailable`` from /proc/meminfo, or a cgroup's limit minus its usage where
+    that is lower. CUDA: the free bytes of `torch.cuda.mem_get_info` (net of this
+    process's CUDA context, which the call creates first)."""
+    kind = _device_type(device)
+    if kind == "cuda":
+        dev = torch.device(device) if str(device) != "auto" else torch.device("cuda")
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        free, _total = torch.cuda.mem_get_info(index)
+        return int(free), f"torch.cuda.mem_get_info(cuda:{index}) free"
+    text = _read(meminfo_path)
+    host = meminfo_available(text) if text is not None else None
+    best: tuple[int, str] | None = (host, f"{meminfo_path} MemAvailable") if host is not None else None
+    limited = cgroup_available(cgroup_root, self_cgroup_path)
+    if limited is not None and (best is None or limited[0] < best[0]):
+        best = limited
+    if best is None:
+        raise RuntimeError(f"cannot tell how much memory is available: no MemAvailable in {meminfo_path}")
+    return best
+
+
+def _where(device: str) -> str:
+    if _device_type(device) != "cuda":
+        return "host memory"
+    dev = torch.device(device) if str(device) != "auto" else torch.device("cuda")
+    index = dev.index
+    if index is None:
+        with contextlib.suppress(Exception):
+            index = torch.cuda.current_device()
+    return f"GPU {index if index is not None else 0} free memory"
+
+
+def check(combo: Any, device: str | None = None, *, profile_iterations: int = PROFILE_ITERATIONS,
+          margin: float = SAFETY_MARGIN, meminfo_path: str | os.PathLike[str] = MEMINFO_PATH,
+          cgroup_root: str | os.PathLike[str] = CGROUP_ROOT,
+          self_cgroup_path: str | os.PathLike[str] = SELF_CGROUP_PATH) -> dict[str, Any]:
+    """The record's pre-flight section when ``combo`` fits on ``device`` (default
+    ``combo.device``); else `Skip` ("needs ~27.0 GiB, 21.9 GiB available (host memory;
+    ...)") with the section (``fits`` False) attached as ``exc.preflight``. Fits means
+    estimate <= ``margin`` x available.
+
+    The estimate runs first, so the imports it needs (torch, transformers, the model's
+    modeling code: the ones the build needs next) are already out of the available figure.
+    A model the meta device cannot build (custom code that reads tensor values while it
+    initialises) is not refused for that: the section comes back with ``fits`` None,
+    ``estimate_bytes``/``parts``/``parameters`` None and the error in ``method``, and the
+    real build goes ahead. `UserError` (an unknown model) propagates, as from the build."""
+    device = str(device if device is not None else _field(combo, "device", "cpu"))
+    try:
+        est: dict[str, Any] = estimate(combo, device=device, profile_iterations=profile_iterations)
+    except (UserError, Skip):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a guard that cannot estimate must not fail the combination
+        first = (str(exc).strip().splitlines() or [""])[0]
+        est = {"estimate_bytes": None, "parts": None, "parameters": None,
+               "method": f"{METHOD} (not estimated: {type(exc).__name__}: {first})"}
+    avail, source = available(device, meminfo_path=meminfo_path, cgroup_root=cgroup_root,
+                              self_cgroup_path=self_cgroup_path)
+    fits = None if est["estimate_bytes"] is None else bool(est["estimate_bytes"] <= margin * avail)
+    section: dict[str, Any] = {
+        "estimate_bytes": est["estimate_bytes"],
+        "parts": est["parts"],
+        "parameters": est["parameters"],
+        "available_bytes": int(avail),
+        "available_source": source,
+        "fits": fits,
+        "method": est["method"],
+    }
+    if fits is False:
+        skip = Skip(f"needs ~{format_gib(est['estimate_bytes'])}, {format_gib(avail)} available "
+                    f"({_where(device)}; at most {margin:.0%} of it is planned for)")
+        skip.preflight = section  # type: ignore[attr-defined]
+        raise skip
+    return section
