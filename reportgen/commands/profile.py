@@ -34,6 +34,30 @@ _OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
     ("--budget-s", "budget_s", "SECONDS", "timing budget per combination"),
 )
 
+# --executor slurm only: (flag, dest, metavar or None for a switch, help). Values are
+# checked by reportgen.execute.slurm.SlurmOptions, one line naming the flag.
+_SLURM: tuple[tuple[str, str, str | None, str], ...] = (
+    ("--slurm-partition", "slurm_partition", "NAME", "partition (default: the cluster's default)"),
+    ("--slurm-account", "slurm_account", "NAME", "account to charge (default: yours)"),
+    ("--slurm-time", "slurm_time", "TIME",
+     ("time limit of each task: minutes or Slurm's D-HH:MM:SS (default: 60); a task stopped by it "
+      "keeps its records, and rerunning resumes")),
+    ("--slurm-gpus-per-task", "slurm_gpus_per_task", "N",
+     ("GPUs per task, one worker each (default: 1 on a cuda suite; with --device auto, asking for "
+      "GPUs makes it cuda)")),
+    ("--slurm-constraint", "slurm_constraint", "FEATURES", "node features, e.g. h100 (sbatch --constraint)"),
+    ("--slurm-exclusive", "slurm_exclusive", None, "a node to each task, shared with no other job"),
+    ("--slurm-tasks", "slurm_tasks", "N",
+     ("array size (default: on a cuda suite the pending combinations, at most 8; on the cpu 1, since "
+      "tasks sharing a node share its cores: use N with --slurm-exclusive)")),
+    ("--slurm-cpus-per-task", "slurm_cpus_per_task", "N", "CPUs per task (default: the cluster's)"),
+    ("--slurm-mem", "slurm_mem", "SIZE", "memory per node, e.g. 64G (default: the cluster's)"),
+    ("--slurm-sbatch", "slurm_sbatch", "FLAG=VALUE",
+     "any other sbatch option, e.g. qos=high (repeatable)"),
+    ("--no-wait", "no_wait", None,
+     "submit, print the job id and how to follow it, and return (default: wait, showing progress)"),
+)
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -68,6 +92,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--list", action="store_true", help="print the combination ids and exit; writes nothing"
     )
+    slurm = parser.add_argument_group("Slurm (with --executor slurm)")
+    for flag, dest, metavar, text in _SLURM:
+        if metavar is None:
+            slurm.add_argument(flag, dest=dest, action="store_true", help=text)
+        elif flag == "--slurm-sbatch":
+            slurm.add_argument(flag, dest=dest, metavar=metavar, action="append", help=text)
+        else:
+            slurm.add_argument(flag, dest=dest, metavar=metavar, help=text)
     parser.set_defaults(func=run)
 
 
@@ -91,6 +123,15 @@ def command_line(args: argparse.Namespace) -> str:
     for flag, dest in (("--devices", "devices"), ("--timeout", "timeout_s")):
         if getattr(args, dest) is not None:
             parts += [flag, str(getattr(args, dest))]
+    for flag, dest, metavar, _ in _SLURM:
+        value = getattr(args, dest)
+        if metavar is None and value:
+            parts.append(flag)
+        elif isinstance(value, list):
+            for item in value:
+                parts += [flag, item]
+        elif metavar is not None and value is not None:
+            parts += [flag, str(value)]
     return shlex.join(parts)
 
 
@@ -98,7 +139,17 @@ def run(args: argparse.Namespace) -> int:
     from reportgen import runner
 
     overrides = parse_overrides({dest: getattr(args, dest) for _, dest, _, _ in _OVERRIDES})
-    suite_name = args.suite or default_suite_name(overrides.get("device", "auto"))
+    if args.executor != "slurm":
+        for flag, dest, _, _ in _SLURM:
+            if getattr(args, dest) not in (None, False):
+                raise UserError(f"{flag}: only with --executor slurm")
+        suite_name = args.suite or default_suite_name(overrides.get("device", "auto"))
+    else:
+        from reportgen.execute import slurm
+
+        # the nodes' GPUs, not this host's, choose the default suite
+        suite_name = args.suite or slurm.default_suite_name(overrides.get("device", "auto"),
+                                                            args.slurm_gpus_per_task)
     suite = load_suite(suite_name, overrides)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -108,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--executor: unknown executor {args.executor!r}; choose from {', '.join(EXECUTORS)}")
     if args.force and args.retry_failed:
         raise UserError("--retry-failed: contradicts --force, which measures every combination again")
-    suite = suite.with_device(runner.resolve_device(suite.settings.device))
+    if args.executor != "slurm":  # a Slurm job's device is its nodes': slurm.main settles it
+        suite = suite.with_device(runner.resolve_device(suite.settings.device))
     combos = suite.combinations()
 
     if args.list:

@@ -418,8 +418,8 @@ def check(combo: Any, device: str | None = None, *, profile_iterations: int = PR
           cgroup_root: str | os.PathLike[str] = CGROUP_ROOT,
           self_cgroup_path: str | os.PathLike[str] = SELF_CGROUP_PATH) -> dict[str, Any]:
     """The record's pre-flight section when ``combo`` fits on ``device`` (default
-    ``combo.device``); else `Skip` ("needs ~27.0 GiB, 21.9 GiB available (host memory;
-    ...)") with the section (``fits`` False) attached as ``exc.preflight``. Fits means
+    ``combo.device``); else `Skip` ("needs ~27.0 GiB, 21.9 GiB available (host memory)")
+    with the section (``fits`` False) attached as ``exc.preflight``. Fits means
     estimate <= ``margin`` x available.
 
     The estimate runs first, so the imports it needs (torch, transformers, the model's
@@ -451,7 +451,7 @@ def check(combo: Any, device: str | None = None, *, profile_iterations: int = PR
     }
     if fits is False:
         skip = Skip(f"needs ~{format_gib(est['estimate_bytes'])}, {format_gib(avail)} available "
-                    f"({_where(device)}; at most {margin:.0%} of it is planned for)")
+                    f"({_where(device)})")
         skip.preflight = section  # type: ignore[attr-defined]
         raise skip
     return section
