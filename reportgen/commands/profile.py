@@ -92,7 +92,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--list", action="store_true", help="print the combination ids and exit; writes nothing"
     )
-    slurm = parser.add_argument_group("Slurm (with --executor slurm)")
+    slurm = parser.add_argument_group(
+        "Slurm (with --executor slurm)",
+        "--out must be on a filesystem the nodes share: the tasks write the run directory of their "
+        "node's hardware there, and submitit keeps its pickles and task logs in <out>/.slurm/.")
     for flag, dest, metavar, text in _SLURM:
         if metavar is None:
             slurm.add_argument(flag, dest=dest, action="store_true", help=text)
