@@ -47,6 +47,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "sinfo", "scancel", "sacct", "srun", "scontrol", "munge")
 ACCOUNTING = ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db", "mariadb")
@@ -541,6 +543,21 @@ class SlurmCluster:
             if path.name != "jobcomp.txt":
                 parts.append(f"--- {path} ---\n{_tail(path, lines)}")
         return "\n".join(parts)
+
+
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 60,
+               cluster: SlurmCluster | None = None) -> Any:
+    """Poll ``condition`` until it returns something true; fail the test after ``timeout``
+    seconds, with ``cluster``'s diagnostics when given."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}"
+                        + (f"\n{cluster.diagnostics()}" if cluster else ""))
+        time.sleep(0.2)
 
 
 # --- stopping processes by pid ------------------------------------------------------

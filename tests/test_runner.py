@@ -141,6 +141,8 @@ def test_rerun_resumes_and_force_remeasures(fake: FakeMeasure, tmp_path: Path) -
     assert cli.main([*argv, "--force"]) == 0
     assert len(fake.calls) == SMALL_COUNT
     assert _run_dir(out) == run_dir
+    # one run, resumed and remeasured: it keeps the time it first started
+    assert json.loads((run_dir / "run.json").read_text())["started"] == started
 
 
 class InProcessMeasure:

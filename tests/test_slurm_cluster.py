@@ -7,29 +7,13 @@ import math
 import operator
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from slurm_cluster import SlurmCluster
+from slurm_cluster import SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = 60,
-               cluster: SlurmCluster | None = None) -> Any:
-    """Poll ``condition`` until it returns something true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}"
-                        + (f"\n{cluster.diagnostics()}" if cluster else ""))
-        time.sleep(0.2)
 
 
 def test_sinfo_shows_the_node_idle(slurm_cluster: SlurmCluster) -> None:

@@ -9,15 +9,13 @@ import os
 import re
 import sys
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-from slurm_cluster import SlurmCluster
+from slurm_cluster import SlurmCluster, wait_until
 
 from reportgen import cli, runner
 from reportgen.commands.status import slurm_label
@@ -31,18 +29,6 @@ TESTS = Path(__file__).parent
 SMALL = ["--suite", "tiny", "--models", "bert-base,gpt2", "--attn", "sdpa", "--modes", "forward",
          "--device", "cpu"]
 CLI_TIMEOUT_S = 240.0
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float, cluster: SlurmCluster | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}"
-                        + (f"\n{cluster.diagnostics()}" if cluster else ""))
-        time.sleep(0.2)
 
 
 def run_cli(argv: list[str], cluster: SlurmCluster, timeout: float = CLI_TIMEOUT_S) -> int:

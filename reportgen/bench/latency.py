@@ -45,7 +45,6 @@ def compare(combo: Any, *, rounds: int, budget_s: float, min_run_time: float) ->
                              "timer": lambda: timer_median(step, min_run_time, reset_ms)}, rounds)
     ours = values["reportgen"]
     ratio, lo, hi = bootstrap_ratio(ours, values["timer"], paired=True)
-    del built, step
     return {
         "combination": combo_label(combo),
         "reportgen_ms": median(ours),

@@ -7,7 +7,8 @@
 ``devices``     which devices get a worker (``--devices``)
 ``local``       the default executor: one supervised worker per device on this host
 ``inline``      measuring in this process, without isolation (for the isolation-cost bench)
-``slurm``       the Slurm executor (submitit): a job array whose tasks each run a worker
+``slurm``       the Slurm executor (submitit): validates, submits one job array, waits on it
+``slurm_task``  one array task on its node: measures what its run directory lacks, writes run.json
 ``console``     the progress display and the quiet console
 
 The parent never measures: it plans, hands out work and writes what comes back.

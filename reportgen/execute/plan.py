@@ -152,7 +152,7 @@ def states(run_dir: str | Path, ids: Iterable[str]) -> list[Entry]:
     claims = Claims(run_dir).live()
     entries = []
     for combo_id in ids:
-        record = _record(run_dir, combo_id)
+        record = read_record(run_dir, combo_id)
         if record is not None:
             entries.append(Entry(combo_id, record["status"], record.get("reason"), record=record))
         elif combo_id in claims:
@@ -162,7 +162,9 @@ def states(run_dir: str | Path, ids: Iterable[str]) -> list[Entry]:
     return entries
 
 
-def _record(run_dir: str | Path, combo_id: str) -> dict[str, Any] | None:
+def read_record(run_dir: str | Path, combo_id: str) -> dict[str, Any] | None:
+    """The record of ``combo_id`` in ``run_dir``; None when there is none, or it is
+    unreadable or another combination's (either way: measured again)."""
     path = Path(run_dir) / "combinations" / f"{combo_id}.json"
     if not path.is_file():
         return None
@@ -186,7 +188,7 @@ def todo(store: RunStore, combos: Iterable[Combination], *, force: bool = False,
     have killed its worker, and a plain resume must not run into the same wall again."""
     pending = []
     for combo in combos:
-        record = None if force else _record(store.run_dir, combo.id)
+        record = None if force else read_record(store.run_dir, combo.id)
         if record is None or (retry_failed and record.get("status") == "failed"):
             pending.append(combo)
     return sorted(pending, key=size_key)

@@ -1,11 +1,10 @@
 """The Slurm executor (``--executor slurm``): one job array, submitted through submitit.
 
-Every array task runs :func:`task_main` on its node: it records the node's environment,
-opens the run directory of the node's hardware and measures with the local machinery
-(one supervised worker per CPU, or per GPU the task was given) over the combinations of
-that directory that have no record. Tasks coordinate only through the run directory
-(``plan.Claims``), so the tasks of one array, a resubmission and a local run never measure
-one combination twice, and a resubmission measures only what is missing.
+Every array task runs :func:`reportgen.execute.slurm_task.task_main` on its node: it
+measures, with the local machinery, the combinations of its hardware's run directory that
+have no record. Tasks coordinate only through the run directory (``plan.Claims``), so the
+tasks of one array, a resubmission and a local run never measure one combination twice,
+and a resubmission measures only what is missing.
 
 The submitting process validates everything before it submits (nothing is written or
 submitted on a bad flag), then either waits, showing the tasks' states and the records as
@@ -16,18 +15,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
 import io
 import logging
 import math
-import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,12 +32,9 @@ from typing import Any, Self
 
 from reportgen.errors import UserError
 from reportgen.execute import plan
-from reportgen.execute.console import Progress
-from reportgen.execute.local import Job, LocalExecutor
-from reportgen.execute.record import git_of, run_record, utc_now
-from reportgen.execute.supervisor import Outcome, Supervisor
-from reportgen.schema import load_combination, load_run
-from reportgen.store import RunStore
+from reportgen.execute.record import utc_now
+from reportgen.execute.slurm_task import after, task_main
+from reportgen.schema import load_run
 from reportgen.suite import Suite
 
 DEFAULT_TIME_MIN = 60     # a task stopped by its time limit keeps every record; rerun to resume
@@ -50,7 +42,6 @@ GPU_TASKS_MAX = 8         # default array size on a GPU suite: min(pending combi
 CPU_TASKS = 1             # default on a CPU suite: see _default_tasks
 POLL_S = 2.0              # how often the waiting display reads records and job states
 NO_WAIT_GRACE_S = 30.0    # --no-wait: how long to let started tasks name their run directory
-CANCEL_GRACE_S = 2.0      # a worker killed by SIGTERM: how long to wait for the task's own SIGTERM
 SINFO_TIMEOUT_S = 30.0
 UNSEEN_AFTER_S = 60.0     # a task in neither squeue nor sacct this long after submission has ended
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
@@ -65,11 +56,6 @@ _RESERVED = {"array": "--slurm-tasks", "output": None, "error": None, "open-mode
 _TIME_RE = re.compile(r"^(?:(?P<days>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?$")
 _MEM_RE = re.compile(r"^(?P<n>\d+)(?P<unit>[KMGT]?)B?$", re.IGNORECASE)
 _FLAG_RE = re.compile(r"^[a-z][a-z0-9-]*$")
-
-
-class TaskCancelled(BaseException):
-    """Slurm stopped this task (scancel, time limit, preemption): the combination being
-    measured stays pending, never ``failed``. A BaseException, like KeyboardInterrupt."""
 
 
 # --- options ------------------------------------------------------------------------------
@@ -383,19 +369,12 @@ class Watch:
         found = []
         for run_dir in self.dirs():
             with contextlib.suppress(Exception):
-                if _after(load_run(run_dir).record.get("updated"), self.submitted_at):
+                if after(load_run(run_dir).record.get("updated"), self.submitted_at):
                     found.append(run_dir)
         return found
 
     def status_commands(self) -> list[str]:
         return [f"reportgen status {shlex.quote(str(d))}" for d in self.dirs()]
-
-
-def _after(stamp: Any, since: str) -> bool:
-    try:
-        return _dt.datetime.fromisoformat(str(stamp)) >= _dt.datetime.fromisoformat(since)
-    except ValueError:
-        return False
 
 
 def _no_wait(watch: Watch, array_id: str) -> int:
@@ -478,7 +457,7 @@ def _wait(watch: Watch, array_id: str) -> int:
                     new = [e for e in entries if e.record is not None
                            and (run_dir, e.id, str(e.record.get("started"))) not in announced]
                     announced.update((run_dir, e.id, str((e.record or {}).get("started"))) for e in new)
-                    new = [e for e in new if _after((e.record or {}).get("started"), watch.submitted_at)]
+                    new = [e for e in new if after((e.record or {}).get("started"), watch.submitted_at)]
                     for i, entry in enumerate(new, start=done - len(new) + 1):
                         display.note(_finished_line(f"{label}[{i}/{len(entries)}]", entry.id, entry.record or {}))
                 for job in watch.jobs:
@@ -534,176 +513,3 @@ def _report(watch: Watch, array_id: str) -> int:
         print(f"{left} combinations left without a record; rerun the same command to measure them "
               f"({', '.join(watch.status_commands())} shows them)", file=sys.stderr)
     return 1
-
-
-# --- on a node: one array task ------------------------------------------------------------
-
-@dataclass
-class _SubmissionJob(Job):
-    """A Job that, with ``--force`` or ``--retry-failed``, counts a record measured by this
-    submission as done, so the tasks of one array never measure a combination twice."""
-
-    submitted_at: str = ""
-    array_job_id: str | None = None
-
-    def still_wanted(self, combo: Any) -> bool:
-        if measured_by_submission(self.store, combo.id, self.submitted_at, self.array_job_id):
-            return False
-        return super().still_wanted(combo)
-
-
-def measured_by_submission(store: RunStore, combo_id: str, submitted_at: str, array_job_id: str | None) -> bool:
-    """A record started after the submission, or by a task of this job array (which no
-    clock skew between nodes can hide)."""
-    path = store.combination_path(combo_id)
-    if not path.is_file():
-        return False
-    try:
-        record = load_combination(path)
-    except Exception:  # noqa: BLE001 - unreadable: measured again
-        return False
-    slurm = (record.get("execution") or {}).get("slurm") or {}
-    if array_job_id is not None and str(slurm.get("array_job_id") or slurm.get("job_id")) == array_job_id:
-        return True
-    return _after(record.get("started"), submitted_at)
-
-
-class _TaskSupervisor(Supervisor):
-    """Slurm stops a task with SIGTERM to every process of it, workers included. A worker
-    killed that way was interrupted, not failed: once this task's own SIGTERM handler has
-    run, the combination is left pending (no ``failed`` record) instead."""
-
-    def __init__(self, *args: Any, cancelled: threading.Event, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.cancelled = cancelled
-
-    def run(self, task: Mapping[str, Any]) -> Outcome:
-        outcome = super().run(task)
-        if (outcome.status == "failed" and outcome.execution.get("worker_exit") == -signal.SIGTERM
-                and self.cancelled.wait(CANCEL_GRACE_S)):
-            raise TaskCancelled("Slurm stopped this task")
-        return outcome
-
-
-def _task_gpus(device: str, environ: Mapping[str, str]) -> list[int] | None:
-    """Every GPU this task was given (Slurm sets CUDA_VISIBLE_DEVICES), one worker each."""
-    if device != "cuda":
-        return None
-    visible = [v for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    if visible:
-        count = len(visible)
-    else:
-        import torch
-
-        count = int(torch.cuda.device_count())
-    if count == 0:
-        raise RuntimeError("this Slurm task has no GPU (CUDA_VISIBLE_DEVICES is empty and torch sees none)")
-    return list(range(count))
-
-
-def task_main(out: Path, suite: Suite, *, measure: str, preflight: str | None, timeout_s: float | None,
-              force: bool, retry_failed: bool, submitted_at: str, command: str) -> dict[str, Any]:
-    """One array task on its node: measure what its hardware's run directory still lacks."""
-    from reportgen import runner
-    from reportgen.execute.devices import worker_specs
-
-    device = suite.settings.device
-    environment = {**runner.collect_environment(device), "seeds": {"suite": suite.settings.seed}}
-    store = RunStore(out, runner.hardware_slug(environment), suite)
-    combos = suite.combinations()
-    me = plan.owner()
-    slurm_ids = me.get("slurm") or {}
-    array_job_id = slurm_ids.get("array_job_id") or slurm_ids.get("job_id")
-    label = f"{array_job_id}_{slurm_ids['array_task_id']}" if "array_task_id" in slurm_ids else array_job_id
-    gpus = _task_gpus(device, os.environ)
-    specs = worker_specs(device, gpus, gpu_count=len(gpus or []), measure=measure, preflight=preflight)
-    previous = store.read_run()
-    started = previous.get("started", utc_now()) if previous else utc_now()
-    execution = {"executor": "slurm", "job_id": array_job_id, "tasks": _int(os.environ.get("SLURM_ARRAY_TASK_COUNT")),
-                 "submitted": submitted_at, "workers": [spec.slot for spec in specs], "updated_by": label}
-    todo = [c for c in plan.todo(store, combos, force=force, retry_failed=retry_failed)
-            if not measured_by_submission(store, c.id, submitted_at, array_job_id)]
-    job = _SubmissionJob(store=store, todo=todo, settings=suite.settings, git=git_of(environment),
-                         retry_failed=retry_failed, force=force, executor="slurm",
-                         submitted_at=submitted_at, array_job_id=array_job_id)
-    write = partial(_write_run, store, suite, command=command, environment=environment, started=started,
-                    execution=execution)
-    if todo:
-        write(None)
-    cancelled = threading.Event()
-
-    def on_sigterm(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough; cleaning up must finish
-        cancelled.set()
-        raise TaskCancelled(f"Slurm stopped this task ({signal.Signals(signum).name})")
-
-    before = signal.signal(signal.SIGTERM, on_sigterm)
-    ending = "ended"
-    try:
-        try:
-            executor = LocalExecutor(specs, timeout_s=timeout_s or runner.default_timeout(suite.settings),
-                                     supervisor=partial(_TaskSupervisor, cancelled=cancelled))
-            with Progress(len(combos), len(todo), len(combos) - len(todo), enabled=True) as progress:
-                executor.run(job, progress)
-        except BaseException as exc:
-            if isinstance(exc, (TaskCancelled, KeyboardInterrupt, SystemExit)) or _submitit_stop(exc):
-                ending = "interrupted"  # cancelled, timed out or preempted: what ran stays pending
-            raise
-        finally:
-            write(ending, measured=bool(job.records))
-    except TaskCancelled as exc:
-        print(f"reportgen: {exc} after {len(job.records)} combinations; the one it was measuring stays pending",
-              file=sys.stderr, flush=True)
-        raise SystemExit(128 + signal.SIGTERM) from None  # one line in the task's log, not a traceback
-    finally:
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGTERM, before)
-    counts: dict[str, int] = {}
-    for record in job.records:
-        counts[record["status"]] = counts.get(record["status"], 0) + 1
-    return {"run_dir": str(store.run_dir), "run_id": store.run_id, "task": label,
-            "host": me["host"], "measured": counts}
-
-
-def _submitit_stop(exc: BaseException) -> bool:
-    """submitit's handler of Slurm's warning signal (time limit, preemption) raises this."""
-    try:
-        from submitit.core.utils import UncompletedJobError
-    except ImportError:
-        return False
-    return isinstance(exc, UncompletedJobError)
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text and text.isdigit() else None
-
-
-def _write_run(store: RunStore, suite: Suite, ending: str | None, *, command: str,
-               environment: Mapping[str, Any], started: str, execution: Mapping[str, Any],
-               measured: bool = True) -> None:
-    """run.json from one of many tasks: atomically, last writer wins, counts from the records.
-
-    ``ending`` None: starting (status running). Otherwise this task is done: the run ends
-    (complete, incomplete, interrupted) unless another process still holds a claim, in
-    which case it stays running and that process writes the end. A writer that decided
-    "running" may land after the last task's final write, so each writer checks the
-    claims again after writing and rewrites when its decision no longer holds.
-    """
-    ids = [c.id for c in suite.combinations()]
-    claims = plan.Claims(store.run_dir)
-
-    def held() -> bool:
-        return any(combo_id in ids for combo_id in claims.live())
-
-    for _ in range(3):
-        busy = ending is None or held()
-        state = "running" if busy else str(ending)
-        record = run_record(store, suite, command=command, environment=environment, started=started, state=state,
-                            finished=None if busy else utc_now(), execution=execution)
-        previous = store.read_run()
-        if (not measured and previous is not None and previous.get("status") == record["status"]
-                and previous.get("counts") == record["counts"]):
-            return  # nothing measured and nothing changed: keep the record as it was
-        store.write_run(record)
-        if ending is None or held() == busy:
-            return

@@ -108,6 +108,28 @@ def _status_bytes(field: str) -> int | None:
     return None
 
 
+def release_memory() -> None:
+    """Give freed memory back to the system between combinations: without it glibc keeps
+    the previous model's heap resident, the next pre-flight check sees that much less
+    available, and the next peak is hidden in memory already touched."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        libc.malloc_trim(0)  # glibc only; elsewhere the attribute is missing
+    except (OSError, AttributeError):
+        pass
+
+
 def _reset_peak_rss() -> bool:
     # Writing 5 to clear_refs resets VmHWM (Linux >= 4.0), so each combination's peak is
     # its own, not the largest of every combination this worker measured before it.
@@ -129,6 +151,7 @@ def run_task(task: Mapping[str, Any], spec: WorkerSpec, measure: Callable[..., A
     )
 
     combo = task["combo"]
+    release_memory()
     result: dict[str, Any] = {"status": "ok", "sections": None, "reason": None, "traceback": None,
                               "preflight": None, "poisoned": False}
     reset = _reset_peak_rss()
