@@ -69,7 +69,7 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
     return {name: GOLDEN[name] for name in SECTIONS}
 
 
-def preflight(combo: Any, device: str) -> dict[str, Any]:
+def preflight(combo: Any, device: str, reusable_bytes: int = 0) -> dict[str, Any]:
     """A pre-flight that skips what the plan marks ``too-big``."""
     section = {"estimate_bytes": 1024, "available_bytes": 2048, "fits": True}
     if behaviour(combo.id) == "too-big":

@@ -108,8 +108,12 @@ def test_reference_llama_does_not_fit_21_9_gib(host: dict[str, Path]) -> None:
     assert str(host["meminfo_path"]) in section["available_source"]
     assert section["parameters"] == est["parameters"]
     assert set(section) == {"estimate_bytes", "parts", "parameters", "available_bytes", "available_source",
-                            "fits", "method"}
+                            "reusable_bytes", "fits", "method"}
     json.dumps(section)
+    # heap a warm worker freed and keeps counts as available to it: with 8 GiB of it, it fits
+    roomy = preflight.check(c, "cpu", reusable_bytes=8 * GIB, **host)
+    assert roomy["fits"] is True and roomy["available_bytes"] == AVAILABLE_21_9 + 8 * GIB
+    assert roomy["reusable_bytes"] == 8 * GIB and "8.0 GiB this worker holds free" in roomy["available_source"]
 
 
 def test_check_passes_a_small_model(host: dict[str, Path]) -> None:

@@ -4,9 +4,10 @@
   the same suite measured inside one process, one right after the other on the same
   host: what process isolation adds to the suite's wall time.
 * Memory estimate: each combination's pre-flight estimate of its peak memory against what
-  its worker's resident memory grew by while measuring it (peak VmHWM, reset before each
-  combination, less the resident set at its start, after freed memory was handed back),
-  so the estimate that decides "skipped: needs ~X GiB" stays honest.
+  its worker's resident memory reached above the worker's resting size (peak VmHWM, reset
+  before each combination, less the resident set after importing torch), so the estimate
+  that decides "skipped: needs ~X GiB" stays honest. A warm worker keeps the previous
+  model's freed heap, so the growth can only be over-stated, never hidden.
 """
 
 from __future__ import annotations
@@ -85,10 +86,10 @@ def memory_estimate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for rec in records:
         estimate = (rec.get("preflight") or {}).get("estimate_bytes")
         host = (rec.get("execution") or {}).get("host_memory") or {}
-        peak, before = host.get("peak_rss_bytes"), host.get("rss_before_bytes")
+        peak, before = host.get("peak_rss_bytes"), host.get("baseline_rss_bytes")
         if rec.get("status") != "ok" or not estimate or not peak or before is None or peak <= before:
             continue
-        rows.append({"combination": rec["id"], "estimate_gib": estimate / GIB, "rss_before_gib": before / GIB,
+        rows.append({"combination": rec["id"], "estimate_gib": estimate / GIB, "baseline_rss_gib": before / GIB,
                      "peak_rss_gib": peak / GIB, "grew_gib": (peak - before) / GIB,
                      "ratio": estimate / (peak - before)})
     if not rows:
@@ -105,10 +106,10 @@ def memory_estimate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         notes=[f"Over {len(rows)} combinations: estimate / growth of the worker's resident memory from "
                f"{min(ratios):.2f} to {max(ratios):.2f}, median {statistics.median(ratios):.2f}.",
                "Growth is the worker's peak resident set during the combination (VmHWM, reset before it) "
-               "less its resident set at the start. The first combination of a fresh worker also pays for "
-               "importing torch and transformers, which the estimate's runtime allowance covers; in a warm "
-               "worker that allowance is already resident, so the ratio there is conservative. On a GPU the "
-               "device's own peak (allocator statistics) is in each record's memory section."],
+               "less its resting size (after importing torch). A warm worker keeps the heap the previous "
+               "model freed, so growth is at least what the combination needed: the ratio is a lower "
+               "bound. On a GPU the device's own peak (allocator statistics) is in each record's memory "
+               "section."],
         rows=rows,
         extra={"median_ratio": statistics.median(ratios), "max_ratio": max(ratios)},
     )

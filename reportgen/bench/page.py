@@ -175,7 +175,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "harness_efficiency": ("combination", "timed_s", "wall_s", "share"),
     "suite_time": ("suite", "combinations", "wall_s"),
     "isolation_cost": ("combination", "workers_s", "inline_s", "ratio"),
-    "memory_estimate": ("combination", "estimate_gib", "rss_before_gib", "peak_rss_gib", "grew_gib", "ratio"),
+    "memory_estimate": ("combination", "estimate_gib", "baseline_rss_gib", "peak_rss_gib", "grew_gib", "ratio"),
     "render_scaling": ("combinations", "pages", "render_s", "build_s", "total_s",
                        "pages_per_s", "combinations_per_s"),
 }

@@ -416,7 +416,8 @@ def _where(device: str) -> str:
 def check(combo: Any, device: str | None = None, *, profile_iterations: int = PROFILE_ITERATIONS,
           margin: float = SAFETY_MARGIN, meminfo_path: str | os.PathLike[str] = MEMINFO_PATH,
           cgroup_root: str | os.PathLike[str] = CGROUP_ROOT,
-          self_cgroup_path: str | os.PathLike[str] = SELF_CGROUP_PATH) -> dict[str, Any]:
+          self_cgroup_path: str | os.PathLike[str] = SELF_CGROUP_PATH,
+          reusable_bytes: int = 0) -> dict[str, Any]:
     """The record's pre-flight section when ``combo`` fits on ``device`` (default
     ``combo.device``); else `Skip` ("needs ~27.0 GiB, 21.9 GiB available (host memory)")
     with the section (``fits`` False) attached as ``exc.preflight``. Fits means
@@ -439,6 +440,11 @@ def check(combo: Any, device: str | None = None, *, profile_iterations: int = PR
                "method": f"{METHOD} (not estimated: {type(exc).__name__}: {first})"}
     avail, source = available(device, meminfo_path=meminfo_path, cgroup_root=cgroup_root,
                               self_cgroup_path=self_cgroup_path)
+    if reusable_bytes > 0 and _device_type(device) != "cuda":
+        # memory this worker freed but keeps (the previous model's heap): in use for the
+        # host, yet the next model is built into it first
+        avail += int(reusable_bytes)
+        source += f" + {format_gib(int(reusable_bytes))} this worker holds free"
     fits = None if est["estimate_bytes"] is None else bool(est["estimate_bytes"] <= margin * avail)
     section: dict[str, Any] = {
         "estimate_bytes": est["estimate_bytes"],
@@ -446,6 +452,7 @@ def check(combo: Any, device: str | None = None, *, profile_iterations: int = PR
         "parameters": est["parameters"],
         "available_bytes": int(avail),
         "available_source": source,
+        "reusable_bytes": int(reusable_bytes) if _device_type(device) != "cuda" else 0,
         "fits": fits,
         "method": est["method"],
     }
