@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,19 +35,50 @@ MEMORY_QUESTION = (
 GIB = 1024**3
 
 
-def inline_run(suite: Any, out: Path) -> SuiteRun:
-    """The suite in this process (no isolation), with the same pre-flight check."""
-    from reportgen.execute.inline import InlineExecutor
-    from reportgen.profile.measure import measure
-    from reportgen.profile.preflight import check
+def fresh_run(suite: Any, out: Path, executor: str) -> SuiteRun:
+    """The suite measured by a fresh ``python`` process, as ``reportgen profile`` would be:
+    ``workers`` (supervised worker processes, the default) or ``inline`` (measured in that
+    process itself, as before workers existed). Both pay the same interpreter start and
+    imports, so the difference is what isolation costs. The wall time includes them."""
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as handle:
+        pickle.dump(suite, handle)
+    try:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "reportgen.bench.isolation", executor, handle.name, str(out)],
+                       check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - t0
+    finally:
+        Path(handle.name).unlink(missing_ok=True)
+    from reportgen.schema import iter_runs
+
+    (run,) = list(iter_runs(out))
+    records = [json.loads(path.read_text()) for path in sorted((run.path / "combinations").glob("*.json"))]
+    return SuiteRun(suite=suite, records=records, run_dir=run.path, wall_s=wall)
+
+
+def _child(executor: str, suite_path: str, out: str) -> None:
+    import pickle
+
     from reportgen.runner import run_suite
 
-    executor = InlineExecutor(measure, preflight=check, device=suite.settings.device)
-    t0 = time.perf_counter()
-    result = run_suite(suite, out=out, force=True, command="scripts/bench.py (in-process suite run)",
-                       executor=executor)
-    return SuiteRun(suite=suite, records=list(result.records), run_dir=Path(result.store.run_dir),
-                    wall_s=time.perf_counter() - t0)
+    with open(suite_path, "rb") as handle:
+        suite = pickle.load(handle)
+    if executor == "inline":
+        from reportgen.execute.inline import InlineExecutor
+        from reportgen.profile.measure import measure
+        from reportgen.profile.preflight import check
+
+        run_suite(suite, out=out, force=True, command=f"scripts/bench.py (isolation: {executor})",
+                  executor=InlineExecutor(measure, preflight=check, device=suite.settings.device),
+                  show_progress=False)
+    else:
+        run_suite(suite, out=out, force=True, command=f"scripts/bench.py (isolation: {executor})",
+                  show_progress=False)
 
 
 def isolation_cost(workers: SuiteRun, inline: SuiteRun) -> dict[str, Any]:
@@ -68,8 +100,9 @@ def isolation_cost(workers: SuiteRun, inline: SuiteRun) -> dict[str, Any]:
         goal=f"suite wall time with workers / in one process at most {ISOLATION_GOAL:.2f}",
         goal_spec={"kind": "below", "target": ISOLATION_GOAL + 1e-12},
         notes=[
-            f"Workers: {workers.wall_s:.1f} s; in one process: {inline.wall_s:.1f} s, measured one "
-            "right after the other on this host.",
+            f"Workers: {workers.wall_s:.1f} s; in one process: {inline.wall_s:.1f} s: each a fresh "
+            "Python process running the whole suite (start-up and imports included), one right after "
+            "the other on this host.",
             f"Per combination (worker start-up excluded), median ratio {per_combo:.3f} "
             f"[{low:.3f}, {high:.3f}] (paired bootstrap, 95%).",
             "The worker starts once per device (a fresh interpreter importing torch) and again only "
@@ -115,12 +148,22 @@ def memory_estimate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     )
 
 
-def run(suite: Any, workers: SuiteRun, scratch: Path, log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+def run(suite: Any, scratch: Path, log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
     import shutil
 
-    out = scratch / "runs-inline"
-    if out.exists():
-        shutil.rmtree(out)
-    log(f"isolation: the same {len(workers.records)} combinations in one process ...")
-    inline = inline_run(suite, out)
-    return {"isolation_cost": isolation_cost(workers, inline), "memory_estimate": memory_estimate(workers.records)}
+    runs = {}
+    for kind in ("workers", "inline"):
+        out = scratch / f"runs-{kind}"
+        if out.exists():
+            shutil.rmtree(out)
+        log(f"isolation: the suite in a fresh process, {kind} ...")
+        runs[kind] = fresh_run(suite, out, kind)
+        log(f"isolation: {kind} {runs[kind].wall_s:.1f} s")
+    return {"isolation_cost": isolation_cost(runs["workers"], runs["inline"]),
+            "memory_estimate": memory_estimate(runs["workers"].records)}
+
+
+if __name__ == "__main__":
+    import sys
+
+    _child(*sys.argv[1:4])

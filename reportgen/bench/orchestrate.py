@@ -172,13 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     suite = load_suite(args.suite, p.suite_overrides or None).with_device("cpu")
     combos = suite.combinations()
 
-    workers_run: list[Any] = []
-    if "suite" in only or "isolation" in only:
-        step("suite", lambda: _suite_figures(suite, p, workers_run))
-    if "isolation" in only and workers_run:
+    if "suite" in only:
+        step("suite", lambda: _suite_figures(suite, p))
+    if "isolation" in only:
         from reportgen.bench import isolation
 
-        step("isolation", lambda: isolation.run(suite, workers_run[0], SCRATCH, log))
+        step("isolation", lambda: isolation.run(suite, SCRATCH, log))
     if "latency" in only:
         from reportgen.bench import latency
 
@@ -263,14 +262,13 @@ def _load() -> list[float] | None:
         return None
 
 
-def _suite_figures(suite: Any, p: Plan, keep: list[Any]) -> dict[str, dict[str, Any]]:
+def _suite_figures(suite: Any, p: Plan) -> dict[str, dict[str, Any]]:
     from reportgen.bench import efficiency, flops_check, overhead, trace_check
 
     runs = SCRATCH / "runs"
     if runs.exists():
         shutil.rmtree(runs)
     run = efficiency.run_suite(suite, runs)
-    keep.append(run)
     figures = efficiency.figures(run, reference_size=not p.quick)
     figures["profiler_overhead"] = overhead.profiler_overhead(run.records)
     figures["trace_agreement"] = trace_check.run(run.records, run.run_dir, log=log)
