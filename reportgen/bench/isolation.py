@@ -134,8 +134,9 @@ def memory_estimate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return figure(
         "Memory estimate", MEMORY_QUESTION,
         value=min(ratios), unit="ratio",
-        goal="estimate / measured growth at least 1 in every combination (the lowest is shown)",
-        goal_spec={"kind": "above", "target": 1.0},
+        goal="shown (no pass/fail): in a warm worker the growth is over-stated, so the lowest ratio is a "
+             "lower bound",
+        goal_spec=None,
         notes=[f"Over {len(rows)} combinations: estimate / growth of the worker's resident memory from "
                f"{min(ratios):.2f} to {max(ratios):.2f}, median {statistics.median(ratios):.2f}.",
                "Growth is the worker's peak resident set during the combination (VmHWM, reset before it) "
