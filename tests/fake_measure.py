@@ -62,7 +62,7 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
         if ":" in what:
             with open(Path(what.split(":", 1)[1]) / "cgroup.procs", "w") as handle:
                 handle.write(str(os.getpid()))
-            time.sleep(1.0)  # the supervisor sees the move before the kill
+            time.sleep(3.0)  # the supervisor sees the move before the kill
         hoard = []
         while True:
             hoard.append(bytearray(256 * 1024 * 1024))

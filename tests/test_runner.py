@@ -272,7 +272,7 @@ def test_sigint_stops_cleanly_with_exit_130(tmp_path: Path) -> None:
         _wait_for_first_record(out, child)
         child.send_signal(signal.SIGINT)
         _, err = child.communicate(timeout=120)
-    assert child.returncode == 130
+    assert child.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     run_dir = _run_dir(out)
     records = _records(run_dir)

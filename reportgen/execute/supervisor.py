@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -97,6 +98,7 @@ class Supervisor:
         self.log_path: Path | None = None
         self.starts = 0
         self.stopping = False
+        self._kill_lock = threading.Lock()
 
     # -- the worker process ---------------------------------------------------------------
 
@@ -137,19 +139,27 @@ class Supervisor:
                                f"{self.log_path}\n{self._tail(0)}")
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        if self.conn is not None:
-            self.conn.close()
-        self.proc, self.conn = None, None
+        """Kill the worker now. Safe from another thread (Ctrl-C in the main thread while
+        this slot's thread is waiting on the worker)."""
+        with self._kill_lock:
+            proc, conn = self.proc, self.conn
+            self.proc, self.conn = None, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if conn is not None:
+            try:
+                conn.close()
+            except OSError:
+                pass
 
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not within a few seconds."""
-        if self.proc is not None and self.conn is not None and self.proc.poll() is None:
+        proc, conn = self.proc, self.conn
+        if proc is not None and conn is not None and proc.poll() is None:
             try:
-                self.conn.send(None)
-                self.proc.wait(timeout=10)
+                conn.send(None)
+                proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self.kill()
