@@ -303,3 +303,22 @@ def test_unknown_model_is_a_user_error(host: dict[str, Path]) -> None:
 
     with pytest.raises(UserError, match="unknown model"):
         preflight.check(combo("no-such-model-xyz"), "cpu", **host)
+
+
+def test_the_cuda_path_reads_free_device_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU's free memory as torch.cuda.mem_get_info reports it (recorded H200 figures:
+    139.8 GiB total, 2.5 GiB free after another process took the rest)."""
+    total, free = int(139.8 * GIB), int(2.5 * GIB)
+    asked: list[int] = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: asked.append(index) or (free, total))
+    assert preflight.available("cuda") == (free, "torch.cuda.mem_get_info(cuda:0) free")
+    assert preflight.available("cuda:3") == (free, "torch.cuda.mem_get_info(cuda:3) free")
+    assert asked == [0, 3]
+    c = combo("llama", scale="reference", batch_size=1, seq_len=128)
+    with pytest.raises(Skip) as caught:
+        preflight.check(c, "cuda", reusable_bytes=8 * GIB)  # a CPU worker's heap is no GPU memory
+    assert re.fullmatch(r"needs ~\d+\.\d GiB, 2\.5 GiB available \(GPU 0 free memory\)", str(caught.value))
+    section = caught.value.preflight  # type: ignore[attr-defined]
+    assert section["available_bytes"] == free and section["reusable_bytes"] == 0
+    assert section["parts"]["profiler"] == 0  # the trace lives in host memory

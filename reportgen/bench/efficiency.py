@@ -81,7 +81,7 @@ def figures(run: SuiteRun, *, reference_size: bool) -> dict[str, dict[str, Any]]
     total = figure(
         "Suite time", SUITE_TIME_QUESTION,
         value=run.wall_s, unit="s",
-        goal=f"{name} within {SUITE_TIME_GOAL_S:.0f} s on 2 cores (issue 2: about 6 minutes)",
+        goal=f"{name} within {SUITE_TIME_GOAL_S:.0f} s on 2 cores",
         goal_spec={"kind": "below", "target": SUITE_TIME_GOAL_S} if reference_size else None,
         notes=[f"{len(rows)} combinations ({ok} ok), through `reportgen.runner.run_suite` "
                "into a scratch runs tree, timing budget "

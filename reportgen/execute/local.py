@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reportgen.execute.console import Progress
-from reportgen.execute.plan import HEARTBEAT_S, Claims
+from reportgen.execute.plan import HEARTBEAT_S, Claims, read_record
 from reportgen.execute.record import combination_record, utc_now
 from reportgen.execute.supervisor import Outcome, Supervisor
 from reportgen.execute.worker import WorkerSpec
@@ -46,16 +46,8 @@ class Job:
         """Re-checked after claiming: another process may have finished it meanwhile."""
         if self.force:
             return True
-        path = self.store.combination_path(combo.id)
-        if not path.is_file():
-            return True
-        if not self.store.done(combo.id):
-            return True
-        if self.retry_failed:
-            from reportgen.schema import load_combination
-
-            return bool(load_combination(path).get("status") == "failed")
-        return False
+        record = read_record(self.store.run_dir, combo.id)
+        return record is None or (self.retry_failed and record.get("status") == "failed")
 
 
 def outcome_record(job: Job, combo: Combination, outcome: Outcome, *, started: str, seconds: float,

@@ -11,7 +11,6 @@ from reportgen.schema import (
     RUN_KIND,
     SCHEMA_VERSION,
     SECTIONS,
-    load_combination,
 )
 
 if TYPE_CHECKING:
@@ -76,16 +75,12 @@ def combination_record(
 
 
 def run_counts(store: RunStore, ids: list[str]) -> dict[str, int]:
+    from reportgen.execute.plan import read_record
+
     counts = {"ok": 0, "skipped": 0, "failed": 0, "pending": 0}
     for combo_id in ids:
-        path = store.combination_path(combo_id)
-        if not path.is_file():
-            counts["pending"] += 1
-            continue
-        try:
-            counts[load_combination(path)["status"]] += 1
-        except Exception:  # noqa: BLE001 - an unreadable record is re-measured later
-            counts["pending"] += 1
+        record = read_record(store.run_dir, combo_id)  # unreadable: measured again, so pending
+        counts["pending" if record is None else record["status"]] += 1
     return counts
 
 

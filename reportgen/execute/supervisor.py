@@ -164,10 +164,6 @@ class Supervisor:
                 pass
         self.kill()
 
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
     def _tail(self, offset: int) -> str:
         if self.log_path is None or not self.log_path.is_file():
             return ""

@@ -346,7 +346,7 @@ def generate(root: Path, combinations: int, *, models: Sequence[SyntheticModel] 
 
 
 HOSTILE_MODEL = SyntheticModel("<script>alert(1)</script>", "bert", "encoder", 2, 64, 2, 128, 100)
-"""A model name that must render as text (issue 3, safety)."""
+"""A model name that must render as text (a script tag: the pages must escape it)."""
 
 
 def fixture(root: Path) -> list[Path]:
