@@ -11,6 +11,7 @@ Both the render side and tests on recorded GPU traces call this, hence pure Pyth
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -34,7 +35,8 @@ ROLE_CATEGORY: dict[str, str] = {
 
 # Keys of analyse_trace's result that form the record's "attribution" section.
 ATTRIBUTION_KEYS = ("basis", "forward_ms", "categories", "per_layer", "launches_per_forward",
-                    "device_idle_ms")
+                    "device_idle_ms", "memory_ops_per_forward", "unlinked_device_events",
+                    "unlinked_device_ms")
 
 
 def is_core_op(name: str) -> bool:
@@ -117,14 +119,15 @@ class _Op:
     name: str
     ts: float
     dur: float
-    iteration: int
+    iteration: int | None  # None: outside every profiled iteration
     ctx: _Ctx
+    main: bool  # on the thread that holds the rg|iteration ranges
     category: str = "other"
 
 
 @dataclass
 class _Launch:
-    iteration: int
+    iteration: int | None
     op: int | None
     range: int | None
 
@@ -135,8 +138,16 @@ class _Parsed:
     ranges: list[_Range] = field(default_factory=list)
     ops: list[_Op] = field(default_factory=list)
     launches: dict[Any, _Launch] = field(default_factory=dict)
+    launches_at: dict[tuple[Any, Any, float], _Launch] = field(default_factory=dict)
     external_ops: dict[Any, _Launch] = field(default_factory=dict)
     memory: list[tuple[int, dict[str, Any], _Ctx]] = field(default_factory=list)
+
+    def iteration_at(self, ts: float) -> int | None:
+        """The profiled iteration whose host span ``[start, end)`` holds ``ts``."""
+        i = bisect.bisect_right(self.iterations, (ts, float("inf"))) - 1
+        if i >= 0 and ts < self.iterations[i][1]:
+            return i
+        return None
 
 
 def _events(trace: dict[str, Any] | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -145,7 +156,33 @@ def _events(trace: dict[str, Any] | list[dict[str, Any]]) -> list[dict[str, Any]
     return list(trace.get("traceEvents", []))
 
 
+# Sort order at equal start: longer first, ranges before ops before points, so that an
+# enclosing event is always on the stack when its children arrive.
+_KIND_ORDER = {"range": 0, "op": 1, "launch": 2, "memory": 3}
+
+
+def _host_kind(e: dict[str, Any]) -> str | None:
+    cat = e.get("cat")
+    if e.get("ph") == "X" and cat == "user_annotation" and parse_label(e.get("name", "")):
+        return "range"
+    if e.get("ph") == "X" and cat == "cpu_op":
+        return "op"
+    if e.get("ph") == "X" and cat in ("cuda_runtime", "cuda_driver"):
+        return "launch"
+    if e.get("ph") == "i" and e.get("name") == "[memory]":
+        return "memory"
+    return None
+
+
 def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
+    """Host events of every thread, nested per thread by time.
+
+    The iterations are the ``rg|iteration`` ranges of the thread that holds them; an event
+    on any thread belongs to the iteration whose host span holds its start. Ranges and ops
+    are read on every thread (a launch is attributed through the op and the ``rg|`` ranges
+    around it on its own thread); host time, the op table and memory come from the
+    iteration thread alone.
+    """
     events = list(events)
     iters = sorted((e for e in events if e.get("cat") == "user_annotation"
                     and e.get("name") == ITERATION_LABEL and e.get("ph") == "X"),
@@ -153,76 +190,68 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
     if not iters:
         raise ValueError(f"trace has no {ITERATION_LABEL!r} ranges: was it recorded "
                          "with reportgen.profile.profiling?")
-    host = (iters[0].get("pid"), iters[0].get("tid"))
+    main_thread = (iters[0].get("pid"), iters[0].get("tid"))
     spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in iters]
     parsed = _Parsed(iterations=spans)
 
-    # Sort order at equal start: longer first, ranges before ops before points, so that
-    # an enclosing event is always on the stack when its children arrive.
-    kind_order = {"range": 0, "op": 1, "launch": 2, "memory": 3}
-    host_events: list[tuple[float, float, int, str, dict[str, Any]]] = []
+    threads: dict[tuple[Any, Any], list[tuple[float, float, int, str, dict[str, Any]]]] = {}
     for e in events:
-        if (e.get("pid"), e.get("tid")) != host:
-            continue
-        cat = e.get("cat")
-        if e.get("ph") == "X" and cat == "user_annotation" and parse_label(e.get("name", "")):
-            kind = "range"
-        elif e.get("ph") == "X" and cat == "cpu_op":
-            kind = "op"
-        elif e.get("ph") == "X" and cat in ("cuda_runtime", "cuda_driver"):
-            kind = "launch"
-        elif e.get("ph") == "i" and e.get("name") == "[memory]":
-            kind = "memory"
-        else:
+        kind = _host_kind(e)
+        if kind is None:
             continue
         ts = float(e["ts"])
-        dur = float(e.get("dur", 0.0)) if kind in ("range", "op", "launch") else 0.0
-        host_events.append((ts, -dur, kind_order[kind], kind, e))
-    host_events.sort(key=lambda item: item[:3])
-
-    it = 0
-    stack: list[tuple[float, _Ctx]] = []
-    for ts, neg_dur, _, kind, e in host_events:
-        while it < len(spans) and ts >= spans[it][1]:
-            it += 1
-            stack.clear()
-        if it >= len(spans):
-            break
-        if ts < spans[it][0]:
-            continue
-        while stack and stack[-1][0] <= ts:
-            stack.pop()
-        ctx = stack[-1][1] if stack else _Ctx()
-        end = ts - neg_dur
-        if kind == "range":
-            role, fqn = parse_label(e["name"]) or ("", "")
-            index = len(parsed.ranges)
-            parsed.ranges.append(_Range(role, fqn, ts, end, ctx))
-            inner = _Ctx(range=index, op=None, block=ctx.block, attn=ctx.attn, mlp=ctx.mlp)
-            if role == "block":
-                inner.block = index
-            elif role == "attn":
-                inner.attn = index
-            elif role == "mlp":
-                inner.mlp = index
-            stack.append((end, inner))
-        elif kind == "op":
-            if ctx.op is None:
-                index = len(parsed.ops)
-                parsed.ops.append(_Op(e.get("name", "?"), ts, -neg_dur, it, ctx))
-                inner = _Ctx(ctx.range, index, ctx.block, ctx.attn, ctx.mlp)
-            else:
-                inner = ctx
-            ext = (e.get("args") or {}).get("External id")
-            if ext is not None:
-                parsed.external_ops[ext] = _Launch(it, inner.op, inner.range)
-            stack.append((end, inner))
-        elif kind == "launch":
-            corr = (e.get("args") or {}).get("correlation")
-            if corr is not None:
-                parsed.launches[corr] = _Launch(it, ctx.op, ctx.range)
-        else:
-            parsed.memory.append((it, e.get("args") or {}, ctx))
+        dur = float(e.get("dur", 0.0)) if kind != "memory" else 0.0
+        threads.setdefault((e.get("pid"), e.get("tid")), []).append(
+            (ts, -dur, _KIND_ORDER[kind], kind, e))
+    # The iteration thread first: its ops keep the order of the host timeline.
+    order = sorted(threads, key=lambda t: t != main_thread)
+    for thread in order:
+        host_events = threads[thread]
+        host_events.sort(key=lambda item: item[:3])
+        main = thread == main_thread
+        stack: list[tuple[float, _Ctx]] = []
+        for ts, neg_dur, _, kind, e in host_events:
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            ctx = stack[-1][1] if stack else _Ctx()
+            end = ts - neg_dur
+            it = parsed.iteration_at(ts)
+            if kind == "range":
+                role, fqn = parse_label(e["name"]) or ("", "")
+                index = len(parsed.ranges)
+                parsed.ranges.append(_Range(role, fqn, ts, end, ctx))
+                inner = _Ctx(range=index, op=None, block=ctx.block, attn=ctx.attn,
+                             mlp=ctx.mlp)
+                if role == "block":
+                    inner.block = index
+                elif role == "attn":
+                    inner.attn = index
+                elif role == "mlp":
+                    inner.mlp = index
+                stack.append((end, inner))
+            elif kind == "op":
+                if ctx.op is None:
+                    index = len(parsed.ops)
+                    parsed.ops.append(_Op(e.get("name", "?"), ts, -neg_dur, it, ctx, main))
+                    inner = _Ctx(ctx.range, index, ctx.block, ctx.attn, ctx.mlp)
+                else:
+                    inner = ctx
+                ext = (e.get("args") or {}).get("External id")
+                if ext is not None:
+                    parsed.external_ops[ext] = _Launch(parsed.ops[inner.op].iteration
+                                                       if inner.op is not None else it,
+                                                       inner.op, inner.range)
+                stack.append((end, inner))
+            elif kind == "launch":
+                # Every launch is kept, inside an iteration or not: a kernel launched
+                # outside (a reset between forwards) is then known as such, not unlinked.
+                launch = _Launch(it, ctx.op, ctx.range)
+                parsed.launches_at[(thread[0], thread[1], ts)] = launch
+                corr = (e.get("args") or {}).get("correlation")
+                if corr is not None:
+                    parsed.launches[corr] = launch
+            elif main and it is not None:
+                parsed.memory.append((it, e.get("args") or {}, ctx))
     return parsed
 
 
@@ -303,6 +332,8 @@ def classify_ops(trace: dict[str, Any] | list[dict[str, Any]]) -> list[dict[str,
     _resolve(parsed)
     rows = []
     for op in parsed.ops:
+        if op.iteration is None or not op.main:
+            continue
         r = parsed.ranges[op.ctx.range] if op.ctx.range is not None else None
         block = parsed.ranges[op.ctx.block].fqn if op.ctx.block is not None else None
         rows.append({"name": op.name, "category": op.category, "iteration": op.iteration,
@@ -390,22 +421,162 @@ def _shares(ms: dict[str, float], forward_ms: float) -> dict[str, float]:
     return shares
 
 
+class UnlinkedDeviceTrace(ValueError):
+    """A device trace whose device events cannot be linked to any launch in the profiled
+    iterations: device time cannot be attributed, and the host basis would misstate it."""
+
+
+@dataclass
+class _DeviceEvent:
+    start: float
+    end: float
+    name: str
+    kind: str  # kernel, gpu_memcpy or gpu_memset
+    iteration: int
+    launch: _Launch | None  # None: no launch record (counted as ``other``)
+
+
+def _device_events(events: list[dict[str, Any]], parsed: _Parsed) -> tuple[list[_DeviceEvent], int]:
+    """Device events of the profiled iterations, on every stream, and how many device
+    events the trace holds in all.
+
+    A device event is linked to its launch by ``correlation`` (torch's link from
+    ``cudaLaunchKernel`` to the kernel), else by its ``ac2g`` flow arrow, else by its op's
+    ``External id``. A linked event belongs to the iteration its launch lies in, whatever
+    the launching thread; one launched outside every iteration (a reset between forwards)
+    is not part of a forward. An event with no launch record belongs to the iteration
+    whose host span holds its start.
+    """
+    flow_start: dict[Any, tuple[Any, Any, float]] = {}
+    flow_end: dict[tuple[Any, Any, float], Any] = {}
+    for e in events:
+        if e.get("cat") == "ac2g" and e.get("ph") in ("s", "f"):
+            where = (e.get("pid"), e.get("tid"), float(e.get("ts", 0.0)))
+            if e["ph"] == "s":
+                flow_start[e.get("id")] = where
+            else:
+                flow_end[where] = e.get("id")
+    found: list[_DeviceEvent] = []
+    total = 0
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in DEVICE_CATS:
+            continue
+        total += 1
+        args = e.get("args") or {}
+        start = float(e["ts"])
+        launch = parsed.launches.get(args.get("correlation"))
+        if launch is None:
+            flow = flow_end.get((e.get("pid"), e.get("tid"), start))
+            launch = parsed.launches_at.get(flow_start.get(flow, (None, None, 0.0)))
+        if launch is None:
+            launch = parsed.external_ops.get(args.get("External id"))
+        iteration = launch.iteration if launch is not None else parsed.iteration_at(start)
+        if iteration is None:
+            continue
+        found.append(_DeviceEvent(start, start + float(e.get("dur", 0.0)), e.get("name", "?"),
+                                  e["cat"], iteration, launch))
+    return found, total
+
+
+def _cpu_result(parsed: _Parsed, cpu_ms: dict[str, float], layer_cpu: dict[str, dict[str, float]],
+                op_rows: dict[tuple[str, str], list[float]], host_total_us: float,
+                iteration_ms: list[float]) -> dict[str, Any]:
+    n_iter = len(parsed.iterations)
+    forward_ms = host_total_us / 1000.0 / n_iter
+    shares = _shares(cpu_ms, forward_ms)
+    categories = {c: {"ms": cpu_ms[c], "share": shares[c], "cpu_ms": cpu_ms[c],
+                      "device_ms": None, "launches": None} for c in CATEGORIES}
+    per_layer = [{"layer": fqn, "categories": {c: v / 1000.0 / n_iter for c, v in cats.items()}}
+                 for fqn, cats in layer_cpu.items()]
+    return {"basis": "cpu", "forward_ms": forward_ms, "categories": categories,
+            "per_layer": per_layer, "launches_per_forward": None, "device_idle_ms": None,
+            "memory_ops_per_forward": None, "unlinked_device_events": None,
+            "unlinked_device_ms": None,
+            "ops": _table(op_rows, n_iter, forward_ms),
+            "memory": _memory(parsed, 0, n_iter), "iteration_ms": iteration_ms}
+
+
+def _device_result(parsed: _Parsed, found: list[_DeviceEvent], cpu_ms: dict[str, float],
+                   layers: Iterable[str], iteration_ms: list[float]) -> dict[str, Any]:
+    n_iter = len(parsed.iterations)
+    dev_us = {c: 0.0 for c in CATEGORIES}
+    kernels = {c: 0 for c in CATEGORIES}
+    memory_ops = {c: 0 for c in CATEGORIES}
+    layer_dev: dict[str, dict[str, float]] = {fqn: {c: 0.0 for c in CATEGORIES}
+                                               for fqn in layers}
+    kernel_rows: dict[tuple[str, str], list[float]] = {}
+    window_us = idle_us = unlinked_us = 0.0
+    unlinked = 0
+    for it, (it_start, _) in enumerate(parsed.iterations):
+        mine = [(i, d) for i, d in enumerate(found) if d.iteration == it]
+        share, union = _union_split([(d.start, d.end, i) for i, d in mine])
+        # The window opens when the forward starts on the host, so the device's wait for
+        # the first launch (a launch-bound forward) is idle time, not left out.
+        start = min([it_start] + [d.start for _, d in mine])
+        window = max([start] + [d.end for _, d in mine]) - start
+        window_us += window
+        idle_us += window - union
+        for i, d in mine:
+            cat = _launch_category(parsed, d.launch) if d.launch is not None else "other"
+            dev_us[cat] += share.get(i, 0.0)
+            (kernels if d.kind == "kernel" else memory_ops)[cat] += 1
+            if d.launch is None:
+                unlinked += 1
+                unlinked_us += share.get(i, 0.0)
+            op = d.launch.op if d.launch is not None else None
+            block = parsed.ops[op].ctx.block if op is not None else None
+            if block is not None:
+                layer_dev.setdefault(parsed.ranges[block].fqn, {c: 0.0 for c in CATEGORIES})
+                layer_dev[parsed.ranges[block].fqn][cat] += share.get(i, 0.0)
+            row = kernel_rows.setdefault((d.name, cat), [0, 0.0])
+            row[0] += 1
+            row[1] += d.end - d.start
+    dev_us["overhead"] = idle_us
+    dev_ms = {c: v / 1000.0 / n_iter for c, v in dev_us.items()}
+    forward_ms = window_us / 1000.0 / n_iter
+    shares = _shares(dev_ms, forward_ms)
+    categories = {c: {"ms": dev_ms[c], "share": shares[c], "cpu_ms": cpu_ms[c],
+                      "device_ms": dev_ms[c], "launches": _number(kernels[c] / n_iter),
+                      "memory_ops": _number(memory_ops[c] / n_iter)}
+                  for c in CATEGORIES}
+    per_layer = [{"layer": fqn, "categories": {c: v / 1000.0 / n_iter for c, v in cats.items()
+                                               if c != "overhead"}}
+                 for fqn, cats in layer_dev.items()]
+    return {"basis": "device", "forward_ms": forward_ms, "categories": categories,
+            "per_layer": per_layer,
+            "launches_per_forward": _number(sum(kernels.values()) / n_iter),
+            "device_idle_ms": idle_us / 1000.0 / n_iter,
+            "memory_ops_per_forward": _number(sum(memory_ops.values()) / n_iter),
+            "unlinked_device_events": _number(unlinked / n_iter),
+            "unlinked_device_ms": unlinked_us / 1000.0 / n_iter,
+            "ops": _table(kernel_rows, n_iter, forward_ms),
+            "memory": _memory(parsed, 1, n_iter), "iteration_ms": iteration_ms}
+
+
 def analyse_trace(trace: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
     """Attribute the ``rg|iteration`` forwards of a torch.profiler Chrome trace.
 
-    Returns the record's attribution keys (``basis``, ``forward_ms``, ``categories``,
-    ``per_layer``, ``launches_per_forward``, ``device_idle_ms``) plus ``ops`` (the op
-    table, kernels on a device trace), ``memory`` (``by_category_bytes``,
-    ``peak_allocated_bytes``: the largest rise over an iteration's starting level) and
-    ``iteration_ms`` (host wall time of each iteration). Every figure is per forward,
-    averaged over the profiled iterations.
+    Returns the record's attribution keys (``ATTRIBUTION_KEYS``) plus ``ops`` (the op
+    table, kernels and memory copies/sets on a device trace), ``memory``
+    (``by_category_bytes``, ``peak_allocated_bytes``: the largest rise over an iteration's
+    starting level) and ``iteration_ms`` (host wall time of each iteration). Every figure
+    is per forward, averaged over the profiled iterations.
 
-    CPU basis (no device events): op time is host self time of outermost ops, and
-    ``overhead`` is the iteration's time outside them. Device basis: kernel time by the
-    category of the op that launched it (overlapping kernels share the overlap evenly),
-    ``forward_ms`` is the device window from first kernel start to last kernel end, and
-    ``overhead`` is device idle time in it; ``cpu_ms`` keeps the host figures. Per-layer
-    rows carry ``overhead`` (gaps inside the block's range) on the CPU basis only.
+    CPU basis (no device events): op time is host self time of the outermost ops on the
+    iteration thread, and ``overhead`` is the iteration's time outside them.
+
+    Device basis: every device event of the iterations, on every stream, whichever host
+    thread launched it (see ``_device_events``). Its time goes to the category of the op
+    that launched it, read from the ``rg|`` ranges on the launching thread (``other`` where
+    there are none); events with no launch record go to ``other`` and are counted in
+    ``unlinked_device_events`` / ``unlinked_device_ms``. Overlapping events (several
+    streams) share the overlap evenly, so the categories sum to the union of busy time.
+    ``forward_ms`` is the device window from the iteration's host start to the end of its
+    last device event, and ``overhead`` is the idle time in it. ``launches`` count kernels;
+    ``memory_ops`` count memory copies and sets. ``cpu_ms`` keeps the iteration thread's
+    host figures. Per-layer rows carry ``overhead`` (gaps inside the block's range) on the
+    CPU basis only. Raises `UnlinkedDeviceTrace` when the trace holds device events but
+    none of them is linked to a launch in the iterations.
     """
     events = _events(trace)
     parsed = _parse(events)
@@ -416,15 +587,15 @@ def analyse_trace(trace: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any
 
     cpu_us = {c: 0.0 for c in CATEGORIES}
     layer_cpu: dict[str, dict[str, float]] = {}
-    for r in parsed.ranges:
-        if r.role == "block" and r.fqn not in layer_cpu:
-            layer_cpu[r.fqn] = {c: 0.0 for c in CATEGORIES}
     block_span: dict[str, float] = defaultdict(float)
     for r in parsed.ranges:
-        if r.role == "block":
+        if r.role == "block" and parsed.iteration_at(r.ts) is not None:
+            layer_cpu.setdefault(r.fqn, {c: 0.0 for c in CATEGORIES})
             block_span[r.fqn] += r.end - r.ts
     op_rows: dict[tuple[str, str], list[float]] = {}
     for op in parsed.ops:
+        if op.iteration is None or not op.main:
+            continue
         cpu_us[op.category] += op.dur
         if op.ctx.block is not None:
             layer_cpu[parsed.ranges[op.ctx.block].fqn][op.category] += op.dur
@@ -436,70 +607,12 @@ def analyse_trace(trace: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any
         cats["overhead"] = block_span[fqn] - sum(v for c, v in cats.items() if c != "overhead")
     cpu_ms = {c: v / 1000.0 / n_iter for c, v in cpu_us.items()}
 
-    kernels = []
-    for e in events:
-        if e.get("ph") != "X" or e.get("cat") not in DEVICE_CATS:
-            continue
-        args = e.get("args") or {}
-        launch = parsed.launches.get(args.get("correlation"))
-        if launch is None:
-            launch = parsed.external_ops.get(args.get("External id"))
-        if launch is None:
-            continue  # launched outside the profiled iterations (reset, warm-up)
-        start = float(e["ts"])
-        kernels.append((start, start + float(e.get("dur", 0.0)), e.get("name", "?"), launch))
-
-    if not kernels:
-        forward_ms = host_total_us / 1000.0 / n_iter
-        shares = _shares(cpu_ms, forward_ms)
-        categories = {c: {"ms": cpu_ms[c], "share": shares[c], "cpu_ms": cpu_ms[c],
-                          "device_ms": None, "launches": None} for c in CATEGORIES}
-        per_layer = [{"layer": fqn, "categories": {c: v / 1000.0 / n_iter
-                                                   for c, v in cats.items()}}
-                     for fqn, cats in layer_cpu.items()]
-        return {"basis": "cpu", "forward_ms": forward_ms, "categories": categories,
-                "per_layer": per_layer, "launches_per_forward": None, "device_idle_ms": None,
-                "ops": _table(op_rows, n_iter, forward_ms),
-                "memory": _memory(parsed, 0, n_iter), "iteration_ms": iteration_ms}
-
-    dev_us = {c: 0.0 for c in CATEGORIES}
-    launches = {c: 0 for c in CATEGORIES}
-    layer_dev: dict[str, dict[str, float]] = {fqn: {c: 0.0 for c in CATEGORIES}
-                                               for fqn in layer_cpu}
-    kernel_rows: dict[tuple[str, str], list[float]] = {}
-    window_us = 0.0
-    idle_us = 0.0
-    for it in range(n_iter):
-        mine = [(i, k) for i, k in enumerate(kernels) if k[3].iteration == it]
-        if not mine:
-            continue
-        share, union = _union_split([(k[0], k[1], i) for i, k in mine])
-        window = max(k[1] for _, k in mine) - min(k[0] for _, k in mine)
-        window_us += window
-        idle_us += window - union
-        for i, (start, end, name, launch) in mine:
-            cat = _launch_category(parsed, launch)
-            dev_us[cat] += share.get(i, 0.0)
-            launches[cat] += 1
-            block = parsed.ops[launch.op].ctx.block if launch.op is not None else None
-            if block is not None:
-                layer_dev[parsed.ranges[block].fqn][cat] += share.get(i, 0.0)
-            row = kernel_rows.setdefault((name, cat), [0, 0.0])
-            row[0] += 1
-            row[1] += end - start
-    dev_us["overhead"] = idle_us
-    dev_ms = {c: v / 1000.0 / n_iter for c, v in dev_us.items()}
-    forward_ms = window_us / 1000.0 / n_iter
-    shares = _shares(dev_ms, forward_ms)
-    categories = {c: {"ms": dev_ms[c], "share": shares[c], "cpu_ms": cpu_ms[c],
-                      "device_ms": dev_ms[c], "launches": _number(launches[c] / n_iter)}
-                  for c in CATEGORIES}
-    per_layer = [{"layer": fqn, "categories": {c: v / 1000.0 / n_iter for c, v in cats.items()
-                                               if c != "overhead"}}
-                 for fqn, cats in layer_dev.items()]
-    return {"basis": "device", "forward_ms": forward_ms, "categories": categories,
-            "per_layer": per_layer,
-            "launches_per_forward": _number(sum(launches.values()) / n_iter),
-            "device_idle_ms": idle_us / 1000.0 / n_iter,
-            "ops": _table(kernel_rows, n_iter, forward_ms),
-            "memory": _memory(parsed, 1, n_iter), "iteration_ms": iteration_ms}
+    found, total = _device_events(events, parsed)
+    if not total:
+        return _cpu_result(parsed, cpu_ms, layer_cpu, op_rows, host_total_us, iteration_ms)
+    if not any(d.launch is not None for d in found):
+        raise UnlinkedDeviceTrace(
+            f"the trace holds {total} device events but none is linked to a launch inside "
+            f"the profiled iterations (no matching correlation id, flow event or External "
+            f"id), so device time cannot be attributed")
+    return _device_result(parsed, found, cpu_ms, layer_cpu, iteration_ms)

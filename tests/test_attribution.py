@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from reportgen.attribution import (
+    UnlinkedDeviceTrace,
     analyse_trace,
     classify_ops,
     is_core_op,
@@ -22,6 +23,7 @@ from reportgen.categories import CATEGORIES
 DATA = Path(__file__).parent / "data"
 US = 1e-3  # one microsecond in ms
 TOL = 1e-9
+GEMM_NAME = "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1"
 
 
 class TraceBuilder:
@@ -115,7 +117,6 @@ def test_cpu_categories_exact(cpu_trace: dict[str, Any]) -> None:
         assert cats[cat]["cpu_ms"] == pytest.approx(us * US, abs=TOL), cat
         assert cats[cat]["share"] == pytest.approx(us / 110, abs=TOL), cat
         assert cats[cat]["device_ms"] is None and cats[cat]["launches"] is None
-    assert sum(c["share"] for c in cats.values()) == pytest.approx(1.0, abs=1e-12)
     assert r["launches_per_forward"] is None and r["device_idle_ms"] is None
 
 
@@ -198,27 +199,35 @@ def gpu_trace() -> dict[str, Any]:
     return json.loads((DATA / "gpu_trace.json").read_text())
 
 
-def test_gpu_fixture_is_generated_output(gpu_trace: dict[str, Any]) -> None:
+def _generator() -> Any:
     spec = importlib.util.spec_from_file_location("make_gpu_trace", DATA / "make_gpu_trace.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["make_gpu_trace"] = module
     spec.loader.exec_module(module)
-    assert module.build() == gpu_trace
+    return module
+
+
+def test_gpu_fixture_is_generated_output(gpu_trace: dict[str, Any]) -> None:
+    assert _generator().build() == gpu_trace
 
 
 def test_gpu_kernels_to_categories(gpu_trace: dict[str, Any]) -> None:
     r = analyse_trace(gpu_trace)
     assert r["basis"] == "device"
-    # Device window: first kernel at +30 us to the memcpy's end at +454 us.
-    assert r["forward_ms"] == pytest.approx(0.424, abs=TOL)
+    # Device window: from the iteration's host start (+0 us; the first kernel only starts
+    # at +30, a launch-bound start) to the memcpy's end at +454 us.
+    assert r["forward_ms"] == pytest.approx(0.454, abs=TOL)
     # Kernel time by launching op; the side-stream memset (embeddings, 60-70) overlaps
     # the layer-norm kernel (66-72): the 4 us overlap is split 2/2.
     device_us = {"embeddings": 8 + 10 - 2, "norm": 6 - 2, "attention.qkv": 20,
                  "attention.core": 30, "attention.out": 10, "other": 4 + 4,
-                 "mlp": 25 + 5 + 25, "head": 15 + 3, "overhead": 424 - 161}
-    launches = {"embeddings": 2, "norm": 1, "attention.qkv": 1, "attention.core": 1,
-                "attention.out": 1, "other": 2, "mlp": 3, "head": 2, "overhead": 0}
+                 "mlp": 25 + 5 + 25, "head": 15 + 3, "overhead": 454 - 161}
+    # Kernels apart from memory copies and sets (the memset under the embedding, the
+    # memcpy under the head).
+    launches = {"embeddings": 1, "norm": 1, "attention.qkv": 1, "attention.core": 1,
+                "attention.out": 1, "other": 2, "mlp": 3, "head": 1, "overhead": 0}
+    memory_ops = {c: 0 for c in CATEGORIES} | {"embeddings": 1, "head": 1}
     # Host time of the outermost ops; host overhead is the rest of the 500 us iteration.
     cpu_us = {"embeddings": 18, "norm": 15, "attention.qkv": 21, "attention.core": 45 + 5,
               "attention.out": 21, "other": 15 + 15, "mlp": 24 + 11 + 26, "head": 46,
@@ -228,12 +237,14 @@ def test_gpu_kernels_to_categories(gpu_trace: dict[str, Any]) -> None:
     for cat in CATEGORIES:
         assert cats[cat]["ms"] == pytest.approx(device_us[cat] * US, abs=TOL), cat
         assert cats[cat]["device_ms"] == pytest.approx(device_us[cat] * US, abs=TOL), cat
-        assert cats[cat]["share"] == pytest.approx(device_us[cat] / 424, abs=TOL), cat
+        assert cats[cat]["share"] == pytest.approx(device_us[cat] / 454, abs=TOL), cat
         assert cats[cat]["launches"] == launches[cat], cat
+        assert cats[cat]["memory_ops"] == memory_ops[cat], cat
         assert cats[cat]["cpu_ms"] == pytest.approx(cpu_us[cat] * US, abs=TOL), cat
-    assert sum(c["share"] for c in cats.values()) == pytest.approx(1.0, abs=1e-12)
-    assert r["launches_per_forward"] == 13
-    assert r["device_idle_ms"] == pytest.approx(0.263, abs=TOL)
+    assert r["launches_per_forward"] == 11 and isinstance(r["launches_per_forward"], int)
+    assert r["memory_ops_per_forward"] == 2
+    assert r["unlinked_device_events"] == 0 and r["unlinked_device_ms"] == 0.0
+    assert r["device_idle_ms"] == pytest.approx(0.293, abs=TOL)
     assert r["iteration_ms"] == pytest.approx([0.5, 0.5], abs=TOL)
 
 
@@ -252,7 +263,7 @@ def test_gpu_per_layer_kernel_table_memory(gpu_trace: dict[str, Any]) -> None:
     assert (top["category"], top["calls"]) == ("mlp", 2)
     assert top["total_ms"] == pytest.approx(0.050, abs=TOL)
     assert top["mean_ms"] == pytest.approx(0.025, abs=TOL)
-    assert top["share"] == pytest.approx(50 / 424, abs=TOL)
+    assert top["share"] == pytest.approx(50 / 454, abs=TOL)
     assert not any(o["name"] == "FillFunctor" for o in r["ops"])  # launched by the reset
     # CUDA allocations only (the CPU one is another device); the free does not count.
     assert r["memory"]["by_category_bytes"] == {**{c: 0 for c in CATEGORIES},
@@ -277,6 +288,98 @@ def test_gpu_external_id_fallback(gpu_trace: dict[str, Any]) -> None:
     cats = analyse_trace(stripped)["categories"]
     assert cats["attention.core"]["device_ms"] == pytest.approx(0.030, abs=TOL)
     assert cats["mlp"]["launches"] == 3
+    assert cats["head"]["memory_ops"] == 1
+
+
+# --- several host threads and streams (tests/data/make_gpu_trace.py, build_threads) ----
+
+@pytest.fixture(scope="module")
+def threads_trace() -> dict[str, Any]:
+    return json.loads((DATA / "gpu_trace_threads.json").read_text())
+
+
+def test_threads_fixture_is_generated_output(threads_trace: dict[str, Any]) -> None:
+    assert _generator().build_threads() == threads_trace
+
+
+# Per iteration (microseconds from its host start at 0; it ends at 300 on the host):
+#   main thread  embedding 40-50 s7, qkv GEMM 80-100 s7, flash 120-160 s7, o_proj GEMM
+#                175-185 s7 (all inside its rg| ranges), add 264-268 s7 (outside any range)
+#   worker       lm_head GEMM 140-170 s8, launched inside rg|head on the worker thread;
+#                overlaps flash by 20 us, split 10/10
+#   helper       memcpy 210-216 s8 and fill 240-244 s8, no ranges: other
+#   no launch    nccl kernel 250-262 s9: other, unlinked
+# Busy union 10+20+50+10+6+4+12+4 = 116 us in a window 0-268: 152 us idle. Left out: the
+# worker's fill launched at 321 (after the iteration) and the unlinked kernel at 400.
+THREAD_DEVICE_US = {"embeddings": 10, "attention.qkv": 20, "attention.core": 30,
+                    "attention.out": 10, "head": 20, "other": 6 + 4 + 12 + 4, "mlp": 0,
+                    "norm": 0, "overhead": 152}
+
+
+def test_threads_every_launching_thread_and_stream_counts(threads_trace: dict[str, Any]) -> None:
+    r = analyse_trace(threads_trace)
+    assert r["basis"] == "device"
+    assert r["forward_ms"] == pytest.approx(0.268, abs=TOL)
+    assert r["device_idle_ms"] == pytest.approx(0.152, abs=TOL)
+    cats = r["categories"]
+    for cat, us in THREAD_DEVICE_US.items():
+        assert cats[cat]["device_ms"] == pytest.approx(us * US, abs=TOL), cat
+        assert cats[cat]["share"] == pytest.approx(us / 268, abs=TOL), cat
+    busy = sum(cats[c]["device_ms"] for c in CATEGORIES if c != "overhead")
+    assert busy == pytest.approx(0.116, abs=TOL)           # the union, not the sum (136)
+    launches = {c: 0 for c in CATEGORIES} | {"embeddings": 1, "attention.qkv": 1,
+                                             "attention.core": 1, "attention.out": 1,
+                                             "head": 1, "other": 3}
+    assert {c: cats[c]["launches"] for c in CATEGORIES} == launches
+    assert {c: cats[c]["memory_ops"] for c in CATEGORIES} == {c: 0 for c in CATEGORIES} | {
+        "other": 1}
+    assert r["launches_per_forward"] == 8 and r["memory_ops_per_forward"] == 1
+    assert r["unlinked_device_events"] == 1
+    assert r["unlinked_device_ms"] == pytest.approx(0.012, abs=TOL)
+    # Host figures stay those of the forward's own thread: 18 + 16 + 40 + 26 + 10 us of ops.
+    assert cats["head"]["cpu_ms"] == 0.0
+    assert cats["overhead"]["cpu_ms"] == pytest.approx(0.190, abs=TOL)
+
+
+def test_threads_layers_and_kernel_table(threads_trace: dict[str, Any]) -> None:
+    r = analyse_trace(threads_trace)
+    layer = r["per_layer"][0]
+    assert layer["layer"] == "model.layers.0"
+    assert {c: v for c, v in layer["categories"].items() if v} == pytest.approx(
+        {"attention.qkv": 0.020, "attention.core": 0.030, "attention.out": 0.010}, abs=TOL)
+    rows = {(o["name"], o["category"]): o for o in r["ops"]}
+    assert rows[("FillFunctor", "other")]["calls"] == 1      # the helper's; not the late one
+    assert rows[(GEMM_NAME, "head")]["total_ms"] == pytest.approx(0.030, abs=TOL)
+    nccl = [o for o in r["ops"] if o["name"].startswith("ncclDevKernel")]
+    assert [(o["category"], o["calls"]) for o in nccl] == [("other", 1)]
+
+
+def test_threads_flow_events_link_without_correlation(threads_trace: dict[str, Any]) -> None:
+    # Device events stripped of correlation and External id: the ac2g arrows still link
+    # each to its launch; the kernel without a launch stays unlinked.
+    def strip(e: dict[str, Any]) -> dict[str, Any]:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            return e
+        args = {k: v for k, v in e["args"].items() if k not in ("correlation", "External id")}
+        return {**e, "args": args}
+
+    stripped = {**threads_trace, "traceEvents": [strip(e) for e in threads_trace["traceEvents"]]}
+    assert analyse_trace(stripped)["categories"] == analyse_trace(threads_trace)["categories"]
+
+
+def test_threads_unlinkable_trace_fails(threads_trace: dict[str, Any]) -> None:
+    # No launch records at all: the device events cannot be attributed, and the host basis
+    # must not stand in for them.
+    def bare(e: dict[str, Any]) -> dict[str, Any]:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            return e
+        return {**e, "args": {k: v for k, v in e["args"].items() if k != "External id"}}
+
+    events = [bare(e) for e in threads_trace["traceEvents"]
+              if e.get("cat") not in ("cuda_runtime", "ac2g")]
+    assert any(e.get("cat") == "kernel" for e in events)
+    with pytest.raises(UnlinkedDeviceTrace, match="none is linked to a launch"):
+        analyse_trace({**threads_trace, "traceEvents": events})
 
 
 def test_attribution_does_not_import_torch() -> None:

@@ -78,7 +78,12 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     finally:
         tmp.unlink(missing_ok=True)
     trace = json.loads(raw)
+    # A device trace whose events cannot be linked to launches raises here
+    # (UnlinkedDeviceTrace): its time is never reported on the host basis instead.
     result = analyse_trace(trace)
+    if step.device.type == "cuda" and result["basis"] != "device":
+        raise RuntimeError("the profiler recorded no device events for this CUDA forward "
+                           "(CUPTI unavailable?), so device time cannot be attributed")
     trace_bytes = write_gzip_atomic(trace_path, raw)
     per_iteration = result["iteration_ms"]
     if len(per_iteration) != iterations:

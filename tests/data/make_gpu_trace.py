@@ -12,6 +12,10 @@ host ranges; ``[memory]`` instants with ``Device Type`` 1 for CUDA.
 The timeline (microseconds from each iteration's start) is chosen so that every expected
 number in ``tests/test_attribution.py`` can be worked out by hand; see the comments
 there. Run ``python tests/data/make_gpu_trace.py`` to regenerate (deterministic).
+
+It also writes ``gpu_trace_threads.json`` (``build_threads``): the same format with work
+launched from three host threads onto three streams, as a forward that hands part of its
+work to other threads records it; see ``THREADS`` below.
 """
 
 from __future__ import annotations
@@ -197,9 +201,127 @@ def build() -> dict[str, Any]:
     }
 
 
+# --- several host threads, several streams --------------------------------------------
+
+MAIN, WORKER, HELPER = 4242, 4250, 4251  # host threads: the forward's, a labelled one, a bare one
+S7, S8, S9 = 7, 8, 9                      # streams
+THREAD_ITERATION_US = 300.0
+# Per thread: ranges (label, start, end) and ops (name, start, end, launches); a launch is
+# (runtime, start, end, device kind, device name, stream, device start, device duration).
+# Microseconds from the iteration's start; the expected figures in tests/test_attribution.py
+# are worked out from these by hand.
+THREADS: dict[int, dict[str, list[tuple[Any, ...]]]] = {
+    MAIN: {
+        "ranges": [("rg|embed|model.embed_tokens", 10, 40),
+                   ("rg|block|model.layers.0", 50, 250),
+                   ("rg|attn|model.layers.0.self_attn", 55, 200),
+                   ("rg|proj|model.layers.0.self_attn.qkv_proj", 60, 80),
+                   ("rg|proj|model.layers.0.self_attn.o_proj", 160, 190)],
+        "ops": [("aten::embedding", 12, 30, [
+                    ("cudaLaunchKernel", 15, 18, "kernel", "indexSelectLargeIndex", S7, 40, 10)]),
+                ("aten::linear", 62, 78, [
+                    ("cudaLaunchKernel", 65, 68, "kernel", GEMM, S7, 80, 20)]),
+                ("aten::scaled_dot_product_attention", 110, 150, [
+                    ("cudaLaunchKernel", 115, 118, "kernel", "flash_fwd_kernel", S7, 120, 40)]),
+                ("aten::linear", 162, 188, [
+                    ("cudaLaunchKernel", 165, 168, "kernel", GEMM, S7, 175, 10)]),
+                ("aten::add", 255, 265, [
+                    ("cudaLaunchKernel", 258, 260, "kernel", "vectorized_elementwise_kernel<add>",
+                     S7, 264, 4)])],
+    },
+    WORKER: {  # a module run on another thread, with its hooks' ranges on that thread
+        "ranges": [("rg|head|lm_head", 120, 180)],
+        "ops": [("aten::linear", 125, 170, [
+                    ("cudaLaunchKernel", 130, 133, "kernel", GEMM, S8, 140, 30)]),
+                # after the iteration's end: not part of the forward
+                ("aten::zero_", 320, 330, [
+                    ("cudaLaunchKernel", 321, 324, "kernel", "FillFunctor", S8, 325, 3)])],
+    },
+    HELPER: {  # a library's own thread: no ranges
+        "ranges": [],
+        "ops": [("aten::copy_", 200, 220, [
+                    ("cudaMemcpyAsync", 205, 208, "gpu_memcpy", "Memcpy HtoD (Pinned -> Device)",
+                     S8, 210, 6)]),
+                ("aten::fill_", 230, 240, [
+                    ("cudaLaunchKernel", 232, 235, "kernel", "FillFunctor", S8, 240, 4)])],
+    },
+}
+# Device events with no launch record (a collective's kernel issued by another library):
+# (name, stream, device start, duration); the second lies outside every iteration.
+UNLINKED = [("ncclDevKernel_AllReduce_Sum_f32_RING_LL", S9, 250, 12),
+            ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", S9, 400, 10)]
+
+
+def build_threads() -> dict[str, Any]:
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "ts": ORIGIN, "pid": PID, "tid": 0,
+         "args": {"name": "python"}},
+        {"name": "process_name", "ph": "M", "ts": ORIGIN, "pid": DEVICE_PID, "tid": 0,
+         "args": {"name": "python"}},
+        {"name": "process_labels", "ph": "M", "ts": ORIGIN, "pid": DEVICE_PID, "tid": 0,
+         "args": {"labels": "GPU 0"}},
+        *({"name": "thread_name", "ph": "M", "ts": ORIGIN, "pid": DEVICE_PID, "tid": s,
+           "args": {"name": f"stream {s} "}} for s in (S7, S8, S9)),
+        *({"name": "thread_name", "ph": "M", "ts": ORIGIN, "pid": PID, "tid": t,
+           "args": {"name": f"thread {t} (python)"}} for t in (MAIN, WORKER, HELPER)),
+    ]
+    ids = {"ext": 0, "corr": 5000}
+
+    def host(cat: str, name: str, tid: int, ts: float, dur: float) -> int:
+        ids["ext"] += 1
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": tid, "ts": ts,
+                       "dur": float(dur), "args": {"External id": ids["ext"],
+                                                   "Record function id": 0}})
+        return ids["ext"]
+
+    def launch(tid: int, owner: int, spec: tuple[Any, ...], base: float) -> None:
+        runtime, start, end, kind, name, stream, dev_start, dev_dur = spec
+        ids["corr"] += 1
+        corr = ids["corr"]
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": runtime, "pid": PID,
+                       "tid": tid, "ts": base + start, "dur": float(end - start),
+                       "args": {"External id": owner, "cbid": CBID[runtime], "correlation": corr}})
+        events.append({"ph": "s", "id": corr, "pid": PID, "tid": tid, "ts": base + start,
+                       "cat": "ac2g", "name": "ac2g"})
+        events.append({"ph": "X", "cat": kind, "name": name, "pid": DEVICE_PID, "tid": stream,
+                       "ts": base + dev_start, "dur": float(dev_dur),
+                       "args": {"External id": owner, "device": 0, "context": 1,
+                                "stream": stream, "correlation": corr}})
+        events.append({"ph": "f", "id": corr, "pid": DEVICE_PID, "tid": stream,
+                       "ts": base + dev_start, "cat": "ac2g", "name": "ac2g", "bp": "e"})
+
+    for iteration in range(2):
+        base = ORIGIN + iteration * ITERATION_STRIDE
+        host("user_annotation", f"ProfilerStep#{iteration + 1}", MAIN, base - 5, 400.0)
+        host("user_annotation", "rg|iteration", MAIN, base, THREAD_ITERATION_US)
+        for tid, spec in THREADS.items():
+            for label, start, end in spec["ranges"]:
+                host("user_annotation", label, tid, base + start, end - start)
+            for name, start, end, launches in spec["ops"]:
+                owner = host("cpu_op", name, tid, base + start, end - start)
+                for item in launches:
+                    launch(tid, owner, item, base)
+        ids["corr"] += 1
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize",
+                       "pid": PID, "tid": MAIN, "ts": base + 270, "dur": 28.0,
+                       "args": {"cbid": CBID["cudaDeviceSynchronize"], "correlation": ids["corr"]}})
+        for name, stream, dev_start, dev_dur in UNLINKED:
+            # A correlation id that no runtime event on any host thread carries.
+            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": DEVICE_PID,
+                           "tid": stream, "ts": base + dev_start, "dur": float(dev_dur),
+                           "args": {"device": 0, "context": 1, "stream": stream,
+                                    "correlation": 900_000 + iteration * 10 + dev_start % 7}})
+    events.sort(key=lambda e: (e["ts"], e.get("ph") == "M"))
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+            "cuda_runtime_version": 12040, "displayTimeUnit": "ms",
+            "baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": events,
+            "traceName": "gpu_trace_threads.json"}
+
+
 def main() -> None:
-    out = Path(__file__).with_name("gpu_trace.json")
-    out.write_text(json.dumps(build(), indent=1) + "\n")
+    here = Path(__file__).parent
+    (here / "gpu_trace.json").write_text(json.dumps(build(), indent=1) + "\n")
+    (here / "gpu_trace_threads.json").write_text(json.dumps(build_threads(), indent=1) + "\n")
 
 
 if __name__ == "__main__":
