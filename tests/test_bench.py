@@ -197,6 +197,50 @@ def test_reader_on_a_hand_made_trace(tmp_path: Path) -> None:
     assert cmp["reader_total_ms"] == pytest.approx(0.075)
 
 
+def _device_record(tmp_path: Path) -> dict[str, Any]:
+    """A record made by reportgen from the several-threads, several-streams CUDA trace."""
+    from reportgen.attribution import ATTRIBUTION_KEYS, analyse_trace
+
+    raw = (Path(__file__).parent / "data" / "gpu_trace_threads.json").read_bytes()
+    (tmp_path / "traces").mkdir()
+    with gzip.open(tmp_path / "traces" / "t.trace.json.gz", "wb") as fh:
+        fh.write(raw)
+    result = analyse_trace(json.loads(raw))
+    return {"id": "threads", "status": "ok",
+            "profile": {"iterations": 2, "trace": "traces/t.trace.json.gz"},
+            "attribution": {k: result[k] for k in ATTRIBUTION_KEYS}, "ops": result["ops"]}
+
+
+def test_trace_reader_reads_every_thread_and_stream(tmp_path: Path) -> None:
+    from reportgen.bench.trace_check import check_record, device_totals, iteration_window
+
+    record = _device_record(tmp_path)
+    totals = device_totals(load_trace(tmp_path / "traces" / "t.trace.json.gz"),
+                           iteration_window)
+    # Per forward: 8 kernels (one from the worker thread, two from the unlabelled helper
+    # and one without a launch record among them) and one copy; busy 116 us of 268.
+    assert (totals.windows, totals.kernels, totals.memory_ops, totals.unlinked) == (2, 16, 2, 2)
+    assert totals.busy_us == pytest.approx(2 * 116) and totals.span_us == pytest.approx(2 * 268)
+    assert totals.events == 2 * 9 + 2 * 2  # plus the late fill and the late nccl kernel
+    row = check_record(record, tmp_path)
+    assert row["weighted_rel_diff"] < 1e-9
+    assert row["count_mismatches"] == [] and row["only_reader"] == []
+    assert row["reader_busy_ms"] == pytest.approx(0.116)
+
+
+def test_trace_reader_catches_a_dropped_thread(tmp_path: Path) -> None:
+    from reportgen.bench.trace_check import check_record
+
+    record = _device_record(tmp_path)
+    # What a reader of the forward's own thread alone would store: no lm_head GEMM from
+    # the worker thread, one kernel fewer.
+    record["ops"] = [o for o in record["ops"] if o["category"] != "head"]
+    record["attribution"]["launches_per_forward"] -= 1
+    row = check_record(record, tmp_path)
+    assert row["count_mismatches"] == ["kernels"]
+    assert row["weighted_rel_diff"] > 0.1
+
+
 @pytest.mark.slow
 def test_reader_agrees_with_reportgen_on_a_tiny_profile(tmp_path: Path) -> None:
     from reportgen.bench.trace_check import check_record

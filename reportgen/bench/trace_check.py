@@ -3,8 +3,10 @@
 A deliberately small reader of the Chrome trace format (plain ``json`` + ``gzip``; it shares
 no code with ``reportgen.attribution``): complete events (``ph == "X"``) of category
 ``cpu_op``, nested per thread by their timestamps, totalled per op name both as top-level
-(inclusive) time and as self (exclusive) time. The totals are then compared with the ops
-table that reportgen stored for the same trace.
+(inclusive) time and as self (exclusive) time; on a device trace, the device events
+(kernels, memory copies and sets) of every stream, whichever host thread launched them.
+The totals are then compared with the ops (or kernel) table that reportgen stored for
+the same trace.
 """
 
 from __future__ import annotations
@@ -94,6 +96,78 @@ def op_totals(trace: Mapping[str, Any], *, op_category: str = "cpu_op",
     return out
 
 
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+
+
+@dataclass
+class DeviceTotals:
+    """Device events of the iteration windows, per name (durations in microseconds), with
+    the busy time (union over streams) and the windows' span from each window's start to
+    its last device event's end."""
+
+    calls: dict[str, int] = field(default_factory=dict)
+    total_us: dict[str, float] = field(default_factory=dict)
+    kernels: int = 0
+    memory_ops: int = 0
+    unlinked: int = 0
+    busy_us: float = 0.0
+    span_us: float = 0.0
+    windows: int = 0
+    events: int = 0
+
+
+def device_totals(trace: Mapping[str, Any],
+                  window: Callable[[Mapping[str, Any]], bool]) -> DeviceTotals:
+    """Device events inside the ``window`` annotations (on any host thread).
+
+    An event whose ``correlation`` matches a runtime launch (on any host thread) counts
+    when the launch lies inside a window; an event without a matching launch counts when
+    it starts inside a window (``unlinked``).
+    """
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    wins = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
+                  for e in events if e.get("cat") not in DEVICE_CATEGORIES and window(e))
+    launched_at = {(e.get("args") or {}).get("correlation"): float(e["ts"]) for e in events
+                   if e.get("cat") in LAUNCH_CATEGORIES}
+    launched_at.pop(None, None)
+
+    def window_of(ts: float) -> int | None:
+        for i, (w0, w1) in enumerate(wins):
+            if w0 <= ts < w1:
+                return i
+        return None
+
+    out = DeviceTotals(windows=len(wins))
+    per_window: dict[int, list[tuple[float, float]]] = {i: [] for i in range(len(wins))}
+    for e in events:
+        if e.get("cat") not in DEVICE_CATEGORIES:
+            continue
+        out.events += 1
+        start, dur = float(e["ts"]), float(e.get("dur", 0.0))
+        launch = launched_at.get((e.get("args") or {}).get("correlation"))
+        index = window_of(start if launch is None else launch)
+        if index is None:
+            continue
+        name = str(e.get("name"))
+        out.calls[name] = out.calls.get(name, 0) + 1
+        out.total_us[name] = out.total_us.get(name, 0.0) + dur
+        if e["cat"] == "kernel":
+            out.kernels += 1
+        else:
+            out.memory_ops += 1
+        out.unlinked += launch is None
+        per_window[index].append((start, start + dur))
+    for index, spans in per_window.items():
+        end = wins[index][0]
+        for a, b in sorted(spans):  # union of busy time: merge overlapping intervals
+            if b > end:
+                out.busy_us += b - max(a, end)
+                end = b
+        out.span_us += end - wins[index][0]
+    return out
+
+
 def _inside(wins: Sequence[tuple[float, float]], start: float, end: float) -> bool:
     for w0, w1 in wins:
         if w0 - EPS_US <= start and end <= w1 + EPS_US:
@@ -165,8 +239,9 @@ GOAL = 0.01
 QUESTION = (
     "Does the exported Chrome trace say what reportgen's op tables say? A minimal reader "
     "written for this check (plain `json`, no reportgen code) totals the top-level `cpu_op` "
-    "events inside each profiled forward per op name; the totals are compared with the ops "
-    "table stored in the combination's record."
+    "events inside each profiled forward per op name (on a GPU: every device event of the "
+    "forward, on every stream, whichever thread launched it); the totals are compared with "
+    "the table stored in the combination's record."
 )
 
 
@@ -181,6 +256,9 @@ def check_record(record: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     if not rel:
         raise FileNotFoundError("record has no trace")
     trace = load_trace(run_dir / rel)
+    attribution = record.get("attribution") or {}
+    if attribution.get("basis") == "device":
+        return _check_device(record, trace)
     totals = op_totals(trace, window=iteration_window)
     n_iter = totals.windows or int(profile.get("iterations") or 1)
     cmp = compare_totals(totals.as_ms("top"), ops_table_totals(record.get("ops") or []),
@@ -191,6 +269,40 @@ def check_record(record: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
             "reportgen_total_ms": cmp["reportgen_total_ms"], "ops": len(cmp["ops"]),
             "only_reader": cmp["only_reader"], "only_reportgen": cmp["only_reportgen"],
             "largest_ops": cmp["ops"][:5]}
+
+
+def _check_device(record: Mapping[str, Any], trace: Mapping[str, Any]) -> dict[str, Any]:
+    """The kernel table, the counts and the busy and idle time of a device record against
+    the reader's own totals of the device events."""
+    totals = device_totals(trace, iteration_window)
+    n_iter = totals.windows or 1
+    mine = {k: v / 1000.0 for k, v in totals.total_us.items()}
+    cmp = compare_totals(mine, ops_table_totals(record.get("ops") or []), scale=float(n_iter))
+    attribution = record.get("attribution") or {}
+    forward = float(attribution.get("forward_ms") or 0.0)
+    idle = float(attribution.get("device_idle_ms") or 0.0)
+    busy_ms = totals.busy_us / 1000.0 / n_iter
+    counts = {
+        "kernels": (totals.kernels / n_iter, attribution.get("launches_per_forward")),
+        "memory_ops": (totals.memory_ops / n_iter, attribution.get("memory_ops_per_forward")),
+        "unlinked": (totals.unlinked / n_iter, attribution.get("unlinked_device_events")),
+    }
+    # Counts disagree by whole events per forward: relative to the count, at least 1.
+    mismatched = {k: (1.0 if b is None else abs(a - float(b)) / max(float(b), 1.0))
+                  for k, (a, b) in counts.items() if b is None or abs(a - float(b)) > 1e-9}
+    rel = [cmp["weighted_rel_diff"],
+           abs(busy_ms - (forward - idle)) / busy_ms if busy_ms else 0.0,
+           abs(totals.span_us / 1000.0 / n_iter - forward) / forward if forward else 0.0,
+           *mismatched.values()]
+    return {"combination": record["id"],
+            "basis": "device events of every stream, launched from any host thread",
+            "iterations": n_iter, "weighted_rel_diff": max(rel),
+            "total_rel_diff": cmp["total_rel_diff"], "reader_total_ms": cmp["reader_total_ms"],
+            "reportgen_total_ms": cmp["reportgen_total_ms"], "ops": len(cmp["ops"]),
+            "only_reader": cmp["only_reader"], "only_reportgen": cmp["only_reportgen"],
+            "reader_busy_ms": busy_ms, "reportgen_busy_ms": forward - idle,
+            "counts": {k: {"reader": a, "reportgen": b} for k, (a, b) in counts.items()},
+            "count_mismatches": sorted(mismatched), "largest_ops": cmp["ops"][:5]}
 
 
 def run(records: Sequence[Mapping[str, Any]], run_dir: Path, *,
@@ -220,7 +332,11 @@ def run(records: Sequence[Mapping[str, Any]], run_dir: Path, *,
         f"Worst: {worst['combination']}, sum over ops of |reader - reportgen| = "
         f"{worst['weighted_rel_diff']:.2e} of the total; {len(rows)} traces read.",
         "Reader: top-level cpu_op X events inside each rg|iteration annotation, nested per "
-        "thread by timestamp (reportgen's table is per forward; multiplied by the iterations).",
+        "thread by timestamp (reportgen's table is per forward; multiplied by the iterations). "
+        "On a device trace: kernels, memory copies and sets of every stream whose launch "
+        "(any host thread) lies inside an iteration, or, with no launch record, that start "
+        "inside one; their per-name totals, counts, busy time (union over streams) and "
+        "window (iteration start to last device event) against the record's.",
         ("HolisticTraceAnalysis: " + (str(hta) if hta else "not installed (optional; "
                                                            "not needed for this check)")),
         *notes,

@@ -76,6 +76,7 @@ def combinations_frame(runs: Sequence[Run]) -> pd.DataFrame:
                 "forward_ms": _num(_get(rec, "attribution", "forward_ms")),
                 "basis": _get(rec, "attribution", "basis"),
                 "launches": _num(_get(rec, "attribution", "launches_per_forward")),
+                "memory_ops": _num(_get(rec, "attribution", "memory_ops_per_forward")),
                 "params": _num(_get(rec, "model", "parameters")),
                 "peak_alloc": _num(_get(rec, "memory", "peak_allocated_bytes")),
                 "peak_reserved": _num(_get(rec, "memory", "peak_reserved_bytes")),

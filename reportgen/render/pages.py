@@ -232,6 +232,8 @@ class _Builder:
                 "model_info": record.get("model") or {},
                 "top_ops": analysis.top_ops(record), "op_basis": (record.get("attribution")
                                                                   or {}).get("basis"),
+                "unlinked": {k: (record.get("attribution") or {}).get(k) for k in
+                             ("unlinked_device_events", "unlinked_device_ms")},
                 "flop_notes": list((record.get("flops") or {}).get("notes") or []),
                 "has_peak": bool(sel["pct_peak"].notna().any()),
                 "has_launches": bool(sel["launches"].notna().any()),
