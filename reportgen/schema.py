@@ -10,6 +10,7 @@ one is refused, because guessing at fields we do not know would publish wrong nu
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,3 +200,36 @@ def iter_runs(root: str | Path) -> Iterator[Run]:
 def json_schema(kind: str) -> Record:
     """The JSON Schema (draft 2020-12) of a record kind, for validators in any language."""
     return _read_json(SCHEMAS_DIR / SCHEMA_FILES[kind])
+
+
+VALIDATE_ENV = "REPORTGEN_VALIDATE_RECORDS"
+
+
+class RecordInvalid(ValueError):
+    """A record about to be written does not match its kind's JSON Schema."""
+
+
+def validation_enabled() -> bool:
+    """Whether records are checked against their JSON Schema when written: on in the tests
+    and the bench (``REPORTGEN_VALIDATE_RECORDS=1``), off by default so that a bare GPU
+    host needs no ``jsonschema``."""
+    return os.environ.get(VALIDATE_ENV, "") not in ("", "0")
+
+
+def validate_record(record: Record) -> None:
+    """Check a run or combination record (plain JSON data) against its kind's JSON
+    Schema; raises `RecordInvalid` naming the record, the field and what is wrong.
+    Needs ``jsonschema`` (imported here only)."""
+    kind = record.get("kind")
+    if kind not in SCHEMA_FILES:
+        raise RecordInvalid(f"record of unknown kind {kind!r}")
+    try:
+        import jsonschema
+    except ImportError as exc:
+        raise RecordInvalid(f"{VALIDATE_ENV} is set but jsonschema is not installed") from exc
+    validator = jsonschema.Draft202012Validator(json_schema(str(kind)))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise RecordInvalid(f"{kind} record {record.get('id') or record.get('run_id')!r} does "
+                            f"not match its schema at {where}: {error.message}")

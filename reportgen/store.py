@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reportgen.errors import UserError
-from reportgen.schema import load_combination, load_run
+from reportgen.schema import (
+    SCHEMA_FILES,
+    load_combination,
+    load_run,
+    validate_record,
+    validation_enabled,
+)
 
 if TYPE_CHECKING:
     from reportgen.suite import Suite
@@ -87,8 +93,13 @@ def dumps(obj: Any) -> str:
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    # Serialise first: an unserialisable value must not even create the temp file.
-    atomic_write_bytes(path, dumps(obj).encode("utf-8"))
+    # Serialise first: an unserialisable value (or, with validation on, a record that does
+    # not match its schema) must not even create the temp file.
+    data = to_json_data(obj)
+    if (validation_enabled() and isinstance(data, dict)
+            and data.get("kind") in SCHEMA_FILES):
+        validate_record(data)
+    atomic_write_bytes(path, dumps(data).encode("utf-8"))
 
 
 class RunStore:

@@ -20,8 +20,10 @@ from reportgen.schema import (
     SCHEMA_VERSION,
     iter_runs,
     json_schema,
+    RecordInvalid,
     load_combination,
     load_run,
+    validation_enabled,
 )
 from reportgen.store import RunStore, atomic_write_bytes, atomic_write_json
 from reportgen.suite import load_suite
@@ -57,6 +59,38 @@ def test_schema_rejects_a_wrong_record() -> None:
         _validate(ok_with_reason, COMBINATION_KIND)
 
 
+def test_every_record_written_in_the_tests_is_validated(tmp_path: Path) -> None:
+    # conftest turns validation on for the whole test session.
+    assert validation_enabled()
+    record = _golden()
+    record["attribution"]["categories"]["mlp"]["share"] = "a lot"
+    path = tmp_path / "combinations" / "c.json"
+    with pytest.raises(RecordInvalid, match=r"attribution\.categories\.mlp\.share"):
+        atomic_write_json(path, record)
+    assert not path.parent.exists() or not any(path.parent.iterdir())  # nothing half-written
+    run = {"kind": RUN_KIND, "schema_version": SCHEMA_VERSION}
+    with pytest.raises(RecordInvalid, match="reportgen.run record"):
+        atomic_write_json(tmp_path / "run.json", run)
+    atomic_write_json(tmp_path / "other.json", {"kind": "something else"})  # not a record
+
+
+def test_device_record_with_per_forward_means_validates() -> None:
+    # Per-forward means over the profiled iterations are fractional where an op or kernel
+    # happens in some iterations only; the schema says number there, integer elsewhere.
+    from reportgen.attribution import ATTRIBUTION_KEYS, analyse_trace
+
+    trace = json.loads((DATA.parent / "gpu_trace_threads.json").read_text())
+    result = analyse_trace(trace)
+    record = _golden()
+    record["attribution"] = {k: result[k] for k in ATTRIBUTION_KEYS}
+    record["ops"] = [{**op, "calls": op["calls"] + 0.5} for op in result["ops"]]
+    record["attribution"]["categories"]["mlp"]["launches"] = 2.5
+    _validate(record, COMBINATION_KIND)
+    record["memory"]["peak_allocated_bytes"] = 1.5
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(record, COMBINATION_KIND)
+
+
 def test_round_trip_is_exact(tmp_path: Path) -> None:
     record = _golden()
     path = tmp_path / "c.json"
@@ -67,7 +101,7 @@ def test_round_trip_is_exact(tmp_path: Path) -> None:
 
 
 def test_nan_and_numpy_values_are_stored_as_json(tmp_path: Path) -> None:
-    np = pytest.importorskip("numpy")
+    import numpy as np  # a dependency of the profile side: its absence must fail
     path = tmp_path / "x.json"
     atomic_write_json(path, {"a": float("nan"), "b": np.float64(1.5), "c": np.arange(3), "d": np.int64(7),
                              "e": [float("inf"), np.float32(float("nan"))], "f": np.bool_(True)})

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.util
+import os
 import shlex
 import shutil
 import sys
@@ -77,6 +79,18 @@ def log(message: str) -> None:
     print(f"[{stamp}] {message}", flush=True)
 
 
+def _validate_records() -> bool:
+    """Every record the bench writes (its own runs included, in their workers too) is
+    checked against its JSON Schema, where ``jsonschema`` is installed."""
+    from reportgen.schema import VALIDATE_ENV
+
+    if importlib.util.find_spec("jsonschema") is None:
+        log("jsonschema is not installed: records are written without schema validation")
+        return False
+    os.environ[VALIDATE_ENV] = "1"
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None,
@@ -118,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p = plan(args.quick)
     environment = environment_summary("cpu")
     environment["load_average_at_start"] = _load()
+    environment["records_validated"] = _validate_records()
     hardware = environment["hardware"]
     out = args.out or ((SCRATCH / f"quick-{hardware}.json") if args.quick else REPO / "bench" / f"{hardware}.json")
     command = "python scripts/bench.py" + ("" if argv is None and len(sys.argv) <= 1
