@@ -289,7 +289,7 @@ def test_sigint_stops_cleanly_with_exit_130(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_real_measure_on_the_tiny_suite(tmp_path: Path) -> None:
-    pytest.importorskip("reportgen.profile.measure")
+    import reportgen.profile.measure  # noqa: F401 - an import error must fail, not skip
     out = tmp_path / "runs"
     argv = ["profile", "--suite", "tiny", "--models", "gpt2", "--seq-lens", "16", "--attn", "sdpa",
             "--modes", "forward,decode", "--device", "cpu", "--out", str(out)]

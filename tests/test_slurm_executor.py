@@ -241,7 +241,7 @@ def test_a_cancelled_task_then_a_resubmission_measures_only_what_is_missing(
 @pytest.mark.slow
 def test_the_real_measure_through_one_task(cluster: SlurmCluster, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("reportgen.profile.measure")
+    import reportgen.profile.measure  # noqa: F401 - an import error must fail, not skip
     out = tmp_path / "runs"
     argv = ["profile", "--suite", "tiny", "--models", "gpt2", "--seq-lens", "16", "--attn", "sdpa",
             "--modes", "forward", "--device", "cpu", "--out", str(out), "--executor", "slurm",
