@@ -396,8 +396,11 @@ def test_todo_is_largest_first_and_leaves_failures_to_retry(tmp_path: Path) -> N
     for combo in suite.combinations():
         status = statuses[combo.id]
         store.write_combination(combination_record(
-            combo, run_id=store.run_id, status=status, reason=None, started="2026-12-02T00:00:00Z",
-            finished="2026-12-02T00:00:01Z", duration_s=1.0, git={"commit": None, "dirty": None}))
+            combo, run_id=store.run_id, status=status, reason=None if status == "ok" else status,
+            started="2026-12-02T00:00:00Z",
+            finished="2026-12-02T00:00:01Z", duration_s=1.0, git={"commit": None, "dirty": None},
+            sections={"timing": {"median": 1.0, "ci_low": 0.9, "ci_high": 1.1, "n": 3}}
+            if status == "ok" else None))
     assert plan.todo(store, suite.combinations()) == []
     assert [c.id for c in plan.todo(store, suite.combinations(), retry_failed=True)] == [order[1], order[3]]
     assert len(plan.todo(store, suite.combinations(), force=True)) == 4

@@ -87,7 +87,8 @@ def analytic(info: Mapping[str, Any], combo: Any, hints: Mapping[str, Any] | Non
     dims = {"d": d, "h": h, "kvh": kvh, "hd": hd}
 
     _attention(out, b=b, tq=t, tk=t, lq=lq, lk=lk, calls=layers, **dims)
-    if arch == "attention":  # attention-micro: one attention module, nothing else
+    if arch == "attention":  # attention-micro: the attention call alone, no projections
+        out["attention.qkv"] = out["attention.out"] = 0.0
         return out
     out["mlp"] += layers * t * mlp_per_token
     if arch == "encoder-decoder":

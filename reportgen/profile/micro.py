@@ -1,31 +1,34 @@
-"""The ``attention-micro`` model: one isolated causal self-attention module in six variants.
+"""The ``attention-micro`` model: the post's attention module alone, in six variants.
 
 It reproduces the microbenchmark of the Hugging Face post "Profiling in PyTorch (Part 3):
-Attention is all you profile": the same attention computed naively (out-of-place and
-in-place masking) and through ``F.scaled_dot_product_attention`` pinned to each backend.
+Attention is all you profile" (https://huggingface.co/blog/torch-attention-profile): the
+same causal attention computed naively (out-of-place and in-place masking) and through
+``F.scaled_dot_product_attention`` pinned to each backend.
 
-The post's exact shape is not stored with it; we use hidden 1024 = 16 heads x 64 (a
-common GPT-style width that is still quick in fp32 on a CPU at sequence length 1024).
-Batch size and sequence length come from the combination.
+**The measured region is the post's module and nothing else**: ``forward(q, k, v, mask)``
+of :class:`PostAttention`, which for the naive variants is ``q @ k^T``, the scaling, the
+causal masking (``masked_fill`` or ``masked_fill_``), the softmax and the product with
+``v``, and for the SDPA variants the one ``scaled_dot_product_attention`` call under
+``sdpa_kernel(<backend>)``. Both the timing and the profiled pass run exactly that call, so
+the latency and the kernel count of ``attention.core`` cover the region the post's
+counts (naive 6, naive in-place 5, SDPA math 20, the fused backends 1) and times cover.
 
-Kernel counts are part of what the post reports (naive 6, naive in-place 5, SDPA math 20,
-the fused backends 1), so the module is laid out so that the ``attention.core`` region holds
-only the attention computation:
+Outside the region, made once by ``build`` and never timed: the query/key/value tensors
+(seeded random ``[B, H, L, D]``, contiguous, as the module receives them), the boolean
+causal mask (upper triangle, ``True`` where a query may not look; the SDPA variants get
+``None`` and ask for ``is_causal=True``), and no projections or head merge at all. They
+would add a model's kernels (two GEMMs, a layout copy, a mask build) to counts the post
+made without them.
 
-* the causal mask is built once at ``build`` time (a buffer), not in the forward;
-* the output projection (:class:`OutProjection`) merges the heads itself, so the copy
-  that turns ``[B, H, L, D]`` back into ``[B, L, H*D]`` is attributed to ``attention.out``
-  (the projection that consumes it) rather than inflating the core's count;
-* ``naive`` masks with out-of-place ``masked_fill`` (a copy plus a fill: 2 kernels), and
-  ``naive-inplace`` with ``masked_fill_`` (1 kernel): the one-kernel difference the post
-  measured.
-
-The measured model is :class:`MicroModel`, a root whose child ``attn`` is the attention
-module: the profiler never treats the root as an attention container.
-
-With batch size 1 the per-head views of the fused ``qkv`` output need no copies before the
-batched matmuls; with a larger batch, ``matmul`` may copy q/k/v first (and those copies are
-core kernels, as they would be in any model).
+What is reconstructed, and from which text: the post's scripts are not stored with it.
+The signature ``forward(q, k, v, mask)``, the pinned SDPA call and the kernel counts come
+from the summary of the post recorded in ``claims/attention-kernels-per-forward.yaml`` and
+its siblings; the order of operations in the naive variants is the one that gives the
+post's counts (scaling after the first product: one kernel; out-of-place masking: a copy
+and a fill, two kernels; in-place: one). ``is_causal=True`` for the SDPA variants follows
+from the counts: the flash and cuDNN backends take no explicit mask, and the post reports
+one kernel for each. The post's input shape is not stored either; we use 16 heads of 64
+(hidden 1024), with batch size and sequence length from the combination.
 """
 
 from __future__ import annotations
@@ -55,76 +58,49 @@ VARIANTS: tuple[str, ...] = (
     "sdpa-cudnn",
 )
 
+# What the pages say about the region; kept with the record (model.config) so a page
+# describes the module that measured, not today's code.
+MEASURED_REGION = "forward(q, k, v, mask) of the post's attention module"
+OUTSIDE_REGION = ("q/k/v projections, head split and merge, output projection, "
+                  "mask construction, input creation")
 
-class OutProjection(nn.Linear):
-    """Output projection that takes per-head outputs ``[B, H, L, D]``.
 
-    Merging the heads inside the projection keeps the layout copy out of the attention
-    core (see the module docstring); it is still a leaf with a 2-D weight, so the profiler
-    classifies it as a projection.
+class PostAttention(nn.Module):
+    """Causal attention over per-head ``q, k, v`` (``[B, H, L, D]``): the post's module.
+
+    ``mask`` is boolean, ``True`` where a query may not look; the SDPA variants ignore it
+    and pass ``is_causal=True``. No parameters: the projections are outside the region.
     """
 
-    def forward(self, heads: torch.Tensor) -> torch.Tensor:
-        b, h, length, d = heads.shape
-        merged = heads.transpose(1, 2).reshape(b, length, h * d)
-        return super().forward(merged)
-
-
-class CausalSelfAttention(nn.Module):
-    """Causal multi-head self-attention; ``variant`` picks how the core is computed."""
-
-    def __init__(self, hidden_size: int, num_heads: int, max_seq_len: int, variant: str) -> None:
+    def __init__(self, variant: str, head_dim: int) -> None:
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"unknown attention-micro variant {variant!r}; one of {VARIANTS}")
-        if hidden_size % num_heads:
-            raise ValueError("hidden_size must be a multiple of num_heads")
-        self.hidden_size = hidden_size
-        self.num_heads = num_heads
-        self.head_dim = hidden_size // num_heads
         self.variant = variant
-        self.scale = 1.0 / math.sqrt(self.head_dim)
-        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
-        self.out = OutProjection(hidden_size, hidden_size)
-        # True above the diagonal = positions a query may not see. Only the naive variants
-        # read it; SDPA builds its own, so they carry no mask in their memory figures.
-        mask = None
-        if not variant.startswith("sdpa-"):
-            mask = torch.ones(max_seq_len, max_seq_len, dtype=torch.bool).triu(1)
-        self.register_buffer("causal_mask", mask, persistent=False)
+        self.head_dim = head_dim
+        self.scale = 1.0 / math.sqrt(head_dim)
 
-    def split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        b, length, _ = x.shape
-        qkv = self.qkv(x).view(b, length, 3, self.num_heads, self.head_dim)
-        qkv = qkv.permute(2, 0, 3, 1, 4)  # [3, B, H, L, D], views only
-        return qkv[0], qkv[1], qkv[2]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = self.split_heads(x)
-        length = x.shape[1]
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
         if self.variant.startswith("sdpa-"):
-            heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        assert mask is not None, "the naive variants need the causal mask"
+        scores = (q @ k.transpose(-2, -1)) * self.scale
+        if self.variant == "naive-inplace":
+            scores.masked_fill_(mask, float("-inf"))
         else:
-            scores = (q @ k.transpose(-2, -1)) * self.scale
-            causal: torch.Tensor = self.causal_mask  # type: ignore[assignment]
-            mask = causal[:length, :length]
-            if self.variant == "naive-inplace":
-                scores.masked_fill_(mask, float("-inf"))
-            else:
-                scores = scores.masked_fill(mask, float("-inf"))
-            heads = torch.softmax(scores, dim=-1) @ v
-        out: torch.Tensor = self.out(heads)
-        return out
+            scores = scores.masked_fill(mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
 
 
 class MicroModel(nn.Module):
     """The model that is measured: a root holding the attention module.
 
     The profiler never treats the root module as an attention container (the root's own
-    ops are ``other``), so the attention module is a child, as it is in a real model.
+    ops are ``other``; it has none), so the attention module is a child, as in a model.
     """
 
-    def __init__(self, attn: CausalSelfAttention) -> None:
+    def __init__(self, attn: PostAttention) -> None:
         super().__init__()
         self.attn = attn
 
@@ -132,9 +108,15 @@ class MicroModel(nn.Module):
     def variant(self) -> str:
         return self.attn.variant
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.attn(x)
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        out: torch.Tensor = self.attn(q, k, v, mask)
         return out
+
+
+def causal_mask(length: int, device: torch.device) -> torch.Tensor:
+    """``True`` above the diagonal: the positions a query may not see."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).triu(1)
 
 
 def _field(combo: Any, name: str, default: Any = None) -> Any:
@@ -153,7 +135,7 @@ def backend_context(variant: str) -> Callable[[], AbstractContextManager[Any]]:
     return lambda: sdpa_kernel(backend)
 
 
-def _probe(variant: str, module: MicroModel, x: torch.Tensor, device: torch.device, dtype: str) -> None:
+def _probe(variant: str, q: torch.Tensor, device: torch.device, dtype: str) -> None:
     """Raise Skip when the pinned backend has no kernel for these inputs on this device."""
     if variant not in SDPA_BACKENDS or variant == "sdpa-math":
         return
@@ -164,8 +146,7 @@ def _probe(variant: str, module: MicroModel, x: torch.Tensor, device: torch.devi
         warnings.simplefilter("always")
         try:
             with torch.inference_mode(), context():
-                q, k, v = module.attn.split_heads(x)
-                F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                F.scaled_dot_product_attention(q, q, q, is_causal=True)
         except RuntimeError as exc:
             # torch's per-backend reasons arrive as warnings on CUDA; keep them in the reason.
             details = "; ".join(dict.fromkeys(str(w.message).strip() for w in caught))
@@ -176,28 +157,30 @@ def _probe(variant: str, module: MicroModel, x: torch.Tensor, device: torch.devi
 
 
 class MicroStep:
-    """One forward of the attention module, as the timing and profiling passes call it."""
+    """One call of the module on inputs made once, outside the measured region."""
 
     def __init__(
         self,
         module: MicroModel,
-        hidden: torch.Tensor,
+        qkv: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        mask: torch.Tensor | None,
         device: torch.device,
         inputs_info: dict[str, Any],
     ) -> None:
         self.module = module
-        self.hidden = hidden
+        self.q, self.k, self.v = qkv
+        self.mask = mask
         self.device = device
         self.inputs_info = inputs_info
         self._context = backend_context(module.variant)
 
     def __call__(self) -> torch.Tensor:
         with torch.inference_mode(), self._context():
-            out: torch.Tensor = self.module(self.hidden)
+            out: torch.Tensor = self.module(self.q, self.k, self.v, self.mask)
         return out
 
     def reset(self) -> None:
-        """Nothing to reset: the module keeps no state between forwards."""
+        """Nothing to reset: the module keeps no state between calls."""
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -209,7 +192,8 @@ def build(
 ) -> tuple[MicroModel, dict[str, Any], MicroStep]:
     """Build the variant ``combo.attn_implementation`` on ``device``.
 
-    Weights and the input hidden states are seeded (``seed``, else ``combo.seed``, else 0).
+    The inputs (q, k, v) are seeded (``seed``, else ``combo.seed``, else 0); the module has
+    no weights.
     Raises Skip when the variant cannot run here (a backend without a kernel for this
     device and dtype, a mode other than forward).
     """
@@ -229,15 +213,14 @@ def build(
     if seed is None:
         seed = int(_field(combo, "seed", 0) or 0)
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        module = MicroModel(CausalSelfAttention(HIDDEN_SIZE, NUM_HEADS, length, variant))
-    module = module.to(device=device, dtype=dtype).eval()
-
+    head_dim = HIDDEN_SIZE // NUM_HEADS
+    module = MicroModel(PostAttention(variant, head_dim)).to(device=device).eval()
     generator = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(batch, length, HIDDEN_SIZE, generator=generator)
-    hidden = hidden.to(device=device, dtype=dtype)
-    _probe(variant, module, hidden, device, dtype_name)
+    shape = (batch, NUM_HEADS, length, head_dim)
+    q, k, v = (torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+               for _ in range(3))
+    mask = None if variant.startswith("sdpa-") else causal_mask(length, device)
+    _probe(variant, q, device, dtype_name)
 
     parameters = sum(p.numel() for p in module.parameters())
     info: dict[str, Any] = {
@@ -250,25 +233,26 @@ def build(
         "hidden_size": HIDDEN_SIZE,
         "num_heads": NUM_HEADS,
         "num_kv_heads": NUM_HEADS,
-        "head_dim": module.attn.head_dim,
+        "head_dim": head_dim,
         "intermediate_size": None,
         "vocab_size": None,
         "config": {
             "variant": variant,
             "attention_class": type(module.attn).__name__,
             "causal": True,
-            "bias": True,
             "masking": {
                 "naive": "masked_fill (out of place)",
                 "naive-inplace": "masked_fill_ (in place)",
             }.get(variant, "is_causal=True"),
             "sdpa_backend": SDPA_BACKENDS.get(variant),
+            "measured_region": MEASURED_REGION,
+            "outside_region": OUTSIDE_REGION,
         },
     }
     inputs_info: dict[str, Any] = {
         "seed": seed,
-        "input_shape": [batch, length, HIDDEN_SIZE],
+        "input_shape": list(shape),
         "tokens": batch * length,
         "kv_len": None,
     }
-    return module, info, MicroStep(module, hidden, device, inputs_info)
+    return module, info, MicroStep(module, (q, k, v), mask, device, inputs_info)
