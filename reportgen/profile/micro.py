@@ -60,7 +60,7 @@ VARIANTS: tuple[str, ...] = (
 
 # What the pages say about the region; kept with the record (model.config) so a page
 # describes the module that measured, not today's code.
-MEASURED_REGION = "forward(q, k, v, mask) of the post's attention module"
+MEASURED_REGION = "forward(q, k, v, mask)"  # of the post's attention module
 OUTSIDE_REGION = ("q/k/v projections, head split and merge, output projection, "
                   "mask construction, input creation")
 
