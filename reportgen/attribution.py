@@ -1,9 +1,10 @@
 """Attribute a profiled forward to categories from its Chrome trace (no torch here).
 
 The trace is what ``torch.profiler`` exports: host ``cpu_op`` and ``user_annotation``
-events (complete events, ``ph == "X"``, microseconds), ``cuda_runtime`` launches, device
-``kernel``/``gpu_memcpy``/``gpu_memset`` events linked to their launch by ``correlation``,
-and ``[memory]`` instants. The hooks in ``reportgen.profile.structure`` open ``rg|<role>|<fqn>``
+events (complete events, ``ph == "X"``, microseconds) on every host thread,
+``cuda_runtime`` launches, device ``kernel``/``gpu_memcpy``/``gpu_memset`` events on every
+stream linked to their launch by ``correlation`` (or the ``ac2g`` flow arrow, or the op's
+``External id``), and ``[memory]`` instants. The hooks in ``reportgen.profile.structure`` open ``rg|<role>|<fqn>``
 ranges around modules and ``rg|iteration`` around each profiled forward.
 
 Both the render side and tests on recorded GPU traces call this, hence pure Python.

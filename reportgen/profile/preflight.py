@@ -150,20 +150,18 @@ def _micro_model(combo: Any) -> tuple[int, int, dict[str, Any]]:
     from reportgen.profile import micro
 
     variant = str(_field(combo, "attn_implementation", "naive"))
-    length = int(_field(combo, "seq_len", 1) or 1)
     dtype = models.TORCH_DTYPES.get(str(_field(combo, "dtype", "fp32")), torch.float32)
     with torch.device("meta"):
         attn = micro.PostAttention(variant if variant in micro.VARIANTS else "sdpa-math",
                                    micro.HIDDEN_SIZE // micro.NUM_HEADS)
         module = micro.MicroModel(attn).to(dtype=dtype)
-        # the causal mask is made once outside the measured call, but it is held during it
-        mask = [] if variant.startswith("sdpa-") else [micro.causal_mask(length, torch.device("meta"))]
+    # No weights: the module is the attention call alone. Its inputs (q, k, v and the
+    # L x L boolean mask, 1/64 of one fp32 score matrix of 16 heads) are working set.
     params, param_bytes = _bytes_of(module.parameters())
-    _, buffer_bytes = _bytes_of(mask)
     info: dict[str, Any] = {"num_layers": 1, "hidden_size": micro.HIDDEN_SIZE, "num_heads": micro.NUM_HEADS,
                             "num_kv_heads": micro.NUM_HEADS, "head_dim": micro.HIDDEN_SIZE // micro.NUM_HEADS,
                             "intermediate_size": 0, "vocab_size": None, "architecture": "attention"}
-    return params, param_bytes + buffer_bytes, info
+    return params, param_bytes, info
 
 
 def _meta_model(combo: Any) -> tuple[torch.nn.Module, Any, str, str]:
