@@ -38,10 +38,10 @@ METHODS: tuple[str, ...] = ("profiler", "hooks")
 # recording does not inflate, and kernel attribution is the method validated there.
 HEADLINE: dict[str, str] = {"cpu": "hooks", "cuda": "profiler"}
 HEADLINE_REASON: dict[str, str] = {
-    "hooks": ("module-boundary clocks in an unprofiled pass: the profiler's per-op "
-              "recording inflates categories made of many small ops on a CPU, and the "
-              "attention ablation validates the module-boundary method on this device"),
-    "profiler": ("the profiler's kernel times are the device's own timestamps, which "
+    "hooks": ("module-boundary clocks in an unprofiled pass: on a CPU the per-op recording "
+              "of the profiler inflates categories made of many small ops, and the "
+              "attention ablation is judged on the module-boundary method there"),
+    "profiler": ("kernel times from the profiler are the device's own timestamps, which "
                  "per-op recording on the host does not inflate; module-boundary events "
                  "are shown beside them"),
 }

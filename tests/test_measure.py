@@ -94,7 +94,8 @@ def _fake_profile(monkeypatch: pytest.MonkeyPatch, median_ms: float = 12.0) -> l
         return {"profile": {"iterations": iterations, "per_iteration_ms": [median_ms] * iterations,
                             "median_ms": median_ms, "trace": f"traces/{trace_path.name}", "trace_bytes": 1},
                 "attribution": {"basis": "cpu"}, "ops": [],
-                "memory": {"by_category_bytes": {"mlp": 5}}}
+                "memory": {"by_category_bytes": {"mlp": 5}},
+                "per_iteration": [(median_ms, {"mlp": median_ms})] * iterations}
 
     monkeypatch.setattr(reportgen.profile.profiling, "profile_step", profile_step)
     return calls
@@ -115,6 +116,11 @@ def test_measure_composition_with_fake_profile(tmp_path: Path, monkeypatch: pyte
     assert calls == [{"iterations": 4, "trace_path": tmp_path / "traces" / "abc.trace.json.gz"}]
     assert record["profile"]["overhead_ratio"] == pytest.approx(1.2)
     assert record["memory"]["by_category_bytes"] == {"mlp": 5}
+    methods = record["attribution"]["methods"]
+    assert methods["profiler"]["categories"]["mlp"]["share"] == 1.0
+    assert methods["profiler"]["iterations"] == 4
+    assert record["attribution"]["headline_method"] == "hooks"
+    assert record["attribution"]["forward_ms"] == methods["hooks"]["forward_ms"]
     assert record["memory"]["attention_activation_bytes"] == {"analytic": 1 * 4 * 16 * 16 * 4 * 2, "measured": None}
     assert record["flops"]["achieved_flops_per_s"] == pytest.approx(record["flops"]["total_analytic"] / 0.010)
 

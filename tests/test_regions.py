@@ -315,3 +315,35 @@ def test_ablation_agreement_on_constructed_figures() -> None:
     assert ablation.figure_status(["pass", "below resolution"]) == "pass"
     assert ablation.figure_status(["pass", "fail"]) == "fail"
     assert ablation.figure_status(["below resolution"]) == "not measured"
+
+
+def test_pages_read_both_methods() -> None:
+    import pandas as pd
+
+    from reportgen.render import analysis
+
+    prof = shares.method_section([{"attention.core": 2.0, "other": 1.0, "mlp": 7.0}] * 3,
+                                 [10.0] * 3, clock="torch.profiler", basis="cpu")
+    hooks = shares.method_section([{"attention.core": 3.0, "other": 0.5, "mlp": 6.5}] * 4,
+                                  [10.0] * 4, clock="host-clock", basis="cpu",
+                                  other_sources_ms={shares.SOURCES["model"]: 0.5},
+                                  cost={"ratio": 1.01, "ratio_low": 1.0, "ratio_high": 1.02,
+                                        "pairs": 4})
+    record = {"attribution": {"methods": {"profiler": prof, "hooks": hooks},
+                              "headline_method": "hooks",
+                              "headline_reason": shares.HEADLINE_REASON["hooks"]}}
+    view = analysis.attribution_methods(record)
+    assert view is not None and view["headline"] == "hooks"
+    core = next(r for r in view["rows"] if r["category"] == "attention.core")
+    assert core["profiler"] == pytest.approx(0.2) and core["hooks"] == pytest.approx(0.3)
+    assert core["difference"] == pytest.approx(0.1)
+    assert view["other_overhead"] == pytest.approx(0.05)
+    assert view["sources"][0]["share"] == pytest.approx(0.05)
+    assert analysis.attribution_methods({"attribution": {"categories": {}}}) is None
+    rows = pd.DataFrame([{"hardware": "h", "combo_id": "a", "status": "ok",
+                          "headline_method": "hooks"},
+                         {"hardware": "h", "combo_id": "b", "status": "ok",
+                          "headline_method": "profiler"}])
+    found = analysis.headline_methods(rows, {("h", "a"): record, ("h", "b"): {}})
+    assert [(m["method"], m["count"]) for m in found] == [("hooks", 1), ("profiler", 1)]
+    assert found[1]["reason"] == analysis.LEGACY_REASON

@@ -200,6 +200,7 @@ class _Builder:
             "model_link": rel(path, self.model_page(model)),
             "methodology": rel(path, "methodology.md"), "status_link": rel(path, "status.md"),
             "not_ok": self._not_ok(path, rows), "summary": None, "claims": None,
+            "headline_methods": analysis.headline_methods(rows, self.records),
         }
         if self.report is not None:
             ctx["findings_link"] = rel(path, sections.FINDINGS_INDEX)
@@ -232,6 +233,7 @@ class _Builder:
                 "model_info": record.get("model") or {},
                 "top_ops": analysis.top_ops(record), "op_basis": (record.get("attribution")
                                                                   or {}).get("basis"),
+                "methods": analysis.attribution_methods(record),
                 "flop_notes": list((record.get("flops") or {}).get("notes") or []),
                 "has_peak": bool(sel["pct_peak"].notna().any()),
                 "has_launches": bool(sel["launches"].notna().any()),
@@ -271,7 +273,8 @@ class _Builder:
                              for _, r in s["rows"].iterrows())
             models.append(entry)
         ctx: dict[str, Any] = {"hardware": hw, "models": models,
-                               "not_ok": self._not_ok(path, rows)}
+                               "not_ok": self._not_ok(path, rows),
+                               "headline_methods": analysis.headline_methods(rows, self.records)}
         if shares:
             ctx["shares_chart"] = self._chart(
                 path, "shares", "Category shares per model at its longest measured length",
@@ -300,7 +303,8 @@ class _Builder:
                               "median": r["median"], "attention_share": r["attention_share"]}
                              for _, r in s["rows"].iterrows())
             entries.append(entry)
-        ctx: dict[str, Any] = {"model": model, "entries": entries}
+        ctx: dict[str, Any] = {"model": model, "entries": entries,
+                               "headline_methods": analysis.headline_methods(rows, self.records)}
         if lines:
             ctx["latency_chart"] = self._chart(
                 path, "latency", "Median latency per hardware against sequence length",
@@ -331,6 +335,7 @@ class _Builder:
                        for s in ("ok", "skipped", "failed")},
             "findings_link": sections.FINDINGS_INDEX if self.report is not None else None,
             "validation_link": sections.VALIDATION if self.bench is not None else None,
+            "headline_methods": analysis.headline_methods(f, self.records),
         }
         with_share = [c for c in cells.values() if c["attention_share"] is not None]
         if with_share:
