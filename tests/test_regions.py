@@ -347,3 +347,20 @@ def test_pages_read_both_methods() -> None:
     found = analysis.headline_methods(rows, {("h", "a"): record, ("h", "b"): {}})
     assert [(m["method"], m["count"]) for m in found] == [("hooks", 1), ("profiler", 1)]
     assert found[1]["reason"] == analysis.LEGACY_REASON
+
+
+def test_claim_share_intervals_come_from_iterations() -> None:
+    from reportgen.claims.metrics import _share_interval
+
+    hooks = shares.method_section(
+        [{"attention.core": c, "attention.qkv": 1.0, "mlp": 9.0 - c} for c in (2.0, 4.0, 3.0)],
+        [10.0] * 3, clock="host-clock", basis="cpu")
+    record = {"attribution": {"methods": {"hooks": hooks}, "headline_method": "hooks"},
+              "timing": {"median": 10.0, "ci_low": 5.0, "ci_high": 20.0}}
+    got = _share_interval(record, ["attention.core", "attention.qkv"], 0.4)
+    assert got.value == pytest.approx(0.4)
+    assert got.low == pytest.approx(0.3) and got.high == pytest.approx(0.5)
+    assert "bootstrap" in got.interval
+    # a record without methods keeps the latency-propagated interval
+    legacy = _share_interval({"attribution": {}, "timing": record["timing"]}, ["mlp"], 0.5)
+    assert legacy.interval == "latency CI propagated"

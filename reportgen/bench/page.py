@@ -264,7 +264,12 @@ def _bar_chart(field: str, title: str, category: str = "combination"
 def _ablation_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
     values = []
     for r in rows:
-        for key, label in (("drop_ms", "ablation drop"), ("attributed_ms", "attributed attention.core")):
+        for key, label in (("drop_ms", "ablation drop"),
+                           ("hooks_removable_ms", "attributed, hooks method"),
+                           ("profiler_removable_ms", "attributed, profiler method"),
+                           ("attributed_ms", "attributed attention.core")):
+            if key == "attributed_ms" and "hooks_removable_ms" in r:
+                continue  # rows with both methods show each method's removable time
             if r.get(key) is not None:
                 values.append({"combination": r["combination"], "estimate": label, "ms": r[key]})
     return (alt.Chart(alt.Data(values=values)).mark_bar()
