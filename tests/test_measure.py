@@ -9,11 +9,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import jsonschema
 import pytest
 import torch
 
 from reportgen.categories import CATEGORIES
 from reportgen.errors import Skip
+from reportgen.schema import COMBINATION_KIND, json_schema
 from reportgen.profile import measure as measure_mod
 from reportgen.profile import models
 from reportgen.profile.measure import OutOfMemory, attention_activation_bytes, measure
@@ -73,6 +75,19 @@ def test_measure_end_to_end(tmp_path: Path, model: str, mode: str, impl: str) ->
     assert fl["achieved_flops_per_s"] == pytest.approx(fl["total_analytic"] / (timing["median"] / 1e3))
     assert fl["peak_flops_per_s"] is None and fl["percent_of_peak"] is None
     assert fl["notes"][0] == "attention.core counts the full Lq x Lk score matrix, not halved for causal masks"
+
+    # both attribution methods, the headline (module-boundary clocks on a CPU) in categories
+    attribution = record["attribution"]
+    assert attribution["headline_method"] == "hooks"
+    hooks, prof = attribution["methods"]["hooks"], attribution["methods"]["profiler"]
+    assert prof["iterations"] == 2 and hooks["iterations"] >= 6
+    for i, wall in enumerate(hooks["iteration_ms"]):
+        parts = [hooks["categories"][c]["per_iteration_ms"][i] for c in CATEGORIES]
+        assert min(parts) >= 0 and sum(parts) == pytest.approx(wall)
+    assert attribution["categories"]["mlp"]["share"] == hooks["categories"]["mlp"]["share"]
+    schema = json_schema(COMBINATION_KIND)
+    jsonschema.Draft202012Validator({"$defs": schema["$defs"], "$ref": "#/$defs/attribution"}
+                                    ).validate(attribution)
 
 
 def test_measure_skips_what_does_not_apply(tmp_path: Path) -> None:
