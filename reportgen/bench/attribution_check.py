@@ -206,8 +206,8 @@ def ablate(combo: Any, *, rounds: int, budget_s: float, iterations: int,
             step.reset()
             if probe.calls == 0:
                 raise RuntimeError("the stand-in was never called: attention not replaced")
+            calls_per_forward = probe.calls
             left = _methods(built, iterations, trace_dir, "ablated", budget_s)
-        calls_per_forward = probe.calls
 
         def with_core() -> float:
             return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
@@ -276,8 +276,9 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
         if all(f"{m}_verdict" in r for r in rows):
             counts = {v: sum(r[f"{m}_verdict"] == v for r in rows) for v in VERDICTS}
             per_method.append(f"{m}: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
+    where = "Worst at resolution" if judged else "No combination at resolution; largest difference"
     out_notes = [
-        f"Worst at resolution: {worst['combination']} ({worst['headline_method']} method), drop "
+        f"{where}: {worst['combination']} ({worst['headline_method']} method), drop "
         f"{worst['drop_ms']:.2f} ms vs {worst['removable_ms']:.2f} ms attributed "
         f"({worst['rel_diff']:+.1%}, interval {worst['rel_diff_low']:+.1%} to "
         f"{worst['rel_diff_high']:+.1%}).",
