@@ -364,3 +364,24 @@ def test_claim_share_intervals_come_from_iterations() -> None:
     # a record without methods keeps the latency-propagated interval
     legacy = _share_interval({"attribution": {}, "timing": record["timing"]}, ["mlp"], 0.5)
     assert legacy.interval == "latency CI propagated"
+
+
+def test_other_overhead_figure_on_constructed_records() -> None:
+    from reportgen.bench.attribution_check import other_overhead
+
+    def record(combo_id: str, mode: str, other: list[float]) -> dict[str, Any]:
+        section = shares.method_section(
+            [{"other": o, "mlp": 10.0 - o} for o in other], [10.0] * len(other),
+            other_sources_ms={shares.SOURCES["model"]: sum(other) / len(other)})
+        return {"id": combo_id, "status": "ok", "combination": {"mode": mode},
+                "attribution": {"categories": section["categories"], "headline_method": "hooks",
+                                "methods": {"hooks": section}}}
+
+    ok = other_overhead([record("a", "forward", [0.5, 0.7, 0.6]),
+                         record("b", "decode", [3.0, 3.0])])
+    assert ok["status"] == "pass" and ok["value"] == pytest.approx(0.06)
+    assert ok["interval"][0] >= 0.05 and ok["interval"][1] <= 0.07
+    assert any(shares.SOURCES["model"] in n for n in ok["notes"])  # decode's cause shown
+    bad = other_overhead([record("a", "prefill", [1.5, 1.5])])
+    assert bad["status"] == "fail" and bad["value"] == pytest.approx(0.15)
+    assert other_overhead([record("b", "decode", [3.0])])["status"] == "not measured"
