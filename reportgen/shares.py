@@ -137,9 +137,20 @@ def categorise(calls: Sequence[Call], sources: dict[str, float] | None = None) -
 # ---------------------------------------------------------------- share intervals
 
 
-def _ratio_of_sums(num: Sequence[float], den: Sequence[float], idx: Sequence[int]) -> float:
+def ratio_of_sums(num: Sequence[float], den: Sequence[float], idx: Sequence[int]) -> float:
+    """sum(num[i]) / sum(den[i]) over the indices ``idx`` (0 when the denominator is)."""
     total = sum(den[i] for i in idx)
     return sum(num[i] for i in idx) / total if total > 0 else 0.0
+
+
+def percentiles(draws: list[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The two-sided percentile interval of bootstrap draws (sorted here)."""
+    if not draws:
+        return math.nan, math.nan
+    draws.sort()
+    last = len(draws) - 1
+    return (draws[math.floor((1 - confidence) / 2 * last)],
+            draws[math.ceil((1 + confidence) / 2 * last)])
 
 
 def share_interval(category_ms: Sequence[float], forward_ms: Sequence[float], *,
@@ -152,12 +163,11 @@ def share_interval(category_ms: Sequence[float], forward_ms: Sequence[float], *,
     if n == 0 or len(category_ms) != n:
         raise ValueError(f"need one category time per iteration, got {len(category_ms)} "
                          f"for {n} iterations")
-    point = _ratio_of_sums(category_ms, forward_ms, range(n))
+    point = ratio_of_sums(category_ms, forward_ms, range(n))
     rng = random.Random(seed)
-    draws = sorted(_ratio_of_sums(category_ms, forward_ms, [rng.randrange(n) for _ in range(n)])
-                   for _ in range(reps))
-    low = draws[int(math.floor((1 - confidence) / 2 * (reps - 1)))]
-    high = draws[int(math.ceil((1 + confidence) / 2 * (reps - 1)))]
+    low, high = percentiles([ratio_of_sums(category_ms, forward_ms,
+                                           [rng.randrange(n) for _ in range(n)])
+                             for _ in range(reps)], confidence)
     return point, min(low, point), max(high, point)
 
 

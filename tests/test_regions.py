@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -119,7 +119,7 @@ class ToyModel(nn.Module):
 
 class ToyStep:
     device = torch.device("cpu")
-    inputs_info: dict[str, Any] = {}
+    inputs_info: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -174,7 +174,7 @@ def test_hooks_method_with_event_pairs() -> None:
         def record(self) -> None:
             self.at = CLOCK.t
 
-        def elapsed_time(self, other: "Event") -> float:
+        def elapsed_time(self, other: Event) -> float:
             assert synced, "read before a synchronise"
             return other.at - self.at
 

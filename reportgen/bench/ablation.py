@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from reportgen.shares import percentiles, ratio_of_sums
 from reportgen.stats import median
 
 # The rule the ablation figure is judged by: where the attributed attention.core is at
@@ -107,11 +108,6 @@ def attention_stand_in(model: torch.nn.Module) -> Iterator[StandIn]:
 # ---------------------------------------------------------------- the agreement rule (pure)
 
 
-def _ratio_of_sums(num: list[float], den: list[float], idx: list[int]) -> float:
-    total = sum(den[i] for i in idx)
-    return sum(num[i] for i in idx) / total if total > 0 else 0.0
-
-
 def core_series(section: dict[str, Any]) -> tuple[list[float], list[float]]:
     """(attention.core ms, forward ms) per iteration of an attribution method's section."""
     core = section["categories"]["attention.core"]["per_iteration_ms"]
@@ -133,8 +129,8 @@ def agreement(full_ms: list[float], ablated_ms: list[float],
     iterations resampled on their own.
     """
     n, (fc, ff), (lc, lf) = len(full_ms), full, left
-    share = _ratio_of_sums(fc, ff, list(range(len(ff))))
-    left_share = _ratio_of_sums(lc, lf, list(range(len(lf))))
+    share = ratio_of_sums(fc, ff, list(range(len(ff))))
+    left_share = ratio_of_sums(lc, lf, list(range(len(lf))))
     drop = median(full_ms) - median(ablated_ms)
     removable = share * median(full_ms) - left_share * median(ablated_ms)
     rng = random.Random(seed)
@@ -143,15 +139,13 @@ def agreement(full_ms: list[float], ablated_ms: list[float],
         idx = [rng.randrange(n) for _ in range(n)]
         f = median([full_ms[i] for i in idx])
         a = median([ablated_ms[i] for i in idx])
-        s = _ratio_of_sums(fc, ff, [rng.randrange(len(ff)) for _ in ff])
-        s_left = _ratio_of_sums(lc, lf, [rng.randrange(len(lf)) for _ in lf])
+        s = ratio_of_sums(fc, ff, [rng.randrange(len(ff)) for _ in ff])
+        s_left = ratio_of_sums(lc, lf, [rng.randrange(len(lf)) for _ in lf])
         attributed = s * f - s_left * a
         if attributed > 0:
             draws.append((f - a) / attributed - 1.0)
-    draws.sort()
     rel = drop / removable - 1.0 if removable > 0 else math.nan
-    low = draws[int(math.floor((1 - confidence) / 2 * (len(draws) - 1)))] if draws else math.nan
-    high = draws[int(math.ceil((1 + confidence) / 2 * (len(draws) - 1)))] if draws else math.nan
+    low, high = percentiles(draws, confidence)
     attributed_full = share * median(full_ms)
     return {"share": share, "attributed_ms": attributed_full,
             "left_ms": left_share * median(ablated_ms), "removable_ms": removable,

@@ -16,7 +16,6 @@ iteration attributed alone), so both methods give share intervals from repetitio
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -101,10 +100,10 @@ class _Recorder:
             if info.role is not None and fqn in modules:
                 targets.append((fqn, info.role, proj_category.get(fqn) if info.role == "proj"
                                 else None))
+        log, mark = self.log, clock.mark
         for fqn, role, category in targets:
             key = len(self.keys)
             self.keys.append((role, category))
-            log, mark = self.log, clock.mark
 
             def pre(_m: nn.Module, _a: Any, key: int = key) -> None:
                 log.append((key, True, mark()))
@@ -217,9 +216,8 @@ def _paired_ratio(a: Sequence[float], b: Sequence[float], reps: int = 1000,
     for _ in range(reps):
         idx = [rng.randrange(n) for _ in range(n)]
         draws.append(_median([a[i] for i in idx]) / _median([b[i] for i in idx]))
-    draws.sort()
-    return (point, min(point, draws[int(math.floor(0.025 * (reps - 1)))]),
-            max(point, draws[int(math.ceil(0.975 * (reps - 1)))]))
+    low, high = shares.percentiles(draws)
+    return point, min(point, low), max(point, high)
 
 
 def profiler_iterations(trace: dict[str, Any] | list[dict[str, Any]]) -> list[tuple[float, dict[str, float]]]:
