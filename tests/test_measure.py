@@ -9,12 +9,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import jsonschema
 import pytest
 import torch
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.errors import Skip
+from reportgen.schema import COMBINATION_KIND, json_schema
 from reportgen.profile import measure as measure_mod
 from reportgen.profile import models
 from reportgen.profile.measure import OutOfMemory, attention_activation_bytes, measure
@@ -78,6 +80,19 @@ def test_measure_end_to_end(tmp_path: Path, model: str, mode: str, impl: str) ->
     assert fl["peak_flops_per_s"] is None and fl["percent_of_peak"] is None
     assert fl["notes"][0] == "attention.core counts the full Lq x Lk score matrix, not halved for causal masks"
 
+    # both attribution methods, the headline (module-boundary clocks on a CPU) in categories
+    attribution = record["attribution"]
+    assert attribution["headline_method"] == "hooks"
+    hooks, prof = attribution["methods"]["hooks"], attribution["methods"]["profiler"]
+    assert prof["iterations"] == 2 and hooks["iterations"] >= 6
+    for i, wall in enumerate(hooks["iteration_ms"]):
+        parts = [hooks["categories"][c]["per_iteration_ms"][i] for c in CATEGORIES]
+        assert min(parts) >= 0 and sum(parts) == pytest.approx(wall)
+    assert attribution["categories"]["mlp"]["share"] == hooks["categories"]["mlp"]["share"]
+    schema = json_schema(COMBINATION_KIND)
+    jsonschema.Draft202012Validator({"$defs": schema["$defs"], "$ref": "#/$defs/attribution"}
+                                    ).validate(attribution)
+
 
 def test_measure_skips_what_does_not_apply(tmp_path: Path) -> None:
     with pytest.raises(Skip, match="decode applies to causal LMs"):
@@ -98,7 +113,8 @@ def _fake_profile(monkeypatch: pytest.MonkeyPatch, median_ms: float = 12.0) -> l
         return {"profile": {"iterations": iterations, "per_iteration_ms": [median_ms] * iterations,
                             "median_ms": median_ms, "trace": f"traces/{trace_path.name}", "trace_bytes": 1},
                 "attribution": {"basis": "cpu"}, "ops": [],
-                "memory": {"by_category_bytes": {"mlp": 5}}}
+                "memory": {"by_category_bytes": {"mlp": 5}},
+                "per_iteration": [(median_ms, {"mlp": median_ms})] * iterations}
 
     monkeypatch.setattr(reportgen.profile.profiling, "profile_step", profile_step)
     return calls
@@ -119,6 +135,11 @@ def test_measure_composition_with_fake_profile(tmp_path: Path, monkeypatch: pyte
     assert calls == [{"iterations": 4, "trace_path": tmp_path / "traces" / "abc.trace.json.gz"}]
     assert record["profile"]["overhead_ratio"] == pytest.approx(1.2)
     assert record["memory"]["by_category_bytes"] == {"mlp": 5}
+    methods = record["attribution"]["methods"]
+    assert methods["profiler"]["categories"]["mlp"]["share"] == 1.0
+    assert methods["profiler"]["iterations"] == 4
+    assert record["attribution"]["headline_method"] == "hooks"
+    assert record["attribution"]["forward_ms"] == methods["hooks"]["forward_ms"]
     assert record["memory"]["attention_activation_bytes"] == {"analytic": 1 * 4 * 16 * 16 * 4 * 2, "measured": None}
     assert record["flops"]["achieved_flops_per_s"] == pytest.approx(record["flops"]["total_analytic"] / 0.010)
 

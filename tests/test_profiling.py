@@ -47,9 +47,11 @@ def _check_categories_against_ops(result: dict[str, Any]) -> None:
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_profile_tiny_model(name: str, tmp_path: Path) -> None:
     result, trace_path = _profile(name, tmp_path)
-    assert set(result) == {"profile", "attribution", "ops", "memory"}
+    assert set(result) == {"profile", "attribution", "ops", "memory", "per_iteration"}
     prof = result["profile"]
     assert prof["iterations"] == 2 and len(prof["per_iteration_ms"]) == 2
+    # each iteration attributed alone, with its own wall time
+    assert [ms for ms, _ in result["per_iteration"]] == pytest.approx(prof["per_iteration_ms"])
     assert all(ms > 0 for ms in prof["per_iteration_ms"])
     assert prof["median_ms"] == pytest.approx(sum(prof["per_iteration_ms"]) / 2)
     assert prof["trace"] == f"traces/{trace_path.name}"

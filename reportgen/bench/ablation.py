@@ -14,12 +14,24 @@ of the module that defines each attention class found in the model.
 from __future__ import annotations
 
 import contextlib
+import math
+import random
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from reportgen.shares import percentiles, ratio_of_sums
+from reportgen.stats import median
+
+# The rule the ablation figure is judged by: where the attributed attention.core is at
+# least RESOLUTION of the forward, the forward's drop with the core stubbed out must agree
+# with the attributed time within AGREEMENT (relative), the whole 95% interval inside.
+AGREEMENT = 0.10
+RESOLUTION = 0.05
+VERDICTS = ("pass", "fail", "below resolution")
 
 
 @dataclass
@@ -91,3 +103,72 @@ def attention_stand_in(model: torch.nn.Module) -> Iterator[StandIn]:
     finally:
         for target, name, original in reversed(restore):
             target[name] = original
+
+
+# ---------------------------------------------------------------- the agreement rule (pure)
+
+
+def core_series(section: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """(attention.core ms, forward ms) per iteration of an attribution method's section."""
+    core = section["categories"]["attention.core"]["per_iteration_ms"]
+    return [float(x) for x in core], [float(x) for x in section["iteration_ms"]]
+
+
+def agreement(full_ms: list[float], ablated_ms: list[float],
+              full: tuple[list[float], list[float]], left: tuple[list[float], list[float]],
+              *, reps: int = 2000, seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
+    """The forward's drop against the attributed attention.core time, with an interval.
+
+    ``full_ms``/``ablated_ms``: unprofiled medians of interleaved rounds (paired).
+    ``full``/``left``: an attribution method's per-iteration (core ms, forward ms) on the
+    full model and with the stand-in in place. The attributed time is the method's core
+    share times the unprofiled forward; what the method still calls attention.core with
+    the stand-in in place (rotary, reshapes around the call: what the stand-in does not
+    replace) is subtracted, so the comparison is with what the stand-in can remove. The
+    interval is a joint percentile bootstrap: rounds resampled in pairs, each method's
+    iterations resampled on their own.
+    """
+    n, (fc, ff), (lc, lf) = len(full_ms), full, left
+    share = ratio_of_sums(fc, ff, list(range(len(ff))))
+    left_share = ratio_of_sums(lc, lf, list(range(len(lf))))
+    drop = median(full_ms) - median(ablated_ms)
+    removable = share * median(full_ms) - left_share * median(ablated_ms)
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(reps):
+        idx = [rng.randrange(n) for _ in range(n)]
+        f = median([full_ms[i] for i in idx])
+        a = median([ablated_ms[i] for i in idx])
+        s = ratio_of_sums(fc, ff, [rng.randrange(len(ff)) for _ in ff])
+        s_left = ratio_of_sums(lc, lf, [rng.randrange(len(lf)) for _ in lf])
+        attributed = s * f - s_left * a
+        if attributed > 0:
+            draws.append((f - a) / attributed - 1.0)
+    rel = drop / removable - 1.0 if removable > 0 else math.nan
+    low, high = percentiles(draws, confidence)
+    attributed_full = share * median(full_ms)
+    return {"share": share, "attributed_ms": attributed_full,
+            "left_ms": left_share * median(ablated_ms), "removable_ms": removable,
+            "drop_ms": drop, "rel_diff": rel, "rel_low": low, "rel_high": high,
+            "rel_diff_full": drop / attributed_full - 1.0 if attributed_full > 0 else math.nan,
+            "verdict": verdict(share, rel, low, high)}
+
+
+def verdict(share: float, rel: float, low: float, high: float) -> str:
+    """``below resolution`` where the attributed core is under RESOLUTION of the forward;
+    ``pass`` where the relative difference and its whole interval lie within AGREEMENT;
+    ``fail`` otherwise (an interval that reaches past the bound has not shown agreement)."""
+    if share < RESOLUTION:
+        return "below resolution"
+    values = (rel, low, high)
+    if any(v is None or math.isnan(v) for v in values):
+        return "fail"
+    return "pass" if all(abs(v) <= AGREEMENT for v in values) else "fail"
+
+
+def figure_status(verdicts: list[str]) -> str:
+    """The figure passes when every combination at resolution passes and one does."""
+    judged = [v for v in verdicts if v != "below resolution"]
+    if not judged:
+        return "not measured"
+    return "pass" if all(v == "pass" for v in judged) else "fail"

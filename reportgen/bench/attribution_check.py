@@ -10,12 +10,21 @@
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from reportgen.bench.ablation import attention_stand_in
+from reportgen.bench.ablation import (
+    AGREEMENT,
+    RESOLUTION,
+    VERDICTS,
+    agreement,
+    attention_stand_in,
+    core_series,
+    figure_status,
+)
 from reportgen.bench.common import (
     build,
     combo_label,
@@ -25,6 +34,7 @@ from reportgen.bench.common import (
     time_median,
 )
 from reportgen.bench.results import bootstrap_diff, figure, median
+from reportgen.shares import METHODS
 
 # Encoders, decoders, encoder-decoders; fused (gpt2, gpt_neox, falcon, bloom, phi's dense
 # out only) and separate QKV; learned, rotary, relative-bias and ALiBi positions.
@@ -36,7 +46,6 @@ ARCHITECTURES: tuple[str, ...] = (
 )
 QUICK_ARCHITECTURES: tuple[str, ...] = ("bert", "gpt2", "llama", "t5")
 MIN_ARCHITECTURES = 12
-ABLATION_GOAL = 0.10
 TIGHT = 0.001  # spend the whole budget: the drop is a few % of the forward
 
 ARCH_QUESTION = (
@@ -48,8 +57,9 @@ ARCH_QUESTION = (
 ABLATION_QUESTION = (
     "Is the time attributed to `attention.core` real? The attention core is replaced by a "
     "stand-in that returns a tensor of the right shape at negligible cost; the forward time "
-    "that disappears is compared with the attributed `attention.core` time (its share of "
-    "the profiled forward times the unprofiled median)."
+    "that disappears is compared with the attributed `attention.core` time (its share times "
+    "the unprofiled median), for both attribution methods: the profiler's and the "
+    "module-boundary clocks'. The method the device's headline uses decides the verdict."
 )
 
 
@@ -170,22 +180,34 @@ def architectures(model_types: Sequence[str] = ARCHITECTURES, *,
 # ---------------------------------------------------------------- ablation
 
 
+def _methods(built: Any, iterations: int, trace_dir: Path, name: str,
+             hooks_budget_s: float) -> dict[str, dict[str, Any]]:
+    """Both attribution methods' sections for the model as it stands."""
+    from reportgen.profile import regions
+
+    profiled = _profile(built, iterations, trace_dir, name)
+    return {"profiler": regions.profiler_method(profiled["per_iteration"],
+                                                profiled["attribution"]["basis"]),
+            "hooks": regions.hooks_method(built.model, built.step, budget_s=hooks_budget_s)}
+
+
 def ablate(combo: Any, *, rounds: int, budget_s: float, iterations: int,
            trace_dir: Path) -> dict[str, Any]:
+    from reportgen import shares
     from reportgen.profile import models
 
     built = build(combo)
     step, model = built.step, built.model
     try:
-        full = _profile(built, iterations, trace_dir, "full")
+        full = _methods(built, iterations, trace_dir, "full", budget_s)
         with attention_stand_in(model) as probe:
             step.reset()
             step()
             step.reset()
             if probe.calls == 0:
                 raise RuntimeError("the stand-in was never called: attention not replaced")
-            ablated_prof = _profile(built, iterations, trace_dir, "ablated")
-        calls_per_forward = probe.calls
+            calls_per_forward = probe.calls
+            left = _methods(built, iterations, trace_dir, "ablated", budget_s)
 
         def with_core() -> float:
             return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
@@ -199,30 +221,19 @@ def ablate(combo: Any, *, rounds: int, budget_s: float, iterations: int,
     finally:
         models.free(built)
     drop, lo, hi = bootstrap_diff(values["full"], values["ablated"], paired=True)
-    forward_ms = median(values["full"])
-    cats = full["attribution"]["categories"]
-    core_share = float(cats["attention.core"]["share"])
-    core_prof_ms = float(cats["attention.core"]["ms"])
-    ab_cats = ablated_prof["attribution"]["categories"]
-    left_share = float(ab_cats["attention.core"]["share"])
-    ablated_ms = median(values["ablated"])
-    attributed = core_share * forward_ms
-    # What reportgen still calls attention.core once the core is gone (rotary, head
-    # reshapes around the call): the part of attention.core the stand-in cannot remove.
-    left_ms = left_share * ablated_ms
+    headline = shares.headline_method(getattr(combo, "device", "cpu"))
+    methods = {m: agreement(values["full"], values["ablated"], core_series(full[m]),
+                            core_series(left[m])) for m in full}
+    chosen = methods[headline]
     return {
-        "combination": combo_label(combo),
-        "forward_ms": forward_ms, "ablated_ms": ablated_ms,
+        "combination": combo_label(combo), "headline_method": headline,
+        "forward_ms": median(values["full"]), "ablated_ms": median(values["ablated"]),
         "drop_ms": drop, "drop_low_ms": lo, "drop_high_ms": hi,
-        "attributed_ms": attributed, "attributed_share": core_share,
-        "attributed_profiled_ms": core_prof_ms,
-        "rel_diff": (drop - attributed) / attributed if attributed else None,
-        "rel_diff_low": (lo - attributed) / attributed if attributed else None,
-        "rel_diff_high": (hi - attributed) / attributed if attributed else None,
-        "core_left_after_ablation_ms": left_ms,
-        "removable_attributed_ms": attributed - left_ms,
-        "rel_diff_removable": (drop - (attributed - left_ms)) / (attributed - left_ms)
-        if attributed - left_ms > 0 else None,
+        "attributed_share": chosen["share"], "attributed_ms": chosen["attributed_ms"],
+        "removable_ms": chosen["removable_ms"],
+        "rel_diff": chosen["rel_diff"], "rel_diff_low": chosen["rel_low"],
+        "rel_diff_high": chosen["rel_high"], "verdict": chosen["verdict"],
+        **{f"{m}_{k}": v for m, a in methods.items() for k, v in a.items()},
         "stand_in_calls": calls_per_forward, "stand_in_patched": probe.patched,
         "rounds": rounds, "full_rounds_ms": values["full"], "ablated_rounds_ms": values["ablated"],
         "wall_s": wall[0],
@@ -232,38 +243,126 @@ def ablate(combo: Any, *, rounds: int, budget_s: float, iterations: int,
 def ablation(combos: Sequence[Any], *, rounds: int = 8, budget_s: float = 1.5,
              iterations: int = 3, log: Callable[[str], None] = print,
              stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-    goal = f"drop within {ABLATION_GOAL:.0%} of the attributed attention.core time (relative)"
-    spec = {"kind": "rel_within", "target": ABLATION_GOAL}
     with tempfile.TemporaryDirectory(prefix="bench-ablation-") as tmp, stopwatch() as wall:
         rows, notes = each_combo(
             combos, "ablation",
             lambda c: ablate(c, rounds=rounds, budget_s=budget_s, iterations=iterations,
                              trace_dir=Path(tmp)),
             lambda row: (f"{row['combination']}: drop {row['drop_ms']:.2f} ms "
-                         f"[{row['drop_low_ms']:.2f}, {row['drop_high_ms']:.2f}] vs attributed "
-                         f"{row['attributed_ms']:.2f} ms ({row['rel_diff']:+.1%})"),
+                         f"[{row['drop_low_ms']:.2f}, {row['drop_high_ms']:.2f}] vs removable "
+                         f"attributed {row['removable_ms']:.2f} ms ({row['rel_diff']:+.1%}, "
+                         f"{row['headline_method']}): {row['verdict']}"),
             log=log, stop=stop)
+    return ablation_summary(rows, notes, rounds=rounds, duration_s=wall[0])
+
+
+def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), *,
+                     rounds: int, duration_s: float | None = None) -> dict[str, Any]:
+    """The figure from per-combination rows (pure): pass/fail by ``ablation.verdict``."""
+    goal = (f"where the attributed attention.core is at least {RESOLUTION:.0%} of the forward, "
+            f"the drop agrees with it within {AGREEMENT:.0%} (relative), whole 95% interval "
+            "inside; below that, below resolution")
+    spec = {"kind": "rel_within", "target": AGREEMENT}
     if not rows:
         return figure("Attention ablation", ABLATION_QUESTION, value=None, unit="fraction",
                       goal=goal, goal_spec=spec, status="not measured",
-                      notes=notes or ["no combination measured"])
-    worst = max(rows, key=lambda r: abs(r["rel_diff"] or 0.0))
-    notes = [
-        f"Worst: {worst['combination']}, drop {worst['drop_ms']:.2f} ms vs attributed "
-        f"{worst['attributed_ms']:.2f} ms ({worst['rel_diff']:+.1%}).",
-        "Value = (drop - attributed) / attributed for the worst combination; interval from the "
-        "paired bootstrap of the drop over interleaved rounds.",
+                      notes=list(notes) or ["no combination measured"])
+    status = figure_status([r["verdict"] for r in rows])
+    judged = [r for r in rows if r["verdict"] != "below resolution"]
+    worst = max(judged or rows, key=lambda r: abs(r["rel_diff"])
+                if r["rel_diff"] == r["rel_diff"] else math.inf)
+    per_method = []
+    for m in METHODS:
+        if all(f"{m}_verdict" in r for r in rows):
+            counts = {v: sum(r[f"{m}_verdict"] == v for r in rows) for v in VERDICTS}
+            per_method.append(f"{m}: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
+    where = "Worst at resolution" if judged else "No combination at resolution; largest difference"
+    out_notes = [
+        f"{where}: {worst['combination']} ({worst['headline_method']} method), drop "
+        f"{worst['drop_ms']:.2f} ms vs {worst['removable_ms']:.2f} ms attributed "
+        f"({worst['rel_diff']:+.1%}, interval {worst['rel_diff_low']:+.1%} to "
+        f"{worst['rel_diff_high']:+.1%}).",
+        "Verdicts by method (the headline method decides the figure): " + "; ".join(per_method) + ".",
         "The stand-in replaces the attention function transformers calls (sdpa / eager), not "
-        "the ops around it inside the attention module (head reshapes, rotary embedding), "
-        "which reportgen also counts as attention.core. What is left of attention.core with "
-        "the stand-in in place is measured too (core_left_after_ablation_ms), and "
-        "rel_diff_removable compares the drop with the attributed time minus that part.",
+        "the work around it inside the attention module (head reshapes, rotary embedding), "
+        "which both methods count as attention.core. Each method therefore also attributes "
+        "the model with the stand-in in place, and the drop is compared with the attributed "
+        "time less what the method still calls attention.core then (removable_ms); "
+        "rel_diff_full compares with the whole attributed time.",
+        f"Interval: joint percentile bootstrap over {rounds} interleaved rounds (paired) and "
+        "each method's per-iteration shares.",
         *notes,
     ]
     return figure(
         "Attention ablation", ABLATION_QUESTION,
         value=worst["rel_diff"], unit="fraction",
         interval=[worst["rel_diff_low"], worst["rel_diff_high"]],
-        interval_kind="worst combination, paired bootstrap over rounds",
-        goal=goal, goal_spec=spec, notes=notes, rows=rows, duration_s=wall[0],
+        interval_kind="worst combination at resolution, joint bootstrap",
+        goal=goal, goal_spec=spec, status=status, notes=out_notes, rows=rows,
+        duration_s=duration_s,
     )
+
+
+# ---------------------------------------------------------------- other + overhead
+
+REMAINDER_GOAL = 0.10
+REMAINDER_QUESTION = (
+    "How much of each forward does the headline attribution leave in `other` and "
+    "`overhead`, the categories that name no part of the model? Forward and prefill at "
+    "reference size must stay at or under 10%; for decode the figure and where it comes "
+    "from are shown."
+)
+
+
+def other_overhead(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Figure from the suite's records (pure): the headline method's other + overhead
+    share per combination, with its bootstrap interval and, where the hooks method
+    recorded it, the largest source."""
+    from reportgen.shares import combined_share, headline_section
+
+    rows: list[dict[str, Any]] = []
+    for rec in records:
+        attribution = rec.get("attribution") or {}
+        if rec.get("status") != "ok" or not attribution.get("categories"):
+            continue
+        cats = attribution["categories"]
+        share = sum(float((cats.get(c) or {}).get("share") or 0.0) for c in ("other", "overhead"))
+        section = headline_section(attribution)
+        interval = combined_share(section, ["other", "overhead"]) if section else None
+        hooks = (attribution.get("methods") or {}).get("hooks") or {}
+        sources = hooks.get("other_sources_ms") or {}
+        top = max(sources.items(), key=lambda kv: kv[1]) if sources else None
+        mode = (rec.get("combination") or {}).get("mode")
+        rows.append({"combination": rec.get("id"), "mode": mode,
+                     "method": attribution.get("headline_method") or "profiler",
+                     "share": share,
+                     "share_low": interval[1] if interval else None,
+                     "share_high": interval[2] if interval else None,
+                     "judged": mode in ("forward", "prefill"),
+                     "largest_source": top[0] if top else None,
+                     "largest_source_ms": top[1] if top else None})
+    goal = (f"other + overhead at most {REMAINDER_GOAL:.0%} of the forward for forward and "
+            "prefill; decode shown with its cause")
+    spec = {"kind": "below", "target": REMAINDER_GOAL}
+    judged = [r for r in rows if r["judged"]]
+    if not judged:
+        return figure("Unnamed time (other + overhead)", REMAINDER_QUESTION, value=None,
+                      unit="share", goal=goal, goal_spec=spec, status="not measured",
+                      notes=["no forward or prefill record"], rows=rows)
+    worst = max(judged, key=lambda r: r["share"])
+    over = [r for r in judged if r["share"] > REMAINDER_GOAL]
+    decode = [r for r in rows if r["mode"] == "decode"]
+    notes = [f"{len(judged) - len(over)} of {len(judged)} forward/prefill combinations at or "
+             f"under {REMAINDER_GOAL:.0%}; highest {worst['combination']} "
+             f"({worst['share']:.1%}, {worst['method']} method)."]
+    if decode:
+        d = max(decode, key=lambda r: r["share"])
+        notes.append(f"Decode: highest {d['combination']} ({d['share']:.1%}); largest source: "
+                     f"{d['largest_source'] or 'not recorded'}.")
+    return figure("Unnamed time (other + overhead)", REMAINDER_QUESTION,
+                  value=worst["share"], unit="share",
+                  interval=([worst["share_low"], worst["share_high"]]
+                            if worst["share_low"] is not None else None),
+                  interval_kind="worst forward/prefill combination, bootstrap over iterations",
+                  goal=goal, goal_spec=spec, status="fail" if over else "pass",
+                  notes=notes, rows=rows)

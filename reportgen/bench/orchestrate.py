@@ -278,7 +278,7 @@ def _load() -> list[float] | None:
 
 
 def _suite_figures(suite: Any, p: Plan) -> dict[str, dict[str, Any]]:
-    from reportgen.bench import efficiency, flops_check, overhead, trace_check
+    from reportgen.bench import attribution_check, efficiency, flops_check, overhead, trace_check
 
     runs = SCRATCH / "runs"
     if runs.exists():
@@ -286,6 +286,7 @@ def _suite_figures(suite: Any, p: Plan) -> dict[str, dict[str, Any]]:
     run = efficiency.run_suite(suite, runs)
     figures = efficiency.figures(run, reference_size=not p.quick)
     figures["profiler_overhead"] = overhead.profiler_overhead(run.records)
+    figures["attribution_remainder"] = attribution_check.other_overhead(run.records)
     figures["trace_agreement"] = trace_check.run(run.records, run.run_dir, log=log)
     combos_by_id = {c.id: c for c in suite.combinations()}
     figures["flops_agreement"] = flops_check.run(run.records, combos_by_id, log=log)

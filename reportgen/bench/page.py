@@ -165,9 +165,13 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "attribution_architectures": ("model_type", "architecture", "class", "share_sum",
                                   "attention_core_share", "other_share", "overhead_share",
                                   "ok", "error"),
-    "attribution_ablation": ("combination", "forward_ms", "ablated_ms", "drop_ms",
-                             "drop_low_ms", "drop_high_ms", "attributed_ms",
-                             "attributed_profiled_ms", "rel_diff", "stand_in_calls"),
+    "attribution_ablation": ("combination", "forward_ms", "drop_ms", "drop_low_ms",
+                             "drop_high_ms", "headline_method", "attributed_share",
+                             "removable_ms", "rel_diff", "rel_diff_low", "rel_diff_high",
+                             "verdict", "hooks_share", "hooks_rel_diff", "hooks_verdict",
+                             "profiler_share", "profiler_rel_diff", "profiler_verdict"),
+    "attribution_remainder": ("combination", "mode", "method", "share", "share_low",
+                              "share_high", "largest_source", "largest_source_ms"),
     "flops_agreement": ("combination", "category", "analytic", "counted", "rel_diff",
                         "explanation"),
     "trace_agreement": ("combination", "basis", "weighted_rel_diff", "total_rel_diff",
@@ -262,7 +266,12 @@ def _bar_chart(field: str, title: str, category: str = "combination"
 def _ablation_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
     values = []
     for r in rows:
-        for key, label in (("drop_ms", "ablation drop"), ("attributed_ms", "attributed attention.core")):
+        for key, label in (("drop_ms", "ablation drop"),
+                           ("hooks_removable_ms", "attributed, hooks method"),
+                           ("profiler_removable_ms", "attributed, profiler method"),
+                           ("attributed_ms", "attributed attention.core")):
+            if key == "attributed_ms" and "hooks_removable_ms" in r:
+                continue  # rows with both methods show each method's removable time
             if r.get(key) is not None:
                 values.append({"combination": r["combination"], "estimate": label, "ms": r[key]})
     return (alt.Chart(alt.Data(values=values)).mark_bar()

@@ -39,6 +39,7 @@ FIGURES: tuple[str, ...] = (
     "instrumentation_overhead",
     "attribution_architectures",
     "attribution_ablation",
+    "attribution_remainder",
     "flops_agreement",
     "trace_agreement",
     "harness_efficiency",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.shares import combined_share, headline_section
 
 VALID_FORMS = (
     "share(<category or glob>), latency, kernels_per_forward[(<category>)], "
@@ -203,6 +204,14 @@ def _dig(record: dict[str, Any], path: str) -> Any:
 
 def _share_interval(record: dict[str, Any], cats: list[str], share: float) -> Measured:
     attribution = record.get("attribution") or {}
+    # Preferred: the headline method's per-iteration category times (bootstrap over them).
+    section = headline_section(attribution)
+    combined = combined_share(section, cats) if section else None
+    if combined is not None:
+        point, low, high = combined
+        return Measured(point, low, high,
+                        f"95% bootstrap over {len(section['iteration_ms'])} iterations of the "
+                        f"{attribution.get('headline_method') or 'profiler'} method")
     entries = [(attribution.get("categories") or {}).get(c) or {} for c in cats]
     # Preferred: per-iteration times from the profiled pass (range over iterations).
     series = [e.get("per_iteration_ms") for e in entries]

@@ -62,7 +62,8 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
 
     Writes the Chrome trace gzipped to ``trace_path`` (``<run>/traces/<name>``) and
     returns ``{"profile", "attribution", "ops", "memory"}`` as in ARCHITECTURE.md, less
-    ``profile.overhead_ratio`` (the caller has the unprofiled timing).
+    ``profile.overhead_ratio`` (the caller has the unprofiled timing), and
+    ``per_iteration``: (forward ms, category ms) of each profiled iteration alone.
     """
     if iterations < 1 or warmup < 0:
         raise ValueError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
@@ -84,6 +85,9 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     if step.device.type == "cuda" and result["basis"] != "device":
         raise RuntimeError("the profiler recorded no device events for this CUDA forward "
                            "(CUPTI unavailable?), so device time cannot be attributed")
+    from reportgen.profile.regions import profiler_iterations
+
+    each = profiler_iterations(trace)
     trace_bytes = write_gzip_atomic(trace_path, raw)
     per_iteration = result["iteration_ms"]
     if len(per_iteration) != iterations:
@@ -96,4 +100,5 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
         "attribution": {key: result[key] for key in ATTRIBUTION_KEYS},
         "ops": result["ops"],
         "memory": result["memory"],
+        "per_iteration": each,
     }

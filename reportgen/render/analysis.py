@@ -15,6 +15,7 @@ import pandas as pd
 
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES
 from reportgen.render.load import Run
+from reportgen.shares import disagreement
 
 SETTING = ["scale", "mode", "dtype", "attn", "batch"]
 """The columns that, with ``seq``, identify a measurement on one hardware for one model."""
@@ -75,6 +76,8 @@ def combinations_frame(runs: Sequence[Run]) -> pd.DataFrame:
                 "overhead_ratio": _num(_get(rec, "profile", "overhead_ratio")),
                 "forward_ms": _num(_get(rec, "attribution", "forward_ms")),
                 "basis": _get(rec, "attribution", "basis"),
+                "headline_method": (_get(rec, "attribution", "headline_method")
+                                    or ("profiler" if cats else None)),
                 "launches": _num(_get(rec, "attribution", "launches_per_forward")),
                 "memory_ops": _num(_get(rec, "attribution", "memory_ops_per_forward")),
                 "params": _num(_get(rec, "model", "parameters")),
@@ -232,6 +235,51 @@ def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
                                         else bool(row["ci_low"] > fastest["ci_high"]))})
     return pd.DataFrame(out, columns=[*keys, "attn", "median", "ci_low", "ci_high", "fastest",
                                       "ratio", "significant"])
+
+
+LEGACY_REASON = ("these records hold figures from the profiler only (written before the "
+                 "module-boundary method was recorded)")
+
+
+def headline_methods(rows: pd.DataFrame, records: Mapping[tuple[str, str], Mapping[str, Any]]
+                     ) -> list[dict[str, Any]]:
+    """Which attribution method the shares of ``rows`` (ok rows) use, and why: one entry
+    per method, with how many combinations use it. ``records`` by (hardware, combo id)."""
+    out: dict[str, dict[str, Any]] = {}
+    if rows.empty or "headline_method" not in rows:
+        return []
+    for _, row in rows[rows["status"] == "ok"].iterrows():
+        method = row["headline_method"]
+        if not isinstance(method, str):
+            continue
+        record = records.get((str(row["hardware"]), str(row["combo_id"]))) or {}
+        attribution = record.get("attribution") or {}
+        reason = attribution.get("headline_reason") or LEGACY_REASON
+        entry = out.setdefault(method, {"method": method, "reason": reason, "count": 0})
+        entry["count"] += 1
+    return sorted(out.values(), key=lambda e: (-e["count"], e["method"]))
+
+
+def attribution_methods(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Both methods' shares and their difference for one record, the hooks method's own
+    cost and where its ``other`` and ``overhead`` came from; None without methods."""
+    attribution = record.get("attribution") or {}
+    rows = disagreement(attribution)
+    if not rows:
+        return None
+    hooks = (attribution.get("methods") or {}).get("hooks") or {}
+    prof = (attribution.get("methods") or {}).get("profiler") or {}
+    cats = hooks.get("categories") or {}
+    forward = _num(hooks.get("forward_ms"))
+    sources = [{"where": k, "ms": v, "share": v / forward if forward > 0 else math.nan}
+               for k, v in sorted((hooks.get("other_sources_ms") or {}).items(),
+                                  key=lambda kv: -kv[1])]
+    remainder = sum(_num((cats.get(c) or {}).get("share")) for c in ("other", "overhead"))
+    return {"rows": rows, "headline": attribution.get("headline_method"),
+            "reason": attribution.get("headline_reason"), "cost": hooks.get("cost") or {},
+            "clock": hooks.get("clock"), "hooks_iterations": hooks.get("iterations"),
+            "profiler_iterations": prof.get("iterations"), "interval": hooks.get("interval"),
+            "other_overhead": remainder, "sources": sources}
 
 
 def top_ops(record: Mapping[str, Any], limit: int = 10) -> list[dict[str, Any]]:

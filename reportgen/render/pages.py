@@ -200,6 +200,7 @@ class _Builder:
             "model_link": rel(path, self.model_page(model)),
             "methodology": rel(path, "methodology.md"), "status_link": rel(path, "status.md"),
             "not_ok": self._not_ok(path, rows), "summary": None, "claims": None,
+            "headline_methods": analysis.headline_methods(rows, self.records),
         }
         if self.report is not None:
             ctx["findings_link"] = rel(path, sections.FINDINGS_INDEX)
@@ -234,6 +235,7 @@ class _Builder:
                                                                   or {}).get("basis"),
                 "unlinked": {k: (record.get("attribution") or {}).get(k) for k in
                              ("unlinked_device_events", "unlinked_device_ms")},
+                "methods": analysis.attribution_methods(record),
                 "flop_notes": list((record.get("flops") or {}).get("notes") or []),
                 "has_peak": bool(sel["pct_peak"].notna().any()),
                 "has_launches": bool(sel["launches"].notna().any()),
@@ -273,7 +275,8 @@ class _Builder:
                              for _, r in s["rows"].iterrows())
             models.append(entry)
         ctx: dict[str, Any] = {"hardware": hw, "models": models,
-                               "not_ok": self._not_ok(path, rows)}
+                               "not_ok": self._not_ok(path, rows),
+                               "headline_methods": analysis.headline_methods(rows, self.records)}
         if shares:
             ctx["shares_chart"] = self._chart(
                 path, "shares", "Category shares per model at its longest measured length",
@@ -302,7 +305,8 @@ class _Builder:
                               "median": r["median"], "attention_share": r["attention_share"]}
                              for _, r in s["rows"].iterrows())
             entries.append(entry)
-        ctx: dict[str, Any] = {"model": model, "entries": entries}
+        ctx: dict[str, Any] = {"model": model, "entries": entries,
+                               "headline_methods": analysis.headline_methods(rows, self.records)}
         if lines:
             ctx["latency_chart"] = self._chart(
                 path, "latency", "Median latency per hardware against sequence length",
@@ -333,6 +337,7 @@ class _Builder:
                        for s in ("ok", "skipped", "failed")},
             "findings_link": sections.FINDINGS_INDEX if self.report is not None else None,
             "validation_link": sections.VALIDATION if self.bench is not None else None,
+            "headline_methods": analysis.headline_methods(f, self.records),
         }
         with_share = [c for c in cells.values() if c["attention_share"] is not None]
         if with_share:

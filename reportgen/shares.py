@@ -1,0 +1,229 @@
+"""Attribution methods, pure parts (no torch: both sides use them).
+
+Two methods apportion a forward to the categories of ``reportgen.categories``:
+
+* ``profiler``: torch.profiler's per-op records of a profiled pass, split by the
+  ``rg|`` ranges (``reportgen.attribution``); it gives the op and kernel tables too.
+* ``hooks``: clocks read at module boundaries in an unprofiled pass (host clock on a
+  CPU, CUDA event pairs on a GPU; ``reportgen.profile.regions``). No per-op recording,
+  so the small ops that dominate some categories are not inflated by recording them.
+
+Both methods keep per-iteration category times; a share's interval is a bootstrap over
+those iterations of (category time / forward time), never a point share rescaled.
+This module turns timed module calls into categories (``categorise``), computes share
+intervals (``method_section``) and says which method a device's headline figures use.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from reportgen.attribution import ROLE_CATEGORY
+from reportgen.categories import CATEGORIES
+
+METHODS: tuple[str, ...] = ("profiler", "hooks")
+
+# The method whose figures a device's pages quote, and why: a method earns the headline
+# by passing the validation on that kind of device (METHOD.md rule 10b). On a CPU the
+# profiler records every op, which costs several microseconds each and inflates the
+# categories made of many small ops (norms, residual adds, reshapes around the attention
+# call); the module-boundary clocks cost one clock read per module call, and it is their
+# attention.core time that the forward's drop under the attention ablation reproduces.
+# On a GPU the profiler's kernel times are the device's own timestamps, which its host
+# recording does not inflate, and kernel attribution is the method validated there.
+HEADLINE: dict[str, str] = {"cpu": "hooks", "cuda": "profiler"}
+HEADLINE_REASON: dict[str, str] = {
+    "hooks": ("module-boundary clocks in an unprofiled pass: on a CPU the per-op recording "
+              "of the profiler inflates categories made of many small ops, and the "
+              "attention ablation is judged on the module-boundary method there"),
+    "profiler": ("kernel times from the profiler are the device's own timestamps, which "
+                 "per-op recording on the host does not inflate; module-boundary events "
+                 "are shown beside them"),
+}
+BOOTSTRAP_REPS = 1000
+CONFIDENCE = 0.95
+# Ops an attention or MLP container runs after its output projection (dropout, the
+# residual add) go to "other", as in ``reportgen.attribution.split_attention``.
+
+
+def headline_method(device_type: str) -> str:
+    """The method whose figures the headline uses on a device type (``cpu``, ``cuda``)."""
+    return HEADLINE.get(device_type, "profiler")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One timed region of an iteration: a hooked module call, the model's forward
+    (``role="model"``) or the whole iteration (``role="iteration"``). ``category`` is the
+    settled category of a projection call (``attention.qkv``, ``attention.out``, ``mlp``);
+    ``parent`` indexes the enclosing call (None for the iteration)."""
+
+    role: str
+    start: float
+    end: float
+    parent: int | None
+    category: str | None = None
+
+
+def _gaps(call: Call, kids: Sequence[Call]) -> list[tuple[float, float]]:
+    gaps: list[tuple[float, float]] = []
+    cursor = call.start
+    for kid in sorted(kids, key=lambda k: k.start):
+        start = min(max(kid.start, cursor), call.end)
+        if start > cursor:
+            gaps.append((cursor, start))
+        cursor = max(cursor, min(kid.end, call.end))
+    if call.end > cursor:
+        gaps.append((cursor, call.end))
+    return gaps
+
+
+def _gap_category(call: Call, kids: Sequence[Call], start: float) -> str:
+    role = call.role
+    if role == "iteration":
+        return "overhead"  # outside the model's forward: the harness's call and sync
+    if role in ROLE_CATEGORY:
+        return ROLE_CATEGORY[role]
+    if role == "proj":
+        return call.category or "mlp"
+    projections = [k for k in kids if k.role == "proj"]
+    if role == "attn":
+        outs = [k.end for k in projections if k.category == "attention.out"]
+        if not outs and projections:
+            outs = [max(projections, key=lambda k: k.start).end]
+        return "other" if outs and start >= min(outs) else "attention.core"
+    if role == "mlp":
+        last = max((k.end for k in projections), default=math.inf)
+        return "other" if start >= last else "mlp"
+    return "other"  # the model's own work outside any module: masks, position ids
+
+
+# Where ``other`` and ``overhead`` time comes from, by the role of the call it lies in.
+SOURCES: dict[str, str] = {
+    "iteration": "harness (outside the model's forward)",
+    "model": "model forward outside its modules (masks, position ids, cache bookkeeping)",
+    "block": "blocks outside their modules (residual adds, reshapes)",
+    "attn": "after the attention output projection (dropout, residual add)",
+    "mlp": "after the MLP's last projection (dropout, residual add)",
+}
+
+
+def categorise(calls: Sequence[Call], sources: dict[str, float] | None = None) -> dict[str, float]:
+    """Exclusive time per category of one iteration's timed calls (same unit as the
+    calls). Each instant of the iteration lies in exactly one call's own time (the
+    innermost call around it), so the categories sum to the iteration's duration.
+    ``sources``, when given, accumulates ``other`` and ``overhead`` time by ``SOURCES``."""
+    children: dict[int, list[Call]] = defaultdict(list)
+    for call in calls:
+        if call.parent is not None:
+            children[call.parent].append(call)
+    out = {c: 0.0 for c in CATEGORIES}
+    for index, call in enumerate(calls):
+        kids = children.get(index, [])
+        for start, end in _gaps(call, kids):
+            category = _gap_category(call, kids, start)
+            out[category] += end - start
+            if sources is not None and category in ("other", "overhead"):
+                where = SOURCES.get(call.role, call.role)
+                sources[where] = sources.get(where, 0.0) + end - start
+    return out
+
+
+# ---------------------------------------------------------------- share intervals
+
+
+def ratio_of_sums(num: Sequence[float], den: Sequence[float], idx: Sequence[int]) -> float:
+    """sum(num[i]) / sum(den[i]) over the indices ``idx`` (0 when the denominator is)."""
+    total = sum(den[i] for i in idx)
+    return sum(num[i] for i in idx) / total if total > 0 else 0.0
+
+
+def percentiles(draws: list[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The two-sided percentile interval of bootstrap draws (sorted here)."""
+    if not draws:
+        return math.nan, math.nan
+    draws.sort()
+    last = len(draws) - 1
+    return (draws[math.floor((1 - confidence) / 2 * last)],
+            draws[math.ceil((1 + confidence) / 2 * last)])
+
+
+def share_interval(category_ms: Sequence[float], forward_ms: Sequence[float], *,
+                   reps: int = BOOTSTRAP_REPS, confidence: float = CONFIDENCE,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """Share of a category over repeated iterations with a percentile-bootstrap interval:
+    iterations are resampled with replacement and the share recomputed as (sum of the
+    category's times) / (sum of the forward times) of each resample."""
+    n = len(forward_ms)
+    if n == 0 or len(category_ms) != n:
+        raise ValueError(f"need one category time per iteration, got {len(category_ms)} "
+                         f"for {n} iterations")
+    point = ratio_of_sums(category_ms, forward_ms, range(n))
+    rng = random.Random(seed)
+    low, high = percentiles([ratio_of_sums(category_ms, forward_ms,
+                                           [rng.randrange(n) for _ in range(n)])
+                             for _ in range(reps)], confidence)
+    return point, min(low, point), max(high, point)
+
+
+def method_section(per_iteration: Sequence[Mapping[str, float]], iteration_ms: Sequence[float],
+                   **extra: Any) -> dict[str, Any]:
+    """A method's record section from its per-iteration category times (ms): the mean
+    per iteration, the share with its bootstrap interval, and the series itself."""
+    n = len(iteration_ms)
+    if n == 0 or len(per_iteration) != n:
+        raise ValueError("need per-iteration category times for every iteration")
+    categories: dict[str, Any] = {}
+    for c in CATEGORIES:
+        series = [float(row.get(c, 0.0)) for row in per_iteration]
+        share, low, high = share_interval(series, iteration_ms)
+        categories[c] = {"ms": sum(series) / n, "share": share, "share_low": low,
+                         "share_high": high, "per_iteration_ms": series}
+    return {**extra, "iterations": n, "forward_ms": sum(iteration_ms) / n,
+            "iteration_ms": [float(x) for x in iteration_ms],
+            "interval": f"{CONFIDENCE:.0%} percentile bootstrap over {n} iterations",
+            "categories": categories}
+
+
+def combined_share(section: Mapping[str, Any], cats: Sequence[str]) -> tuple[float, float, float] | None:
+    """Share of several categories together, with its bootstrap interval over the
+    method's iterations; None when the section holds no per-iteration series."""
+    walls = section.get("iteration_ms")
+    entries = [(section.get("categories") or {}).get(c) or {} for c in cats]
+    series = [e.get("per_iteration_ms") for e in entries]
+    if not walls or any(not isinstance(s, list) or len(s) != len(walls) for s in series):
+        return None
+    summed = [sum(s[i] for s in series) for i in range(len(walls))]  # type: ignore[index]
+    return share_interval(summed, walls)
+
+
+def headline_section(attribution: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The record's section of the method its headline uses (None for records written
+    before methods were stored)."""
+    if not attribution:
+        return None
+    methods = attribution.get("methods") or {}
+    return methods.get(attribution.get("headline_method") or "profiler")
+
+
+def disagreement(attribution: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Per category: each method's share (with interval) and hooks - profiler."""
+    methods = (attribution or {}).get("methods") or {}
+    prof = (methods.get("profiler") or {}).get("categories") or {}
+    hooks = (methods.get("hooks") or {}).get("categories") or {}
+    if not prof or not hooks:
+        return []
+    rows = []
+    for c in CATEGORIES:
+        p, h = prof.get(c) or {}, hooks.get(c) or {}
+        ps, hs = p.get("share"), h.get("share")
+        rows.append({"category": c, "profiler": ps, "profiler_low": p.get("share_low"),
+                     "profiler_high": p.get("share_high"), "hooks": hs,
+                     "hooks_low": h.get("share_low"), "hooks_high": h.get("share_high"),
+                     "difference": hs - ps if ps is not None and hs is not None else None})
+    return rows

@@ -1,0 +1,387 @@
+"""The module-boundary attribution method, share intervals and the ablation rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from torch import nn
+
+from reportgen import shares
+from reportgen.bench import ablation
+from reportgen.categories import CATEGORIES
+from reportgen.profile import regions
+from reportgen.profile.profiling import profile_step
+
+
+class FakeClock:
+    """A host clock that advances only when the model says so: exact expected times."""
+
+    method = "host-clock"
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def begin(self) -> None:
+        return None
+
+    def mark(self) -> float:
+        return self.t
+
+    def finish(self, step: Any) -> float:
+        return self.t
+
+    def resolve(self, marks: Any) -> list[float]:
+        return [m - marks[0] for m in marks]
+
+
+CLOCK = FakeClock()
+# ms each part of the toy model takes
+EMBED, Q, K, V, CORE, O, RESID, NORM, UP, ACT, DOWN, MASK, HARNESS = (
+    1.0, 2.0, 3.0, 4.0, 7.0, 5.0, 0.5, 0.25, 6.0, 0.75, 8.0, 1.5, 0.125)
+
+
+class Proj(nn.Linear):
+    def __init__(self, cost: float) -> None:
+        super().__init__(4, 4)
+        self.cost = cost
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CLOCK.t += self.cost
+        return x
+
+
+class ToyEmbedding(nn.Embedding):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CLOCK.t += EMBED
+        return torch.ones(x.shape[0], 4)
+
+
+class ToyNorm(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CLOCK.t += NORM
+        return x
+
+
+class ToyActivation(nn.GELU):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        CLOCK.t += ACT
+        return x
+
+
+class ToyAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.o = Proj(Q), Proj(K), Proj(V), Proj(O)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        CLOCK.t += CORE
+        h = torch.softmax(q + k, dim=-1) * v  # a core op: the projections around it settle
+        out = self.o(h)
+        CLOCK.t += RESID  # after the output projection: other
+        return out + x
+
+
+class ToyMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.act, self.down = Proj(UP), ToyActivation(), Proj(DOWN)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.up(x)))
+
+
+class ToyBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention, self.norm, self.mlp = ToyAttention(), ToyNorm(), ToyMLP()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.norm(self.attention(x)))
+
+
+class ToyModel(nn.Module):
+    def __init__(self, layers: int = 2) -> None:
+        super().__init__()
+        self.embed = ToyEmbedding(10, 4)
+        self.layers = nn.ModuleList(ToyBlock() for _ in range(layers))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        CLOCK.t += MASK  # the model's own work outside its modules: other
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class ToyStep:
+    device = torch.device("cpu")
+    inputs_info: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __call__(self) -> Any:
+        CLOCK.t += HARNESS
+        return self.model(torch.tensor([1, 2]))
+
+    def reset(self) -> None:
+        return None
+
+    def sync(self) -> None:
+        return None
+
+
+def test_hooks_method_on_a_model_with_known_times() -> None:
+    model = ToyModel(layers=2)
+    section = regions.hooks_method(model, ToyStep(model), min_iterations=4, max_iterations=4,
+                                   clock=CLOCK)
+    ms = {c: v["ms"] for c, v in section["categories"].items()}
+    expected = {"embeddings": EMBED, "attention.qkv": 2 * (Q + K + V),
+                "attention.core": 2 * CORE, "attention.out": 2 * O, "mlp": 2 * (UP + ACT + DOWN),
+                "norm": 2 * NORM, "head": 0.0, "other": MASK + 2 * RESID, "overhead": HARNESS}
+    for c in CATEGORIES:
+        assert ms[c] == pytest.approx(expected[c]), c
+    # attention.core is the attention call less its projections
+    call = Q + K + V + CORE + O + RESID
+    assert ms["attention.core"] == pytest.approx(2 * call - ms["attention.qkv"]
+                                                 - ms["attention.out"] - 2 * RESID)
+    assert section["forward_ms"] == pytest.approx(sum(expected.values()))
+    assert section["iterations"] == 4 and section["clock"] == "host-clock"
+    # model, embedding, and per block: itself, attention, 4 projections, norm, MLP, 2
+    # projections, activation
+    assert section["calls_per_forward"] == 1 + 1 + 2 * 11
+    # a constant share has a zero-width interval
+    core = section["categories"]["attention.core"]
+    assert core["share_low"] == pytest.approx(core["share"]) == pytest.approx(core["share_high"])
+    assert section["other_sources_ms"] == pytest.approx(
+        {shares.SOURCES["model"]: MASK, shares.SOURCES["attn"]: 2 * RESID,
+         shares.SOURCES["iteration"]: HARNESS})
+
+
+def test_hooks_method_with_event_pairs() -> None:
+    """The CUDA path: events from a factory, recorded at boundaries, read after a sync."""
+    synced: list[int] = []
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+            self.at = 0.0
+
+        def record(self) -> None:
+            self.at = CLOCK.t
+
+        def elapsed_time(self, other: Event) -> float:
+            assert synced, "read before a synchronise"
+            return other.at - self.at
+
+    clock = regions._EventClock(Event, lambda: synced.append(1))
+    model = ToyModel(layers=1)
+    section = regions.hooks_method(model, ToyStep(model), min_iterations=2, max_iterations=2,
+                                   clock=clock)
+    assert section["basis"] == "device" and section["clock"] == "cuda-events"
+    assert section["categories"]["attention.core"]["ms"] == pytest.approx(CORE)
+    assert len(clock.pool) == clock.used  # pooled: no event created twice in an iteration
+
+
+@pytest.fixture(scope="module")
+def tiny_bert() -> Any:
+    from reportgen.profile import models
+    from reportgen.suite import Combination
+
+    combo = Combination(model="bert-base", scale="tiny", mode="forward", dtype="fp32",
+                        attn_implementation="sdpa", batch_size=1, seq_len=32, device="cpu")
+    built = models.build(combo, "cpu")
+    yield built
+    models.free(built)
+
+
+def test_hooks_categories_sum_to_the_forward(tiny_bert: Any) -> None:
+    section = regions.hooks_method(tiny_bert.model, tiny_bert.step, min_iterations=5,
+                                   max_iterations=5)
+    cats = section["categories"]
+    for i, wall in enumerate(section["iteration_ms"]):
+        parts = [cats[c]["per_iteration_ms"][i] for c in CATEGORIES]
+        assert all(p >= 0 for p in parts)
+        assert sum(parts) == pytest.approx(wall, rel=1e-9)
+    assert sum(c["share"] for c in cats.values()) == pytest.approx(1.0)
+    for c in ("embeddings", "attention.qkv", "attention.core", "attention.out", "mlp", "norm"):
+        assert cats[c]["ms"] > 0, c
+    # the hooked forward is the bare forward plus a few clock reads per module call
+    cost = section["cost"]
+    assert cost["pairs"] >= 5 and 0.5 < cost["ratio"] < 3.0
+
+
+def test_profiler_per_iteration_matches_the_whole(tiny_bert: Any, tmp_path: Path) -> None:
+    profiled = profile_step(tiny_bert.step, tiny_bert.model, iterations=3,
+                            trace_path=tmp_path / "t.trace.json.gz")
+    rows = profiled["per_iteration"]
+    assert [ms for ms, _ in rows] == pytest.approx(profiled["profile"]["per_iteration_ms"])
+    section = regions.profiler_method(rows, "cpu")
+    whole = profiled["attribution"]["categories"]
+    for c in CATEGORIES:
+        assert section["categories"][c]["ms"] == pytest.approx(whole[c]["ms"], abs=1e-9), c
+        assert section["categories"][c]["share"] == pytest.approx(whole[c]["share"], abs=1e-9)
+
+    hooks = regions.hooks_method(tiny_bert.model, tiny_bert.step, min_iterations=3,
+                                 max_iterations=3)
+    methods = {"profiler": section, "hooks": hooks}
+    on_cpu = regions.attribution_section(profiled["attribution"], methods, "cpu")
+    assert on_cpu["headline_method"] == "hooks"
+    assert on_cpu["headline_reason"] == shares.HEADLINE_REASON["hooks"]
+    assert on_cpu["categories"]["mlp"]["share"] == hooks["categories"]["mlp"]["share"]
+    assert on_cpu["forward_ms"] == hooks["forward_ms"]
+    assert on_cpu["basis"] == "cpu" and on_cpu["methods"]["profiler"] is section
+    on_gpu = regions.attribution_section(profiled["attribution"], methods, "cuda")
+    assert on_gpu["headline_method"] == "profiler"
+    assert on_gpu["categories"]["mlp"]["share"] == whole["mlp"]["share"]
+    rows_ = shares.disagreement(on_cpu)
+    mlp = next(r for r in rows_ if r["category"] == "mlp")
+    assert mlp["difference"] == pytest.approx(mlp["hooks"] - mlp["profiler"])
+
+
+# ---------------------------------------------------------------- share intervals
+
+
+def test_share_interval_comes_from_the_iterations() -> None:
+    walls = [10.0, 10.0, 10.0, 10.0, 10.0, 10.0]
+    steady = [2.0] * 6
+    assert shares.share_interval(steady, walls) == pytest.approx((0.2, 0.2, 0.2))
+    varied = [1.0, 3.0, 1.0, 3.0, 1.0, 3.0]
+    point, low, high = shares.share_interval(varied, walls)
+    assert point == pytest.approx(0.2)
+    assert 0.1 <= low < 0.2 < high <= 0.3
+    # the share is the ratio of sums, not a mean of per-iteration ratios
+    point, _, _ = shares.share_interval([1.0, 9.0], [2.0, 18.0])
+    assert point == pytest.approx(0.5)
+    point, _, _ = shares.share_interval([1.0, 1.0], [2.0, 8.0])
+    assert point == pytest.approx(0.2)
+    with pytest.raises(ValueError):
+        shares.share_interval([1.0], [2.0, 3.0])
+
+
+def test_method_section_and_combined_share() -> None:
+    per_it = [{"attention.core": 2.0, "attention.qkv": 1.0, "mlp": 7.0},
+              {"attention.core": 4.0, "attention.qkv": 1.0, "mlp": 5.0}]
+    section = shares.method_section(per_it, [10.0, 10.0], clock="x")
+    core = section["categories"]["attention.core"]
+    assert core["per_iteration_ms"] == [2.0, 4.0] and core["ms"] == 3.0
+    assert core["share"] == pytest.approx(0.3)
+    assert core["share_low"] == pytest.approx(0.2) and core["share_high"] == pytest.approx(0.4)
+    both = shares.combined_share(section, ["attention.core", "attention.qkv"])
+    assert both is not None and both[0] == pytest.approx(0.4)
+    assert shares.combined_share({"categories": {}}, ["mlp"]) is None
+
+
+# ---------------------------------------------------------------- the ablation rule
+
+
+@pytest.mark.parametrize(("share", "rel", "low", "high", "expected"), [
+    (0.20, 0.02, -0.05, 0.08, "pass"),
+    (0.20, -0.10, -0.10, 0.10, "pass"),
+    (0.20, 0.02, -0.05, 0.15, "fail"),     # the interval reaches past the bound
+    (0.20, -0.30, -0.40, -0.20, "fail"),
+    (0.049, -0.90, -0.99, -0.80, "below resolution"),
+    (0.05, 0.0, -0.01, 0.01, "pass"),
+    (0.20, float("nan"), 0.0, 0.0, "fail"),
+])
+def test_ablation_verdict(share: float, rel: float, low: float, high: float,
+                          expected: str) -> None:
+    assert ablation.verdict(share, rel, low, high) == expected
+
+
+def test_ablation_agreement_on_constructed_figures() -> None:
+    # forward 100 ms, core attributed 20%, of which 2 ms the stand-in cannot remove; the
+    # stubbed forward is 82 ms: the drop (18) equals what the stand-in can remove
+    full_rounds = [100.0, 100.5, 99.5, 100.0]
+    ablated_rounds = [82.0, 82.5, 81.5, 82.0]
+    full = ([20.0, 20.0, 20.0], [100.0, 100.0, 100.0])
+    left = ([2.0, 2.0, 2.0], [82.0, 82.0, 82.0])
+    row = ablation.agreement(full_rounds, ablated_rounds, full, left)
+    assert row["removable_ms"] == pytest.approx(18.0)
+    assert row["rel_diff"] == pytest.approx(0.0)
+    assert row["rel_low"] <= 0.0 <= row["rel_high"]
+    assert row["verdict"] == "pass"
+    # the attributed core is twice what the stub removes
+    doubled = ([40.0, 40.0, 40.0], [100.0, 100.0, 100.0])
+    row = ablation.agreement(full_rounds, ablated_rounds, doubled, left)
+    assert row["rel_diff"] == pytest.approx(18.0 / 38.0 - 1.0)
+    assert row["verdict"] == "fail"
+    tiny = ([3.0, 3.0, 3.0], [100.0, 100.0, 100.0])
+    assert ablation.agreement(full_rounds, ablated_rounds, tiny, left)["verdict"] == "below resolution"
+    assert ablation.figure_status(["pass", "below resolution"]) == "pass"
+    assert ablation.figure_status(["pass", "fail"]) == "fail"
+    assert ablation.figure_status(["below resolution"]) == "not measured"
+
+
+def test_pages_read_both_methods() -> None:
+    import pandas as pd
+
+    from reportgen.render import analysis
+
+    prof = shares.method_section([{"attention.core": 2.0, "other": 1.0, "mlp": 7.0}] * 3,
+                                 [10.0] * 3, clock="torch.profiler", basis="cpu")
+    hooks = shares.method_section([{"attention.core": 3.0, "other": 0.5, "mlp": 6.5}] * 4,
+                                  [10.0] * 4, clock="host-clock", basis="cpu",
+                                  other_sources_ms={shares.SOURCES["model"]: 0.5},
+                                  cost={"ratio": 1.01, "ratio_low": 1.0, "ratio_high": 1.02,
+                                        "pairs": 4})
+    record = {"attribution": {"methods": {"profiler": prof, "hooks": hooks},
+                              "headline_method": "hooks",
+                              "headline_reason": shares.HEADLINE_REASON["hooks"]}}
+    view = analysis.attribution_methods(record)
+    assert view is not None and view["headline"] == "hooks"
+    core = next(r for r in view["rows"] if r["category"] == "attention.core")
+    assert core["profiler"] == pytest.approx(0.2) and core["hooks"] == pytest.approx(0.3)
+    assert core["difference"] == pytest.approx(0.1)
+    assert view["other_overhead"] == pytest.approx(0.05)
+    assert view["sources"][0]["share"] == pytest.approx(0.05)
+    assert analysis.attribution_methods({"attribution": {"categories": {}}}) is None
+    rows = pd.DataFrame([{"hardware": "h", "combo_id": "a", "status": "ok",
+                          "headline_method": "hooks"},
+                         {"hardware": "h", "combo_id": "b", "status": "ok",
+                          "headline_method": "profiler"}])
+    found = analysis.headline_methods(rows, {("h", "a"): record, ("h", "b"): {}})
+    assert [(m["method"], m["count"]) for m in found] == [("hooks", 1), ("profiler", 1)]
+    assert found[1]["reason"] == analysis.LEGACY_REASON
+
+
+def test_claim_share_intervals_come_from_iterations() -> None:
+    from reportgen.claims.metrics import _share_interval
+
+    hooks = shares.method_section(
+        [{"attention.core": c, "attention.qkv": 1.0, "mlp": 9.0 - c} for c in (2.0, 4.0, 3.0)],
+        [10.0] * 3, clock="host-clock", basis="cpu")
+    record = {"attribution": {"methods": {"hooks": hooks}, "headline_method": "hooks"},
+              "timing": {"median": 10.0, "ci_low": 5.0, "ci_high": 20.0}}
+    got = _share_interval(record, ["attention.core", "attention.qkv"], 0.4)
+    assert got.value == pytest.approx(0.4)
+    assert got.low == pytest.approx(0.3) and got.high == pytest.approx(0.5)
+    assert "bootstrap" in got.interval
+    # a record without methods keeps the latency-propagated interval
+    legacy = _share_interval({"attribution": {}, "timing": record["timing"]}, ["mlp"], 0.5)
+    assert legacy.interval == "latency CI propagated"
+
+
+def test_other_overhead_figure_on_constructed_records() -> None:
+    from reportgen.bench.attribution_check import other_overhead
+
+    def record(combo_id: str, mode: str, other: list[float]) -> dict[str, Any]:
+        section = shares.method_section(
+            [{"other": o, "mlp": 10.0 - o} for o in other], [10.0] * len(other),
+            other_sources_ms={shares.SOURCES["model"]: sum(other) / len(other)})
+        return {"id": combo_id, "status": "ok", "combination": {"mode": mode},
+                "attribution": {"categories": section["categories"], "headline_method": "hooks",
+                                "methods": {"hooks": section}}}
+
+    ok = other_overhead([record("a", "forward", [0.5, 0.7, 0.6]),
+                         record("b", "decode", [3.0, 3.0])])
+    assert ok["status"] == "pass" and ok["value"] == pytest.approx(0.06)
+    assert ok["interval"][0] >= 0.05 and ok["interval"][1] <= 0.07
+    assert any(shares.SOURCES["model"] in n for n in ok["notes"])  # decode's cause shown
+    bad = other_overhead([record("a", "prefill", [1.5, 1.5])])
+    assert bad["status"] == "fail" and bad["value"] == pytest.approx(0.15)
+    assert other_overhead([record("b", "decode", [3.0])])["status"] == "not measured"
