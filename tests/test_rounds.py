@@ -258,3 +258,58 @@ def test_a_record_is_finished_from_saved_rounds_without_measuring(use_fake: Path
     # --force forgets the saved rounds and measures every round again
     assert cli.main(["profile", "--suite", suite, "--out", str(out), "--force"]) == 0
     assert len(_calls(use_fake)) == 4 * 3
+
+
+# --- the bench's checks -----------------------------------------------------------------------
+
+def _timed(combo_id: str, samples: list[float], warmup: list[float], duration_s: float,
+           low: float = 0.0, high: float = 0.0, confidence: float = 0.75) -> dict[str, Any]:
+    return {"id": combo_id, "status": "ok", "duration_s": duration_s,
+            "timing": {"samples": samples, "warmup_samples": warmup, "median": stats.median(samples),
+                       "ci_low": low, "ci_high": high, "confidence": confidence,
+                       "ci_method": "hierarchical-bootstrap", "budget_s": 3.0, "n": len(samples),
+                       "stop_reason": "budget"}}
+
+
+def test_harness_efficiency_is_timed_samples_over_suite_wall_time() -> None:
+    from reportgen.bench import efficiency
+
+    records = [_timed("a", [100.0] * 20, [100.0] * 6, 4.0), _timed("b", [50.0] * 10, [], 2.0),
+               {"id": "c", "status": "skipped", "duration_s": 0.5, "timing": None}]
+    run = efficiency.SuiteRun(suite=None, records=records, run_dir=Path("."), wall_s=10.0)
+    figs = efficiency.figures(run, reference_size=True)
+    eff = figs["harness_efficiency"]
+    assert eff["value"] == pytest.approx(2.5 / 10.0)  # 2.0 s + 0.5 s of samples in 10 s
+    assert eff["warmup_s"] == pytest.approx(0.6)
+    assert eff["status"] == "fail"  # goal: at least half
+    run.wall_s = 4.9
+    assert efficiency.figures(run, reference_size=True)["harness_efficiency"]["status"] == "pass"
+    assert efficiency.figures(run, reference_size=False)["harness_efficiency"]["status"] == "info"
+
+
+def test_coverage_counts_remeasured_medians_inside_the_first_interval() -> None:
+    from reportgen.bench import coverage
+
+    first = [_timed("a", [10.0, 11.0, 12.0], [], 1.0, low=9.0, high=13.0),
+             _timed("b", [10.0, 11.0, 12.0], [], 1.0, low=10.5, high=11.5),
+             {"id": "c", "status": "failed", "timing": None}]
+    second = [_timed("a", [12.0, 12.5, 13.0], [], 1.0), _timed("b", [12.0, 12.5, 13.0], [], 1.0),
+              _timed("c", [1.0], [], 1.0)]
+    table = coverage.rows(first, second)
+    assert [(r["combination"], r["inside"]) for r in table] == [("a", True), ("b", False)]
+    fig = coverage.summarise(table)
+    assert fig["value"] == 0.5 and fig["status"] == "fail"
+    assert "75.0%" in " ".join(fig["notes"]) and "b (+13.6%)" in " ".join(fig["notes"])
+    assert coverage.summarise(coverage.rows(first[:1], second))["status"] == "pass"
+    assert coverage.summarise([])["status"] == "not measured"
+
+
+def test_latency_interval_states_what_its_rounds_give() -> None:
+    from reportgen.bench.latency import paired_ratio_interval
+
+    ours, timer = [33.7, 35.5, 34.0, 38.0], [31.8, 30.9, 30.1, 32.5]
+    ratio, low, high, confidence = paired_ratio_interval(ours, timer)
+    ratios = sorted(a / b for a, b in zip(ours, timer))
+    assert (low, high) == (ratios[0], ratios[-1]) and confidence == 0.875
+    assert ratio == pytest.approx(stats.median(ours) / stats.median(timer))
+    assert paired_ratio_interval(ours + [33.0, 34.0], timer + [33.0, 34.0])[3] == 0.95  # six: their range
