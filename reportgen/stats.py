@@ -107,12 +107,14 @@ def summarize(samples: Sequence[float], confidence: float = 0.95) -> dict[str, f
     """The summary fields of a timing record (see ARCHITECTURE.md `timing`)."""
     xs = _sorted(samples)
     med, low, high = median_ci(xs, confidence)
+    k, exact = order_statistic_rank(len(xs), confidence)
     return {
         "n": len(xs),
         "median": med,
         "ci_low": low,
         "ci_high": high,
-        "confidence": confidence,
+        # what the interval achieves: below MIN_EXACT_N the full range covers less
+        "confidence": confidence if exact else coverage(len(xs), k),
         "ci_method": CI_METHOD,
         "mean": math.fsum(xs) / len(xs),
         "p5": quantile(xs, 0.05),

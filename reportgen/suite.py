@@ -44,7 +44,7 @@ MATRIX_DEFAULTS: dict[str, list[Any]] = {
     "modes": ["forward"],
 }
 TOP_LEVEL_KEYS: tuple[str, ...] = ("name", "description", "settings", "matrix")
-SETTINGS_KEYS: tuple[str, ...] = ("budget_s", "profile_iterations", "seed", "scale", "device")
+SETTINGS_KEYS: tuple[str, ...] = ("budget_s", "profile_iterations", "seed", "scale", "device", "rounds")
 
 # The CLI flag that overrides each key, so a bad flag value names the flag.
 OVERRIDE_FLAGS: dict[str, str] = {
@@ -100,9 +100,15 @@ class Settings:
     seed: int = 0
     scale: str = "reference"
     device: str = "auto"
+    # Each combination is timed in this many rounds, each round a fresh worker process
+    # visiting the combinations in a shuffled order; ``budget_s`` is split between them.
+    rounds: int = 1
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if out["rounds"] == 1:
+            del out["rounds"]  # the one-round default keeps the hash suites had before rounds
+        return out
 
 
 @dataclass(frozen=True)
@@ -297,10 +303,10 @@ def _check_setting(key: str, value: Any, label: str) -> Any:
         if not value > 0:  # also rejects NaN
             raise UserError(f"{label}: {value!r} must be > 0")
         return float(value)
-    if key in ("profile_iterations", "seed"):
+    if key in ("profile_iterations", "seed", "rounds"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"{label}: expected an integer, got {_type_name(value)} {value!r}")
-        minimum = 1 if key == "profile_iterations" else 0
+        minimum = 0 if key == "seed" else 1
         if value < minimum:
             raise UserError(f"{label}: {value!r} must be >= {minimum}")
         return value

@@ -25,7 +25,7 @@ from reportgen.bench import results as R
 
 REPO = Path(__file__).resolve().parents[2]
 SCRATCH = REPO / ".bench"
-FIGURE_GROUPS: tuple[str, ...] = ("suite", "isolation", "latency", "instrumentation", "architectures",
+FIGURE_GROUPS: tuple[str, ...] = ("suite", "coverage", "isolation", "latency", "instrumentation", "architectures",
                                   "ablation", "render")
 
 
@@ -64,7 +64,7 @@ def plan(quick: bool) -> Plan:
         )
     return Plan(
         quick=False, suite_overrides={},
-        latency_rounds=4, latency_budget_s=0.6, timer_min_run_s=0.4,
+        latency_rounds=6, latency_budget_s=0.6, timer_min_run_s=0.4,
         instr_rounds=4, instr_budget_s=0.5,
         architectures=ARCHITECTURES,
         ablation=(("bert-base", "forward", "sdpa", 256), ("llama-small", "prefill", "sdpa", 256),
@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if "suite" in only:
         step("suite", lambda: _suite_figures(suite, p))
+    if "coverage" in only:
+        step("coverage", lambda: {"interval_coverage": _coverage(suite)})
     if "isolation" in only:
         from reportgen.bench import isolation
 
@@ -275,6 +277,17 @@ def _load() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
+
+
+def _coverage(suite: Any) -> dict[str, Any]:
+    """The suite measured again, against the intervals of the suite step's run."""
+    from reportgen.bench import coverage
+    from reportgen.schema import iter_runs
+
+    found = [r.path for r in iter_runs(SCRATCH / "runs")] if (SCRATCH / "runs").is_dir() else []
+    if not found:
+        return coverage.summarise([], notes=["the suite step has not run: nothing to compare with"])
+    return coverage.run(suite, coverage.first_records(found[0]), SCRATCH / "runs-again")
 
 
 def _suite_figures(suite: Any, p: Plan) -> dict[str, dict[str, Any]]:

@@ -177,6 +177,8 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "trace_agreement": ("combination", "basis", "weighted_rel_diff", "total_rel_diff",
                         "reader_total_ms", "reportgen_total_ms", "ops"),
     "harness_efficiency": ("combination", "timed_s", "wall_s", "share"),
+    "interval_coverage": ("combination", "median_ms", "ci_low_ms", "ci_high_ms", "confidence",
+                          "remeasured_ms", "inside"),
     "suite_time": ("suite", "combinations", "wall_s"),
     "isolation_cost": ("combination", "workers_s", "inline_s", "ratio"),
     "memory_estimate": ("combination", "estimate_gib", "baseline_rss_gib", "peak_rss_gib", "grew_gib", "ratio"),

@@ -35,6 +35,7 @@ STATUSES: tuple[str, ...] = ("pass", "fail", "info", "not measured")
 # Display order of the figures on the Validation page (and in the results file).
 FIGURES: tuple[str, ...] = (
     "latency_agreement",
+    "interval_coverage",
     "profiler_overhead",
     "instrumentation_overhead",
     "attribution_architectures",

@@ -75,6 +75,13 @@ class Progress:
             if self.bar is not None:
                 self.bar.update(self.task, description=self._describe())
 
+    def pause(self, slot: str) -> None:
+        """A round ended; the combination has more to come."""
+        with self.lock:
+            self.running.pop(slot, None)
+            if self.bar is not None:
+                self.bar.update(self.task, description=self._describe())
+
     def finish(self, combo: Combination, slot: str, record: Mapping[str, Any], log_tail: str | None = None) -> None:
         with self.lock:
             self.running.pop(slot, None)

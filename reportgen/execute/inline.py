@@ -16,7 +16,8 @@ from typing import Any
 
 from reportgen.errors import Skip
 from reportgen.execute.console import Progress
-from reportgen.execute.local import Job, outcome_record
+from reportgen.execute import rounds
+from reportgen.execute.local import Job, rounds_combo
 from reportgen.execute.record import utc_now
 from reportgen.execute.supervisor import Outcome
 
@@ -38,21 +39,32 @@ class InlineExecutor:
         self.device = device
 
     def run(self, job: Job, progress: Progress) -> None:
-        for combo in job.todo:
-            progress.start(combo, "inline")
+        for record in job.finish_ready():
+            progress.finish(rounds_combo(job, record), "inline", record)
+        ended: set[str] = set()
+        for unit in job.units():
+            if not job.unit_wanted(unit, ended):
+                continue
+            progress.start(unit.combo, "inline")
             started, t0 = utc_now(), time.perf_counter()
-            outcome = self._one(job, combo)
-            record = outcome_record(job, combo, outcome, started=started, seconds=time.perf_counter() - t0)
-            job.store.write_combination(record)
-            job.records.append(record)
-            progress.finish(combo, "inline", record)
+            outcome = self._one(job, unit)
+            record = job.finish_unit(unit, outcome, started=started, seconds=time.perf_counter() - t0)
+            if record is None:
+                progress.pause("inline")
+            else:
+                ended.add(unit.combo.id)
+                progress.finish(unit.combo, "inline", record)
 
-    def _one(self, job: Job, combo: Any) -> Outcome:
+    def _one(self, job: Job, unit: rounds.Unit) -> Outcome:
+        combo = unit.combo
         preflight = None
+        task = rounds.task(job, unit)
         try:
             if self.preflight is not None:
                 preflight = self.preflight(combo, self.device)
-            sections = self.measure(combo, **{k: v for k, v in job.task(combo).items() if k != "combo"})
+            sections = self.measure(combo, run_dir=task["run_dir"], combo_id=task["combo_id"],
+                                    budget_s=task["budget_s"], seed=task["seed"],
+                                    profile_iterations=task["profile_iterations"], **task.get("options", {}))
             return Outcome("ok", sections=sections, preflight=preflight)
         except Skip as exc:
             return Outcome("skipped", str(exc) or "skipped", preflight=getattr(exc, "preflight", preflight))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reportgen.execute import rounds
 from reportgen.execute.console import Progress
 from reportgen.execute.plan import HEARTBEAT_S, Claims, read_record
 from reportgen.execute.record import combination_record, utc_now
@@ -49,6 +50,51 @@ class Job:
         record = read_record(self.store.run_dir, combo.id)
         return record is None or (self.retry_failed and record.get("status") == "failed")
 
+    def units(self) -> list[rounds.Unit]:
+        """This invocation's units of work (``execute.rounds``): rounds measured before
+        are kept on a plain resume and forgotten when combinations are measured afresh."""
+        if self.settings.rounds > 1:
+            afresh = [c.id for c in self.todo if read_record(self.store.run_dir, c.id) is not None]
+            rounds.discard_rounds(self.store.run_dir, afresh)
+        return rounds.order(self.todo, self.settings.rounds, self.settings.seed, self.store.run_dir)
+
+    def unit_wanted(self, unit: rounds.Unit, ended: set[str]) -> bool:
+        if unit.combo.id in ended or not self.still_wanted(unit.combo):
+            return False
+        return unit.rounds == 1 or not rounds.round_path(self.store.run_dir, unit.combo.id, unit.round).exists()
+
+    def finish_unit(self, unit: rounds.Unit, outcome: Outcome, *, started: str, seconds: float,
+                    slurm: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """Write what one unit produced: the combination's record when it is finished (its
+        last round, or a round that failed or was skipped), else the round alone (None)."""
+        if unit.rounds > 1 and outcome.status == "ok":
+            rounds.save_round(self.store.run_dir, rounds.round_payload(
+                unit, outcome, started=started, finished=utc_now(), seconds=seconds))
+            found = rounds.complete(self.store.run_dir, unit)
+            if found is None:
+                return None
+            outcome, started, seconds = rounds.combination_outcome(found)
+        record = outcome_record(self, unit.combo, outcome, started=started, seconds=seconds, slurm=slurm)
+        self.store.write_combination(record)
+        self.records.append(record)
+        return record
+
+    def finish_ready(self) -> list[dict[str, Any]]:
+        """Records for combinations whose every round is on disk but whose record is not
+        (a run killed between the two writes)."""
+        written = []
+        if self.settings.rounds > 1:
+            for combo in self.todo:
+                unit = rounds.Unit(combo, self.settings.rounds - 1, self.settings.rounds)
+                found = rounds.complete(self.store.run_dir, unit)
+                if found is not None and read_record(self.store.run_dir, combo.id) is None:
+                    outcome, started, seconds = rounds.combination_outcome(found)
+                    record = outcome_record(self, combo, outcome, started=started, seconds=seconds)
+                    self.store.write_combination(record)
+                    self.records.append(record)
+                    written.append(record)
+        return written
+
 
 def outcome_record(job: Job, combo: Combination, outcome: Outcome, *, started: str, seconds: float,
                    slurm: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -66,6 +112,10 @@ def outcome_record(job: Job, combo: Combination, outcome: Outcome, *, started: s
     )
 
 
+def rounds_combo(job: Job, record: Mapping[str, Any]) -> Combination:
+    return next(c for c in job.todo if c.id == record["id"])
+
+
 class LocalExecutor:
     name = "local"
 
@@ -77,39 +127,55 @@ class LocalExecutor:
 
     def run(self, job: Job, progress: Progress) -> None:
         claims = Claims(job.store.run_dir)
-        queue = list(job.todo)
+        for record in job.finish_ready():
+            progress.finish(rounds_combo(job, record), "cpu", record)
+        queue = job.units()
         queue_lock = threading.Lock()
         stop = threading.Event()
         active: dict[str, str] = {}  # slot -> combination id being measured
+        ended: set[str] = set()  # combinations whose record this invocation wrote
         errors: list[BaseException] = []
         log_dir = job.store.run_dir / "logs"
         supervisors = [self.make_supervisor(spec, log_dir=log_dir, timeout_s=self.timeout_s)
                        for spec in self.specs]
 
-        def next_combo() -> Combination | None:
+        def next_unit() -> rounds.Unit | None:
             with queue_lock:
                 while queue and not stop.is_set():
-                    combo = queue.pop(0)
-                    if not claims.try_claim(combo.id):
+                    # a combination another slot of ours is measuring waits for its turn
+                    busy = set(active.values())
+                    pick = next((u for u in queue if u.combo.id not in busy), None)
+                    if pick is None:
+                        return None if not busy else rounds.WAIT  # type: ignore[return-value]
+                    queue.remove(pick)
+                    if not claims.try_claim(pick.combo.id):
                         continue  # measured by another process right now
-                    if not job.still_wanted(combo):
-                        claims.release(combo.id)
+                    if not job.unit_wanted(pick, ended):
+                        claims.release(pick.combo.id)
                         continue
-                    return combo
+                    return pick
                 return None
 
         def work(sup: Supervisor) -> None:
             slot = sup.spec.slot
+            current_round: int | None = None
             try:
                 while not stop.is_set():
-                    combo = next_combo()
-                    if combo is None:
+                    unit = next_unit()
+                    if unit is rounds.WAIT:
+                        time.sleep(0.2)
+                        continue
+                    if unit is None:
                         return
+                    if unit.rounds > 1 and current_round is not None and unit.round != current_round:
+                        sup.close()  # each round in a fresh worker process
+                    current_round = unit.round
+                    combo = unit.combo
                     active[slot] = combo.id
                     progress.start(combo, slot)
                     started, t0 = utc_now(), time.perf_counter()
                     try:
-                        outcome = sup.run(job.task(combo))
+                        outcome = sup.run(rounds.task(job, unit))
                     except BaseException:
                         claims.release(combo.id)
                         if stop.is_set():
@@ -118,13 +184,15 @@ class LocalExecutor:
                     if stop.is_set():
                         claims.release(combo.id)
                         return
-                    record = outcome_record(job, combo, outcome, started=started,
-                                            seconds=time.perf_counter() - t0, slurm=claims.me.get("slurm"))
-                    job.store.write_combination(record)
+                    record = job.finish_unit(unit, outcome, started=started, seconds=time.perf_counter() - t0,
+                                             slurm=claims.me.get("slurm"))
                     claims.release(combo.id)
                     active.pop(slot, None)
-                    job.records.append(record)
-                    progress.finish(combo, slot, record, outcome.log_tail)
+                    if record is None:
+                        progress.pause(slot)
+                    else:
+                        ended.add(combo.id)
+                        progress.finish(combo, slot, record, outcome.log_tail)
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 errors.append(exc)
                 stop.set()

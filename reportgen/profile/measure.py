@@ -96,7 +96,7 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
 
 
 def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
-             profile_iterations: int, holder: list[models.BuiltModel]) -> dict[str, Any]:
+             profile_iterations: int, holder: list[models.BuiltModel], profiled: bool = True) -> dict[str, Any]:
     from reportgen.profile.profiling import profile_step
     from reportgen.profile.regions import attribute
 
@@ -108,6 +108,9 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     _reset_peak(device)
     timing = time_step(built.step, budget_s=budget_s)
     peak_allocated, peak_reserved = _peaks(device)
+    if not profiled:
+        # a later round of a combination measured in rounds: its timing only
+        return {"model": built.info, "inputs": dict(built.step.inputs_info), "timing": timing}
 
     trace_path = Path(run_dir) / "traces" / f"{combo_id}.trace.json.gz"
     trace_path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,14 +146,16 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
 
 
 def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int = 0,
-            profile_iterations: int = 3) -> dict[str, Any]:
+            profile_iterations: int = 3, profiled: bool = True) -> dict[str, Any]:
     """Measure one combination; see the module docstring. Out-of-memory becomes
-    `OutOfMemory` ("out of memory: ..."), raised after the model is freed."""
+    `OutOfMemory` ("out of memory: ..."), raised after the model is freed. With
+    ``profiled`` False only the unprofiled timing pass runs (``model``, ``inputs`` and
+    ``timing``): the later rounds of a combination measured in rounds."""
     holder: list[models.BuiltModel] = []
     oom: str | None = None
     try:
         return _measure(combo, run_dir=run_dir, combo_id=combo_id, budget_s=budget_s, seed=seed,
-                        profile_iterations=profile_iterations, holder=holder)
+                        profile_iterations=profile_iterations, holder=holder, profiled=profiled)
     except torch.OutOfMemoryError as exc:
         # only the message leaves this block: the traceback's frames pin the tensors
         oom = "out of memory: " + (str(exc).strip().splitlines() or ["(no message)"])[0]

@@ -503,11 +503,52 @@ def _check_positions(model: nn.Module, needed: int, name: str) -> None:
                            f"this combination needs {needed}")
 
 
-def _instantiate(config: Any, arch: str, impl: str, dtype: torch.dtype, device: torch.device) -> nn.Module:
+# Seeded random weights without transformers' per-module initialisation (normal draws
+# from a serial generator, most of a reference model's build time): one block of uniform
+# values with HF's usual standard deviation, laid into each weight from its own random
+# offset; norm scales 1, biases 0 (what the usual initialisation gives them). Timing does
+# not depend on the values, only on their being ordinary finite numbers.
+INIT_STD = 0.02
+INIT_BLOCK = 1 << 20
+
+
+def fast_init(model: nn.Module, seed: int) -> None:
+    """Fill ``model``'s parameters with seeded random values (see INIT_STD)."""
+    gen = torch.Generator().manual_seed(seed)
+    bound = INIT_STD * 3.0 ** 0.5
+    block = torch.empty(INIT_BLOCK).uniform_(-bound, bound, generator=gen)
+    seen: set[int] = set()
+    with torch.no_grad():
+        for module in model.modules():
+            for name, param in module.named_parameters(recurse=False):
+                if id(param) in seen:
+                    continue  # a tied weight is filled once
+                seen.add(id(param))
+                if name == "bias":
+                    param.zero_()
+                elif param.ndim == 1 and type(module).__name__.endswith("Norm"):
+                    param.fill_(1.0)
+                else:
+                    offset = int(torch.randint(0, INIT_BLOCK, (1,), generator=gen))
+                    source = torch.roll(block, offset).to(device=param.device, dtype=param.dtype)
+                    flat = param.view(-1)
+                    for start in range(0, flat.numel(), INIT_BLOCK):
+                        stop = min(flat.numel(), start + INIT_BLOCK)
+                        flat[start:stop].copy_(source[: stop - start])
+
+
+def _instantiate(config: Any, arch: str, impl: str, dtype: torch.dtype, device: torch.device,
+                 seed: int = 0) -> nn.Module:
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # older transformers: its own initialisation, then ours over it
+        no_init_weights = contextlib.nullcontext
     cls = _auto_class(config, arch)
     try:
-        with torch.device(device):
+        with torch.device(device), no_init_weights():
             model = cls.from_config(config, attn_implementation=impl, dtype=dtype)
+        model.tie_weights()  # skipped with the initialisation
+        fast_init(model, seed)
     except (ValueError, ImportError, NotImplementedError) as exc:
         message = str(exc)
         if "attn" in message.lower() or "attention" in message.lower():
@@ -559,7 +600,7 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     # a rerun computes on the same numbers
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         torch.manual_seed(seed)
-        model = _instantiate(config, arch, impl, dtype, dev)
+        model = _instantiate(config, arch, impl, dtype, dev, seed)
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
         raise Skip(f"{spec.name} takes {model.main_input_name}, not token ids")
     _check_positions(model, needed, spec.name)

@@ -17,7 +17,10 @@ from typing import Any, Protocol
 from reportgen import stats
 from reportgen.profile.step import StepLike
 
-WARMUP_WINDOW = 5  # iterations per window; warm when two windows' medians agree
+# iterations per window; warm when two windows' medians agree. The build's trial
+# iteration comes before, so lazy initialisation is already out of the way; three is the
+# smallest window whose median ignores one stray iteration.
+WARMUP_WINDOW = 3
 WARMUP_TOLERANCE = 0.05
 WARMUP_MAX_ITERATIONS = 200
 BUDGET_FLOOR = 3  # the budget never stops a run with fewer samples than min(min_samples, this)

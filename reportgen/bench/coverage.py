@@ -1,0 +1,87 @@
+"""Do the intervals hold across runs? The suite is measured a second time, from scratch,
+and each re-measured median is checked against the first run's interval.
+
+An interval that captures only the noise inside one process covers another process's
+median far less often than its label says; rounds in fresh workers
+(``reportgen.execute.rounds``) and the hierarchical interval (``reportgen.intervals``)
+are meant to close that gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from reportgen.bench.results import figure
+
+GOAL = 0.90
+QUESTION = (
+    "Does a combination's latency interval hold when the suite is measured again? The "
+    "suite is re-measured from scratch (fresh workers, the same settings) and each "
+    "re-measured median is checked against the first run's interval."
+)
+
+
+def rows(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per combination timed in both runs (pure)."""
+    again = {r["id"]: r for r in second if r.get("status") == "ok" and r.get("timing")}
+    out = []
+    for rec in first:
+        timing = rec.get("timing") or {}
+        other = (again.get(rec["id"]) or {}).get("timing") or {}
+        if rec.get("status") != "ok" or timing.get("median") is None or other.get("median") is None:
+            continue
+        low, high, median = timing["ci_low"], timing["ci_high"], other["median"]
+        out.append({"combination": rec["id"], "median_ms": timing["median"], "ci_low_ms": low,
+                    "ci_high_ms": high, "confidence": timing.get("confidence"),
+                    "ci_method": timing.get("ci_method"), "remeasured_ms": median,
+                    "inside": bool(low <= median <= high),
+                    "rel_shift": median / timing["median"] - 1.0 if timing["median"] else None})
+    return out
+
+
+def summarise(table: Sequence[Mapping[str, Any]], *, duration_s: float | None = None,
+              notes: Sequence[str] = ()) -> dict[str, Any]:
+    goal = f"at least {GOAL:.0%} of re-measured medians inside the first run's interval"
+    spec = {"kind": "above", "target": GOAL}
+    if not table:
+        return figure("Interval coverage", QUESTION, value=None, unit="share", goal=goal, goal_spec=spec,
+                      status="not measured", notes=list(notes) or ["no combination measured twice"])
+    inside = sum(bool(r["inside"]) for r in table)
+    levels = sorted({r["confidence"] for r in table if r.get("confidence") is not None})
+    methods = sorted({str(r["ci_method"]) for r in table if r.get("ci_method")})
+    outside = [r for r in table if not r["inside"]]
+    return figure(
+        "Interval coverage", QUESTION, value=inside / len(table), unit="share", goal=goal, goal_spec=spec,
+        notes=[f"{inside} of {len(table)} re-measured medians fall inside the first run's interval.",
+               "Stated confidence of those intervals: "
+               + (", ".join(f"{x:.1%}" for x in levels) or "not recorded")
+               + f" ({', '.join(methods) or 'method not recorded'}). An interval for the median "
+               "covers another run's estimate less often than its confidence: that estimate "
+               "is itself noisy.",
+               *(["Outside: " + ", ".join(f"{r['combination']} ({r['rel_shift']:+.1%})" for r in outside)]
+                 if outside else []),
+               *notes],
+        rows=table, duration_s=duration_s,
+        extra={"inside": inside, "combinations": len(table)},
+    )
+
+
+def run(suite: Any, first: Sequence[Mapping[str, Any]], scratch: Path) -> dict[str, Any]:
+    """Measure ``suite`` again into ``scratch`` and compare with ``first``'s records."""
+    import shutil
+
+    from reportgen.bench.efficiency import run_suite
+
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    again = run_suite(suite, scratch)
+    return summarise(rows(first, again.records), duration_s=again.wall_s)
+
+
+def first_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of an earlier suite run (the bench's scratch run) from disk."""
+    from reportgen.schema import load_combination
+
+    return [load_combination(p) for p in sorted((run_dir / "combinations").glob("*.json"))]

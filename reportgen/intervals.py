@@ -1,0 +1,102 @@
+"""The interval of a median measured in rounds (pure Python: both sides import it).
+
+A combination is timed in several rounds, each in a fresh worker process at a different
+point of the suite, so a round carries what one process cannot vary: the allocator's
+layout, thread placement, the host's load at that moment. Samples within a round are
+correlated through those; an interval from the pooled samples alone would describe one
+process, not the measurement.
+
+``hierarchical_median_ci`` is a two-level bootstrap: draw the rounds with replacement,
+then the samples within each drawn round with replacement, and take the median of the
+pooled draw; the percentile interval of those medians spans between-round variation as
+well as within-round noise. It is seeded (the same samples give the same interval).
+
+Few rounds cannot support a 95% interval whatever the bootstrap says: with R rounds the
+round medians bound the median only with probability ``1 - 2**(1 - R)`` (75% for three).
+So the interval is widened to at least the order-statistic interval of the round medians
+and its stated ``confidence`` is the lower of the nominal level and what that interval
+achieves. One round falls back to the order-statistic interval of its samples, with that
+interval's exact coverage (``stats.coverage``) as the confidence.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from reportgen import stats
+
+CI_METHOD = "hierarchical-bootstrap"
+BOOTSTRAP_REPLICATES = 2000
+BOOTSTRAP_SEED = 0
+
+
+def achieved_confidence(n: int, confidence: float = 0.95) -> float:
+    """The confidence the order-statistic interval of ``n`` values can state: the
+    requested level where n allows it, else the coverage of the full range
+    (1 - 2**(1-n): 75% for three values, 0 for one)."""
+    if n < 1:
+        return 0.0
+    k, exact = stats.order_statistic_rank(n, confidence)
+    return confidence if exact else stats.coverage(n, k)
+
+
+def _pct(sorted_values: list[float], q: float) -> float:
+    return stats.quantile(sorted_values, q)
+
+
+def bootstrap_medians(rounds: Sequence[Sequence[float]], *, replicates: int = BOOTSTRAP_REPLICATES,
+                      seed: int = BOOTSTRAP_SEED) -> list[float]:
+    """Medians of ``replicates`` two-level resamples (rounds, then samples in each)."""
+    groups = [list(map(float, r)) for r in rounds if len(r)]
+    if not groups:
+        raise ValueError("no samples")
+    rng = random.Random(seed)
+    out = []
+    for _ in range(replicates):
+        pooled: list[float] = []
+        for _ in groups:
+            group = groups[rng.randrange(len(groups))]
+            pooled.extend(group[rng.randrange(len(group))] for _ in group)
+        out.append(stats.median(pooled))
+    return out
+
+
+def hierarchical_median_ci(rounds: Sequence[Sequence[float]], confidence: float = 0.95, *,
+                           replicates: int = BOOTSTRAP_REPLICATES,
+                           seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
+    """``{median, ci_low, ci_high, confidence, ci_method, rounds}`` of the pooled samples.
+
+    See the module docstring: percentile interval of the two-level bootstrap, widened to
+    the order-statistic interval of the round medians, with the confidence that the
+    number of rounds can give.
+    """
+    groups = [list(map(float, r)) for r in rounds if len(r)]
+    if not groups:
+        raise ValueError("no samples")
+    pooled = [x for g in groups for x in g]
+    med = stats.median(pooled)
+    if len(groups) == 1:
+        _, low, high = stats.median_ci(pooled, confidence)
+        return {"median": med, "ci_low": low, "ci_high": high,
+                "confidence": achieved_confidence(len(pooled), confidence),
+                "ci_method": stats.CI_METHOD, "rounds": 1}
+    boot = sorted(bootstrap_medians(groups, replicates=replicates, seed=seed))
+    tail = (1.0 - confidence) / 2.0
+    low, high = _pct(boot, tail), _pct(boot, 1.0 - tail)
+    _, r_low, r_high = stats.median_ci([stats.median(g) for g in groups], confidence)
+    return {"median": med, "ci_low": min(low, r_low), "ci_high": max(high, r_high),
+            "confidence": min(confidence, achieved_confidence(len(groups), confidence)),
+            "ci_method": CI_METHOD, "rounds": len(groups)}
+
+
+def summarize_rounds(rounds: Sequence[Sequence[float]], confidence: float = 0.95) -> dict[str, Any]:
+    """The timing summary fields (``stats.summarize``'s) of samples measured in rounds,
+    with the interval, confidence and method of ``hierarchical_median_ci``."""
+    pooled = [float(x) for r in rounds for x in r]
+    out: dict[str, Any] = dict(stats.summarize(pooled, confidence))
+    ci = hierarchical_median_ci(rounds, confidence)
+    out.update(ci_low=ci["ci_low"], ci_high=ci["ci_high"], confidence=ci["confidence"],
+               ci_method=ci["ci_method"])
+    return out
