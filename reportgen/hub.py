@@ -177,14 +177,24 @@ def resolve(name: str, *, trust_remote_code: bool = False) -> dict[str, Any]:
     try:
         config = AutoConfig.from_pretrained(repo, revision=commit or revision, trust_remote_code=trust_remote_code)
     except Exception as exc:  # noqa: BLE001
-        message = explain(exc, name)
-        if code is not None and trust_remote_code:
-            message = (f"{name}: its config needs code from the repository ({code}), which could not be loaded: "
-                       + message.split(": ", 1)[-1])
-        raise UserError(message) from None
+        raise UserError(_remote_code_failure(exc, name, code) if code is not None and trust_remote_code
+                        else explain(exc, name)) from None
     remote = not type(config).__module__.startswith("transformers.")
     return {"kind": "hub", "id": repo, "revision": commit, "requested_revision": revision,
             "model_type": config.model_type, "remote_code": remote, "config": data}
+
+
+def _remote_code_failure(exc: BaseException, name: str, code: str) -> str:
+    from huggingface_hub import errors
+
+    start = f"{name}: its config needs code from the repository ({code}), which could not be loaded"
+    file = code.split("--")[-1].rsplit(".", 1)[0] + ".py"
+    if any(isinstance(err, errors.LocalEntryNotFoundError) for err in _chain(exc)):
+        where = f"the local Hub cache ({_cache_dir()})"
+        if _offline():
+            return f"{start}: {file} is not in {where} and HF_HUB_OFFLINE is set; run once online to fetch it"
+        return f"{start}: cannot reach the Hugging Face Hub and {file} is not in {where}"
+    return f"{start}: " + explain(exc, name).split(": ", 1)[-1]
 
 
 def load_remote_config(source: dict[str, Any]) -> Any:
