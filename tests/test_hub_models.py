@@ -236,3 +236,17 @@ def test_a_hub_model_keeps_other_suites_hashes(hub: Path) -> None:
     moved = type(one)(**{**one.__dict__, "sources": {"Qwen/Qwen2.5-7B": {**one.sources["Qwen/Qwen2.5-7B"],
                                                                          "revision": TAGGED}}})
     assert len({one.hash, other.hash, moved.hash}) == 3
+
+
+def test_a_repository_causal_lm_is_a_decoder() -> None:
+    """A config class from a repository is unknown to transformers' mappings; its auto_map
+    says which model classes it brings."""
+    from transformers import PretrainedConfig
+
+    from reportgen.profile import models
+
+    config = PretrainedConfig()
+    config.auto_map = dict(REMOTE["auto_map"])
+    assert models.architecture(config) == "decoder"
+    config.auto_map = {"AutoConfig": "c.C", "AutoModel": "m.M"}
+    assert models.architecture(config) == "encoder"

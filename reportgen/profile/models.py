@@ -251,6 +251,10 @@ def architecture(config: Any) -> str:
     model_type = config.model_type
     if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
         return "decoder"
+    # a config whose classes live in its repository says what they are in its auto_map
+    auto_map = getattr(config, "auto_map", None) or {}
+    if "AutoModelForCausalLM" in auto_map and "AutoModelForMaskedLM" not in auto_map:
+        return "decoder"
     return "encoder"
 
 
