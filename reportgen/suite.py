@@ -3,7 +3,9 @@
 Everything here is checked before anything runs, and a bad value becomes one
 ``UserError`` line naming the file (or flag), the key, the value and the valid choices.
 No torch: the transformers model-type table is only consulted, lazily, for a model name
-that is neither a preset nor a path.
+that is neither a preset nor a path. A Hugging Face Hub id (``org/name[@revision]``) is
+resolved here too, once every override is applied: its config is fetched (never weights),
+and what was resolved (the commit, the full config) travels with the suite to the workers.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ MATRIX_DEFAULTS: dict[str, list[Any]] = {
     "modes": ["forward"],
 }
 TOP_LEVEL_KEYS: tuple[str, ...] = ("name", "description", "settings", "matrix")
-SETTINGS_KEYS: tuple[str, ...] = ("budget_s", "profile_iterations", "seed", "scale", "device", "rounds")
+SETTINGS_KEYS: tuple[str, ...] = ("budget_s", "profile_iterations", "seed", "scale", "device", "rounds",
+                                  "trust_remote_code")
 
 # The CLI flag that overrides each key, so a bad flag value names the flag.
 OVERRIDE_FLAGS: dict[str, str] = {
@@ -57,6 +60,7 @@ OVERRIDE_FLAGS: dict[str, str] = {
     "modes": "--modes",
     "device": "--device",
     "budget_s": "--budget-s",
+    "trust_remote_code": "--trust-remote-code",
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -74,6 +78,9 @@ class Combination:
     batch_size: int
     seq_len: int
     device: str
+    # a Hub model's resolved source (hub.resolve): handed to the worker, kept out of the id,
+    # equality and as_dict (the record's model section carries it)
+    source: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def id(self) -> str:
@@ -90,7 +97,7 @@ class Combination:
         return "--".join(parts)
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source"}
 
 
 @dataclass(frozen=True)
@@ -103,11 +110,14 @@ class Settings:
     # Each combination is timed in this many rounds, each round a fresh worker process
     # visiting the combinations in a shuffled order; ``budget_s`` is split between them.
     rounds: int = 1
+    trust_remote_code: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if out["rounds"] == 1:
             del out["rounds"]  # the one-round default keeps the hash suites had before rounds
+        if not self.trust_remote_code:  # absent unless set: suites without it keep their hash
+            del out["trust_remote_code"]
         return out
 
 
@@ -120,6 +130,8 @@ class Suite:
     description: str
     settings: Settings
     matrix: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+    # Hub model name -> what hub.resolve returned (id, commit, full config)
+    sources: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def combinations(self) -> list[Combination]:
         """Cross product of each matrix entry, deduplicated, in first-seen order."""
@@ -140,19 +152,23 @@ class Suite:
                                         batch_size=batch,
                                         seq_len=seq,
                                         device=self.settings.device,
+                                        source=self.sources.get(model),
                                     )
                                     seen.setdefault(combo, None)
         return list(seen)
 
     def spec(self) -> dict[str, Any]:
         """The expanded, validated suite as plain JSON data (stored in run.json)."""
-        return {
+        spec = {
             "name": self.name,
             "description": self.description,
             "settings": self.settings.as_dict(),
             "matrix": [dict(entry) for entry in self.matrix],
             "combinations": [c.as_dict() for c in self.combinations()],
         }
+        if self.sources:
+            spec["models"] = {name: dict(source) for name, source in self.sources.items()}
+        return spec
 
     @property
     def hash(self) -> str:
@@ -163,6 +179,9 @@ class Suite:
             "settings": self.settings.as_dict(),
             "combinations": [c.as_dict() for c in self.combinations()],
         }
+        if self.sources:
+            # the commit a Hub revision resolved to: a new commit upstream is a new run
+            canonical["models"] = {name: [s.get("id"), s.get("revision")] for name, s in self.sources.items()}
         text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -172,7 +191,12 @@ class Suite:
 
 
 def model_slug(model: str) -> str:
-    """A file-name-safe slug; a config path becomes its folder name plus a short hash."""
+    """A file-name-safe slug; a config path becomes its folder name plus a short hash, a
+    Hub id ``Org/Name`` becomes ``org--name``."""
+    from reportgen import hub
+
+    if hub.is_hub_id(model):
+        return hub.slug(model)
     if "/" in model or model.endswith(".json"):
         path = Path(model)
         stem = path.parent.name if path.name == "config.json" else path.stem
@@ -212,7 +236,28 @@ def load_suite(
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{where}: cannot read suite file: {exc}") from None
     suite = _validate(raw, where=where, source=source, default_name=path.stem, base_dir=path.parent)
-    return apply_overrides(suite, overrides or {})
+    suite = apply_overrides(suite, overrides or {})
+    return resolve_hub_models(suite, "--models" if "models" in (overrides or {}) else f"{where}: models")
+
+
+def resolve_hub_models(suite: Suite, label: str) -> Suite:
+    """Resolve every Hub id the suite names (after overrides, so a model replaced by
+    ``--models`` is never fetched, and ``trust_remote_code`` from either place applies)."""
+    from reportgen import hub
+
+    names = [m for entry in suite.matrix for m in entry["models"] if m not in suite.sources]
+    names = [m for m in dict.fromkeys(names) if hub.is_hub_id(m)]
+    if not names:
+        return suite
+    models = importlib.import_module("reportgen.profile.models")
+    sources = dict(suite.sources)
+    for name in names:
+        try:
+            spec = models.resolve(name, trust_remote_code=suite.settings.trust_remote_code)
+        except UserError as exc:
+            raise UserError(f"{label}: {exc}") from None
+        sources[name] = dict(spec.hub or {})
+    return dataclasses.replace(suite, sources=sources)
 
 
 def _locate(name_or_path: str | Path) -> tuple[Path, str, str]:
@@ -314,6 +359,10 @@ def _check_setting(key: str, value: Any, label: str) -> Any:
         return _choice(value, SCALES, "scale", label)
     if key == "device":
         return _choice(value, DEVICES, "device", label)
+    if key == "trust_remote_code":
+        if not isinstance(value, bool):
+            raise UserError(f"{label}: expected true or false, got {_type_name(value)} {value!r}")
+        return value
     raise AssertionError(key)
 
 
@@ -364,7 +413,10 @@ def _transformers_model_types() -> tuple[str, ...]:
 
 
 def check_model(name: str, label: str, *, base_dir: Path | None = None) -> str:
-    """A preset, ``attention-micro``, a transformers model type, or a config.json path."""
+    """A preset, ``attention-micro``, a transformers model type, a config.json path, or a
+    Hugging Face Hub id (its form only: `resolve_hub_models` fetches it)."""
+    from reportgen import hub
+
     presets = preset_names()
     if name in presets or name == ATTENTION_MICRO:
         return name
@@ -373,7 +425,10 @@ def check_model(name: str, label: str, *, base_dir: Path | None = None) -> str:
             config = candidate / "config.json" if candidate.is_dir() else candidate
             if config.is_file() and config.suffix == ".json":
                 return str(config)
-        raise UserError(f"{label}: model config '{name}' does not exist; give a path to a config.json")
+        if hub.is_hub_id(name):
+            return name
+        raise UserError(f"{label}: model config '{name}' does not exist; give a path to a config.json "
+                        "or a Hugging Face Hub id (org/name or org/name@revision)")
     model_types = _transformers_model_types()
     if name in model_types:
         return name
@@ -381,7 +436,8 @@ def check_model(name: str, label: str, *, base_dir: Path | None = None) -> str:
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise UserError(
         f"{label}: unknown model {name!r}{hint}; valid: {', '.join(presets)}, {ATTENTION_MICRO}, "
-        "a transformers model type (bert, llama, ...) or a path to a config.json"
+        "a transformers model type (bert, llama, ...), a path to a config.json "
+        "or a Hugging Face Hub id (org/name[@revision])"
     )
 
 
@@ -398,7 +454,9 @@ def parse_overrides(raw: Mapping[str, str | float | None]) -> dict[str, Any]:
         if value is None:
             continue
         flag = OVERRIDE_FLAGS[key]
-        if key in ("scale", "device"):
+        if key == "trust_remote_code":
+            parsed[key] = _check_setting(key, value, flag)
+        elif key in ("scale", "device"):
             parsed[key] = _choice(str(value).strip(), SCALES if key == "scale" else DEVICES, key, flag)
         elif key == "budget_s":
             parsed[key] = _check_setting(key, _number(value, flag), flag)

@@ -23,7 +23,9 @@ from reportgen.suite import (
 
 # (flag, dest = the suite key it overrides, metavar, help); lists are comma-separated.
 _OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
-    ("--models", "models", "LIST", "models: presets, transformers model types, config.json paths"),
+    ("--models", "models", "LIST",
+     ("models: presets, transformers model types, config.json paths, Hugging Face Hub ids (org/name[@revision]; "
+      "the config only is fetched, never weights; HF_HOME, HF_HUB_OFFLINE and HF_TOKEN apply)")),
     ("--scale", "scale", "SCALE", f"model size: {' | '.join(SCALES)}"),
     ("--seq-lens", "seq_lens", "LIST", "sequence lengths, e.g. 128,512"),
     ("--batch-sizes", "batch_sizes", "LIST", "batch sizes, e.g. 1,4"),
@@ -76,6 +78,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         # Plain strings: values are checked by suite.parse_overrides, which names the flag
         # in a one-line error (argparse's choices would print usage instead).
         parser.add_argument(flag, dest=dest, metavar=metavar, help=text)
+    parser.add_argument("--trust-remote-code", dest="trust_remote_code", action="store_true",
+                        help="allow a Hub model whose config needs code from its repository to run that code "
+                        "(suite setting trust_remote_code = true)")
     parser.add_argument("--out", default="runs", metavar="DIR", help="results root (default: runs)")
     parser.add_argument("--force", action="store_true", help="re-measure combinations already done")
     parser.add_argument("--retry-failed", action="store_true",
@@ -115,6 +120,8 @@ def command_line(args: argparse.Namespace) -> str:
         value = getattr(args, dest)
         if value is not None:
             parts += [flag, str(value)]
+    if getattr(args, "trust_remote_code", False):
+        parts.append("--trust-remote-code")
     if args.out != "runs":
         parts += ["--out", args.out]
     if args.force:
@@ -141,7 +148,8 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from reportgen import runner
 
-    overrides = parse_overrides({dest: getattr(args, dest) for _, dest, _, _ in _OVERRIDES})
+    overrides = parse_overrides({**{dest: getattr(args, dest) for _, dest, _, _ in _OVERRIDES},
+                                 "trust_remote_code": True if getattr(args, "trust_remote_code", False) else None})
     if args.executor != "slurm":
         for flag, dest, _, _ in _SLURM:
             if getattr(args, dest) not in (None, False):

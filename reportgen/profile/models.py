@@ -1,8 +1,9 @@
 """Model presets, building from transformers configs with random weights, ``--scale tiny``,
 seeded inputs, and `Step` objects (one measured iteration) for each mode.
 
-Nothing here downloads: every model comes from a config (a preset's overrides, a
-transformers model type's defaults, or a local config.json) and ``from_config``.
+Nothing here downloads weights: every model comes from a config (a preset's overrides, a
+transformers model type's defaults, a local config.json, or a Hub model's config.json,
+fetched alone by `reportgen.profile.hub`) and ``from_config``.
 """
 
 from __future__ import annotations
@@ -90,8 +91,18 @@ class ModelSpec:
 
     name: str
     model_type: str
-    source: str  # "preset" | "model_type" | "config_file" | "micro"
+    source: str  # "preset" | "model_type" | "config_file" | "hub" | "micro"
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    hub: Mapping[str, Any] | None = None  # source="hub": what `hub.resolve` returned
+
+    @classmethod
+    def from_hub(cls, name: str, hub: Mapping[str, Any]) -> ModelSpec:
+        overrides = {k: v for k, v in hub["config"].items() if k != "model_type"}
+        return cls(name=name, model_type=hub["model_type"], source="hub", overrides=overrides, hub=hub)
+
+    @property
+    def remote_code(self) -> bool:
+        return bool(self.hub and self.hub.get("remote_code"))
 
     def make_config(self, scale: str = "reference", min_positions: int = 0) -> Any:
         """The transformers config at ``scale``; ``min_positions`` is the longest sequence
@@ -102,23 +113,36 @@ class ModelSpec:
             raise UserError(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}")
         from transformers import CONFIG_MAPPING
 
-        config_cls = CONFIG_MAPPING[self.model_type]
-        if self.source == "config_file":
-            config = config_cls.from_dict(dict(self.overrides))
+        if self.remote_code:
+            from reportgen import hub
+
+            config = hub.load_remote_config(dict(self.hub or {}))
+        elif self.source in ("config_file", "hub"):
+            config = CONFIG_MAPPING[self.model_type].from_dict(dict(self.overrides))
         else:
-            config = config_cls(**dict(self.overrides))
+            config = CONFIG_MAPPING[self.model_type](**dict(self.overrides))
         if scale == "tiny":
             shrink_config(config, min_positions=min_positions)
         return config
 
 
 def model_choices() -> list[str]:
-    """The preset names (any transformers model type or config.json path also resolves)."""
+    """The preset names (any transformers model type, config.json path or Hub id also resolves)."""
     return list(PRESETS)
 
 
-def resolve(name: str) -> ModelSpec:
-    """A preset, ``attention-micro``, a path to a config.json, or a transformers model type."""
+def spec_of(combo: Any) -> ModelSpec:
+    """The spec a combination measures: a Hub model from the source resolved when the suite
+    was validated (carried by the combination, so no Hub access here), else by name."""
+    source = getattr(combo, "source", None)
+    if source:
+        return ModelSpec.from_hub(combo.model, source)
+    return resolve(combo.model)
+
+
+def resolve(name: str, *, trust_remote_code: bool = False) -> ModelSpec:
+    """A preset, ``attention-micro``, a transformers model type, a path to a config.json,
+    or a Hugging Face Hub id (``org/name[@revision]``, its config fetched alone)."""
     if name == MICRO:
         return ModelSpec(name=name, model_type=MICRO, source="micro")
     if name in PRESETS:
@@ -142,9 +166,14 @@ def resolve(name: str) -> ModelSpec:
             raise UserError(f"{file}: model_type {file_type!r} is not a transformers model type")
         data = {k: v for k, v in data.items() if k != "model_type"}
         return ModelSpec(name=name, model_type=file_type, source="config_file", overrides=data)
+    from reportgen import hub
+
+    if hub.is_hub_id(name):
+        return ModelSpec.from_hub(name, hub.resolve(name, trust_remote_code=trust_remote_code))
     raise UserError(
         f"unknown model {name!r}; choose a preset ({', '.join(model_choices())}), {MICRO}, "
-        "a transformers model type (e.g. bert, llama, opt, bart) or a path to a config.json"
+        "a transformers model type (e.g. bert, llama, opt, bart), a path to a config.json "
+        "or a Hugging Face Hub id (org/name[@revision])"
     )
 
 
@@ -221,6 +250,10 @@ def architecture(config: Any) -> str:
 
     model_type = config.model_type
     if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return "decoder"
+    # a config whose classes live in its repository says what they are in its auto_map
+    auto_map = getattr(config, "auto_map", None) or {}
+    if "AutoModelForCausalLM" in auto_map and "AutoModelForMaskedLM" not in auto_map:
         return "decoder"
     return "encoder"
 
@@ -538,15 +571,16 @@ def fast_init(model: nn.Module, seed: int) -> None:
 
 
 def _instantiate(config: Any, arch: str, impl: str, dtype: torch.dtype, device: torch.device,
-                 seed: int = 0) -> nn.Module:
+                 seed: int = 0, remote_code: bool = False) -> nn.Module:
     try:
         from transformers.initialization import no_init_weights
     except ImportError:  # older transformers: its own initialisation, then ours over it
         no_init_weights = contextlib.nullcontext
     cls = _auto_class(config, arch)
+    extra = {"trust_remote_code": True} if remote_code else {}
     try:
         with torch.device(device), no_init_weights():
-            model = cls.from_config(config, attn_implementation=impl, dtype=dtype)
+            model = cls.from_config(config, attn_implementation=impl, dtype=dtype, **extra)
         model.tie_weights()  # skipped with the initialisation
         fast_init(model, seed)
     except (ValueError, ImportError, NotImplementedError) as exc:
@@ -586,7 +620,7 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
 
         module, info, step = micro.build(combo, device if device is not None else combo.device, seed=seed)
         return BuiltModel(module, info, step)
-    spec = resolve(combo.model)
+    spec = spec_of(combo)
     dev = torch.device(device if device is not None else combo.device)
     dtype = torch_dtype(combo.dtype)
     check_dtype(dtype, dev)
@@ -600,11 +634,13 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     # a rerun computes on the same numbers
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         torch.manual_seed(seed)
-        model = _instantiate(config, arch, impl, dtype, dev, seed)
+        model = _instantiate(config, arch, impl, dtype, dev, seed, remote_code=spec.remote_code)
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
         raise Skip(f"{spec.name} takes {model.main_input_name}, not token ids")
     _check_positions(model, needed, spec.name)
     info = model_info(spec.name, model, arch)
+    if spec.hub is not None:
+        info["source"] = _json_safe(spec.hub)
     built_step: StepLike = make_step(model, model.config, arch, combo.mode, batch_size=combo.batch_size, seq_len=combo.seq_len,
                                       device=dev, backend=backend, seed=seed, name=spec.name)
     _trial(built_step)

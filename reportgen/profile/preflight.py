@@ -9,7 +9,7 @@ parameters, 27 GB in fp32).
 The estimate comes from the config alone:
 
 * **parameters** (and buffers) are counted exactly by building the model on the ``meta``
-  device through the very path `models.build` uses (`models.resolve`,
+  device through the very path `models.build` uses (`models.spec_of`,
   `ModelSpec.make_config` with ``--scale``, `models.architecture`, `models._auto_class`);
   meta tensors have shapes and dtypes and no storage, so a 70B config takes well under a
   second and allocates nothing. transformers' ``no_init_weights`` is deliberately *not*
@@ -166,7 +166,7 @@ def _micro_model(combo: Any) -> tuple[int, int, dict[str, Any]]:
 
 def _meta_model(combo: Any) -> tuple[torch.nn.Module, Any, str, str]:
     """(model on meta, config, architecture, spec name): `models.build`'s config path."""
-    spec = models.resolve(combo.model)
+    spec = models.spec_of(combo)
     needed = int(combo.seq_len) + (1 if combo.mode == "decode" else 0)
     config = spec.make_config(_field(combo, "scale", "reference"), min_positions=needed)
     arch = models.architecture(config)
@@ -174,7 +174,7 @@ def _meta_model(combo: Any) -> tuple[torch.nn.Module, Any, str, str]:
     dtype = models.torch_dtype(combo.dtype)
     # meta init draws no random numbers, but the caller's RNG state is not ours to touch
     with torch.random.fork_rng(devices=[]), torch.device("meta"):
-        model = cls.from_config(config, dtype=dtype)
+        model = cls.from_config(config, dtype=dtype, **({"trust_remote_code": True} if spec.remote_code else {}))
     return model, config, arch, spec.name
 
 
