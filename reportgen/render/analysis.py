@@ -219,6 +219,8 @@ def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
     Only groups with two or more implementations appear.
     """
     ok = page[(page["status"] == "ok") & page["median"].notna()]
+    if "compile" not in ok:
+        ok = ok.assign(compile="none")
     keys = ["scale", "mode", "dtype", "batch", "seq", "compile"]
     out: list[dict[str, Any]] = []
     for group_key, group in ok.groupby(keys, sort=True):
