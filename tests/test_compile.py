@@ -271,3 +271,25 @@ def test_compile_default_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     # inductor's C++ kernels appear in the op table under their own names
     assert any(op["name"].startswith("graph_") and "cpp_fused" in op["name"] for op in record["ops"])
     assert attribution["per_layer"] == []
+
+
+def test_claims_speak_of_eager_forwards_unless_they_name_a_compile_mode() -> None:
+    import dataclasses
+
+    from reportgen.claims.evaluate import Observation, _outside
+    from reportgen.claims.registry import load_claims
+
+    claim = load_claims(ROOT / "claims")[0]
+
+    def obs(combination: dict[str, Any]) -> Observation:
+        return Observation("r", "cpu-x", "cpu", None, "s", {"combination": combination})
+
+    base = {"model": "gpt2", "dtype": "fp32", "seq_len": 128, "batch_size": 1}  # no compile key
+    assert not any("compile" in r for r in _outside(claim, obs(base), variants=True))
+    eager = _outside(claim, obs({**base, "compile": "none"}), variants=True)
+    assert not any("compile" in r for r in eager)
+    compiled = _outside(claim, obs({**base, "compile": "default"}), variants=True)
+    assert "compile default (claim: none)" in compiled
+    named = dataclasses.replace(claim, conditions={**claim.conditions, "compile": ["default"]})
+    assert not any("compile" in r for r in _outside(named, obs({**base, "compile": "default"}),
+                                                    variants=True))
