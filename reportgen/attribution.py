@@ -26,7 +26,9 @@ CORE_OP_MARKERS = ("attention", "attn", "softmax", "bmm", "baddbmm", "matmul")
 # kernels inside them are the ops, and their own time (the generated wrapper's Python,
 # guard checks) is overhead like any other time between ops.
 COMPILED_REGION_OPS = ("Torch-Compiled Region", "## Call CompiledFxGraph", "CompiledFunction")
-GUARD_OPS = ("TorchDynamo Cache Lookup",)
+# The compiled runtime's own bookkeeping around a graph call (guard checks, the code
+# dynamo runs before the graph, AOTAutograd's wrapper): overhead, like any time between ops.
+RUNTIME_OPS = ("TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher Runtime Wrapper")
 # Inside a compiled graph an op keeps a category only when its name alone says it: an
 # unfused library call of the attention core (e.g. aten::_scaled_dot_product_*). Fused
 # kernels and matmuls could belong to several modules and land in "compiled".
@@ -220,7 +222,7 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
                 inner.mlp = index
             stack.append((end, inner))
         elif kind == "op" and ctx.op is None and _is_wrapper(e.get("name", "")):
-            inner = dataclasses.replace(ctx, compiled=ctx.compiled or not e["name"].startswith(GUARD_OPS))
+            inner = dataclasses.replace(ctx, compiled=ctx.compiled or not e["name"].startswith(RUNTIME_OPS))
             stack.append((end, inner))
         elif kind == "op":
             if ctx.op is None:
@@ -243,7 +245,7 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
 
 
 def _is_wrapper(name: str) -> bool:
-    return name.startswith(COMPILED_REGION_OPS) or name.startswith(GUARD_OPS)
+    return name.startswith(COMPILED_REGION_OPS) or name.startswith(RUNTIME_OPS)
 
 
 def compiled_op_category(name: str) -> str:

@@ -105,7 +105,9 @@ def _cpu_compiled_trace() -> list[dict[str, Any]]:
             _x("user_annotation", "rg|iteration", t, 200),
             _x("cpu_op", "TorchDynamo Cache Lookup", t + 2, 8),
             _x("cpu_op", "Torch-Compiled Region: 0/0", t + 12, 180),
+            _x("cpu_op", "Pregraph bytecode", t + 13, 1),
             _x("cpu_op", "## Call CompiledFxGraph fabc ##", t + 14, 170),
+            _x("cpu_op", "AOTDispatcher Runtime Wrapper Prologue", t + 15, 2),
             _x("cpu_op", "graph_0_cpp_fused_embedding_native_layer_norm_0", t + 20, 30),
             _x("cpu_op", "aten::addmm", t + 55, 40),
             _x("cpu_op", "aten::copy_", t + 60, 5),          # nested: counted once
@@ -132,6 +134,7 @@ def test_cpu_compiled_forward_names_what_it_can_and_sums_to_the_forward() -> Non
     names = {op["name"]: op["category"] for op in result["ops"]}
     assert names["graph_0_cpp_fused__softmax_add_1"] == "compiled"
     assert "aten::copy_" not in names
+    assert "Pregraph bytecode" not in names and "Torch-Compiled Region: 0/0" not in names
 
 
 def test_compiled_op_category() -> None:
