@@ -296,3 +296,78 @@ def test_claims_speak_of_eager_forwards_unless_they_name_a_compile_mode() -> Non
     named = dataclasses.replace(claim, conditions={**claim.conditions, "compile": ["default"]})
     assert not any("compile" in r for r in _outside(named, obs({**base, "compile": "default"}),
                                                     variants=True))
+
+
+# --- compilation bookkeeping (no compiler) ---------------------------------------------
+
+
+class _FakeStep:
+    """Counts calls; ``graphs_at`` says how many graphs exist after each call."""
+
+    def __init__(self, graphs_at: list[int]) -> None:
+        self.calls = 0
+        self.graphs_at = graphs_at
+        self.resets = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+    def sync(self) -> None:
+        return None
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def counts(self) -> dict[str, Any]:
+        graphs = self.graphs_at[min(self.calls, len(self.graphs_at) - 1)]
+        return {"graphs": graphs, "frames": min(graphs, 1), "frames_ok": min(graphs, 1),
+                "graph_breaks": 0, "graph_break_reasons": {}}
+
+
+def test_warm_up_goes_on_until_nothing_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from reportgen.profile import compiling
+
+    # the first call compiles graph 1, the second call compiles graph 2 (a new shape),
+    # then nothing: 1 recompile, quiet after three more calls
+    step = _FakeStep([0, 1, 2, 2])
+    monkeypatch.setattr(compiling, "compiled_counts", step.counts)
+    ticks = iter(range(100))
+    section = compiling.compile_warm_up(step, "default", clock=lambda: float(next(ticks)))
+    assert section["compile_s"] == 1.0
+    assert section["recompiles"] == 1 and section["recompile_s"] == 1.0
+    assert section["calls_until_quiet"] == 2 + compiling.QUIET_CALLS
+    assert section["quiet"] is True and section["fallback"] is None
+    assert step.resets == step.calls
+    finished = compiling.finish_record(section)
+    assert finished["compiled_after_warmup"] == 0 and "_counts" not in finished
+
+
+def test_warm_up_says_when_nothing_compiled_and_when_it_never_settles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from reportgen.profile import compiling
+
+    eager = _FakeStep([0])
+    monkeypatch.setattr(compiling, "compiled_counts", eager.counts)
+    section = compiling.compile_warm_up(eager, "max-autotune")
+    assert section["fallback"] == "nothing was compiled: the forward ran eagerly"
+
+    restless = _FakeStep(list(range(100)))
+    monkeypatch.setattr(compiling, "compiled_counts", restless.counts)
+    section = compiling.compile_warm_up(restless, "default")
+    assert section["quiet"] is False
+    assert section["calls_until_quiet"] == compiling.MAX_COMPILE_CALLS
+
+
+def test_a_step_without_a_model_cannot_be_compiled() -> None:
+    pytest.importorskip("torch")
+    from reportgen.errors import Skip
+    from reportgen.profile import compiling
+
+    class Micro:
+        device = "cpu"
+
+    with pytest.raises(Skip, match="compile=default"):
+        compiling.compile_step(Micro(), "default")  # type: ignore[arg-type]
+    compiling.compile_step(Micro(), "none")  # eager: nothing to do
