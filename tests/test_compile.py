@@ -371,3 +371,21 @@ def test_a_step_without_a_model_cannot_be_compiled() -> None:
     with pytest.raises(Skip, match="compile=default"):
         compiling.compile_step(Micro(), "default")  # type: ignore[arg-type]
     compiling.compile_step(Micro(), "none")  # eager: nothing to do
+
+
+def test_a_compiled_step_times_the_compiled_model() -> None:
+    torch = pytest.importorskip("torch")
+    from reportgen.profile.models import Step
+
+    calls: list[str] = []
+
+    class Model(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            calls.append("eager")
+            return x
+
+    step = Step(Model(), {"x": torch.ones(1)}, device=torch.device("cpu"), inputs_info={})
+    step()
+    step.compiled = lambda **kw: calls.append("compiled")
+    step()
+    assert calls == ["eager", "compiled"]
