@@ -13,6 +13,7 @@ Both the render side and tests on recorded GPU traces call this, hence pure Pyth
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -23,6 +24,17 @@ LABEL_PREFIX = "rg|"
 ITERATION_LABEL = "rg|iteration"
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CORE_OP_MARKERS = ("attention", "attn", "softmax", "bmm", "baddbmm", "matmul")
+# Host ops torch.compile wraps a compiled forward in. They do no work of their own: the
+# kernels inside them are the ops, and their own time (the generated wrapper's Python,
+# guard checks) is overhead like any other time between ops.
+COMPILED_REGION_OPS = ("Torch-Compiled Region", "## Call CompiledFxGraph", "CompiledFunction")
+# The compiled runtime's own bookkeeping around a graph call (guard checks, the code
+# dynamo runs before the graph, AOTAutograd's wrapper): overhead, like any time between ops.
+RUNTIME_OPS = ("TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher Runtime Wrapper")
+# Inside a compiled graph an op keeps a category only when its name alone says it: an
+# unfused library call of the attention core (e.g. aten::_scaled_dot_product_*). Fused
+# kernels and matmuls could belong to several modules and land in "compiled".
+COMPILED_CORE_MARKERS = ("attention", "softmax")
 
 # Categories a range role fixes regardless of where in the module call it sits.
 ROLE_CATEGORY: dict[str, str] = {
@@ -103,6 +115,7 @@ class _Ctx:
     block: int | None = None
     attn: int | None = None
     mlp: int | None = None
+    compiled: bool = False  # inside a torch.compile'd region
 
 
 @dataclass
@@ -131,6 +144,7 @@ class _Launch:
     iteration: int | None
     op: int | None
     range: int | None
+    compiled: bool = False
 
 
 @dataclass
@@ -222,7 +236,7 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
                 index = len(parsed.ranges)
                 parsed.ranges.append(_Range(role, fqn, ts, end, ctx))
                 inner = _Ctx(range=index, op=None, block=ctx.block, attn=ctx.attn,
-                             mlp=ctx.mlp)
+                             mlp=ctx.mlp, compiled=ctx.compiled)
                 if role == "block":
                     inner.block = index
                 elif role == "attn":
@@ -230,23 +244,27 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
                 elif role == "mlp":
                     inner.mlp = index
                 stack.append((end, inner))
+            elif kind == "op" and ctx.op is None and _is_wrapper(e.get("name", "")):
+                inner = dataclasses.replace(
+                    ctx, compiled=ctx.compiled or not e["name"].startswith(RUNTIME_OPS))
+                stack.append((end, inner))
             elif kind == "op":
                 if ctx.op is None:
                     index = len(parsed.ops)
                     parsed.ops.append(_Op(e.get("name", "?"), ts, -neg_dur, it, ctx, main))
-                    inner = _Ctx(ctx.range, index, ctx.block, ctx.attn, ctx.mlp)
+                    inner = _Ctx(ctx.range, index, ctx.block, ctx.attn, ctx.mlp, ctx.compiled)
                 else:
                     inner = ctx
                 ext = (e.get("args") or {}).get("External id")
                 if ext is not None:
                     parsed.external_ops[ext] = _Launch(parsed.ops[inner.op].iteration
                                                        if inner.op is not None else it,
-                                                       inner.op, inner.range)
+                                                       inner.op, inner.range, inner.compiled)
                 stack.append((end, inner))
             elif kind == "launch":
                 # Every launch is kept, inside an iteration or not: a kernel launched
                 # outside (a reset between forwards) is then known as such, not unlinked.
-                launch = _Launch(it, ctx.op, ctx.range)
+                launch = _Launch(it, ctx.op, ctx.range, ctx.compiled)
                 parsed.launches_at[(thread[0], thread[1], ts)] = launch
                 corr = (e.get("args") or {}).get("correlation")
                 if corr is not None:
@@ -254,6 +272,18 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
             elif main and it is not None:
                 parsed.memory.append((it, e.get("args") or {}, ctx))
     return parsed
+
+
+def _is_wrapper(name: str) -> bool:
+    return name.startswith(COMPILED_REGION_OPS) or name.startswith(RUNTIME_OPS)
+
+
+def compiled_op_category(name: str) -> str:
+    """Category of an op inside a compiled graph that no module range encloses."""
+    lowered = name.lower()
+    if lowered.startswith("aten::") and any(m in lowered for m in COMPILED_CORE_MARKERS):
+        return "attention.core"
+    return "compiled"
 
 
 def _resolve(parsed: _Parsed) -> None:
@@ -271,7 +301,9 @@ def _resolve(parsed: _Parsed) -> None:
     for index, op in enumerate(parsed.ops):
         where = op.ctx.range
         role = ranges[where].role if where is not None else None
-        if where is None or role is None:
+        if where is None and op.ctx.compiled:
+            op.category = compiled_op_category(op.name)
+        elif where is None or role is None:
             op.category = "other"
         elif role in ROLE_CATEGORY:
             op.category = ROLE_CATEGORY[role]
@@ -305,11 +337,12 @@ def _resolve(parsed: _Parsed) -> None:
         r.category = proj_category.get(index)
 
 
-def _range_category(parsed: _Parsed, index: int | None) -> str:
+def _range_category(parsed: _Parsed, index: int | None, compiled: bool = False) -> str:
     """Category of work done directly in a range outside any op (rare: a launch or an
-    allocation issued from Python between ops)."""
+    allocation issued from Python between ops; in a compiled region, a CUDA graph's
+    replay or a kernel the generated wrapper launches itself)."""
     if index is None:
-        return "other"
+        return "compiled" if compiled else "other"
     r = parsed.ranges[index]
     if r.role in ROLE_CATEGORY:
         return ROLE_CATEGORY[r.role]
@@ -323,7 +356,7 @@ def _range_category(parsed: _Parsed, index: int | None) -> str:
 def _launch_category(parsed: _Parsed, launch: _Launch) -> str:
     if launch.op is not None:
         return parsed.ops[launch.op].category
-    return _range_category(parsed, launch.range)
+    return _range_category(parsed, launch.range, launch.compiled)
 
 
 def classify_ops(trace: dict[str, Any] | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -392,7 +425,7 @@ def _memory(parsed: _Parsed, device_type: int, n_iter: int) -> dict[str, Any]:
             if ctx.op is not None:
                 cat = parsed.ops[ctx.op].category
             else:
-                cat = _range_category(parsed, ctx.range)
+                cat = _range_category(parsed, ctx.range, ctx.compiled)
             by_cat[cat] += size
         first.setdefault(it, total - size)
         top[it] = max(top.get(it, total), total)

@@ -44,6 +44,8 @@ HEADLINE_REASON: dict[str, str] = {
     "profiler": ("kernel times from the profiler are the device's own timestamps, which "
                  "per-op recording on the host does not inflate; module-boundary events "
                  "are shown beside them"),
+    "profiler-only": ("a compiled forward keeps no module boundaries for clocks to read, so "
+                      "only the profiler's kernel records attribute it"),
 }
 BOOTSTRAP_REPS = 1000
 CONFIDENCE = 0.95

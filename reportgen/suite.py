@@ -26,6 +26,8 @@ from reportgen.errors import UserError
 from reportgen.vocabulary import (
     ATTENTION_MICRO,
     ATTN_IMPLEMENTATIONS,
+    COMPILE_MODES,
+    COMPILE_NONE,
     DEVICES,
     DTYPES,
     MODES,
@@ -36,14 +38,16 @@ SUITES_DIR = Path(__file__).parent / "suites"
 
 
 # Matrix keys, in the order combinations are expanded (outermost first after models).
-LIST_KEYS: tuple[str, ...] = ("models", "modes", "dtypes", "attn", "batch_sizes", "seq_lens")
-MATRIX_KEYS: tuple[str, ...] = ("models", "scale", "seq_lens", "batch_sizes", "dtypes", "attn", "modes")
+LIST_KEYS: tuple[str, ...] = ("models", "modes", "dtypes", "attn", "batch_sizes", "seq_lens", "compile")
+MATRIX_KEYS: tuple[str, ...] = ("models", "scale", "seq_lens", "batch_sizes", "dtypes", "attn", "modes",
+                                "compile")
 REQUIRED_MATRIX_KEYS: tuple[str, ...] = ("models", "seq_lens")
 MATRIX_DEFAULTS: dict[str, list[Any]] = {
     "batch_sizes": [1],
     "dtypes": ["fp32"],
     "attn": ["sdpa"],
     "modes": ["forward"],
+    "compile": [COMPILE_NONE],
 }
 TOP_LEVEL_KEYS: tuple[str, ...] = ("name", "description", "settings", "matrix")
 SETTINGS_KEYS: tuple[str, ...] = ("budget_s", "profile_iterations", "seed", "scale", "device", "rounds",
@@ -58,6 +62,7 @@ OVERRIDE_FLAGS: dict[str, str] = {
     "dtypes": "--dtypes",
     "attn": "--attn",
     "modes": "--modes",
+    "compile": "--compile",
     "device": "--device",
     "budget_s": "--budget-s",
     "trust_remote_code": "--trust-remote-code",
@@ -78,6 +83,7 @@ class Combination:
     batch_size: int
     seq_len: int
     device: str
+    compile: str = COMPILE_NONE
     # a Hub model's resolved source (hub.resolve): handed to the worker, kept out of the id,
     # equality and as_dict (the record's model section carries it)
     source: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
@@ -94,10 +100,21 @@ class Combination:
         ]
         if self.scale == "tiny":
             parts.append("tiny")
+        # Only a compiled combination names its mode, so every eager id stays what it was.
+        if self.compile != COMPILE_NONE:
+            parts.append(f"compile-{self.compile}")
         return "--".join(parts)
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "source"}
+
+    def hash_dict(self) -> dict[str, Any]:
+        """What the suite hash sees: an eager combination hashes as it did before the
+        compile axis existed, so existing run directories still resume."""
+        data = self.as_dict()
+        if self.compile == COMPILE_NONE:
+            del data["compile"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -143,18 +160,20 @@ class Suite:
                         for attn in entry["attn"]:
                             for batch in entry["batch_sizes"]:
                                 for seq in entry["seq_lens"]:
-                                    combo = Combination(
-                                        model=model,
-                                        scale=entry["scale"],
-                                        mode=mode,
-                                        dtype=dtype,
-                                        attn_implementation=attn,
-                                        batch_size=batch,
-                                        seq_len=seq,
-                                        device=self.settings.device,
-                                        source=self.sources.get(model),
-                                    )
-                                    seen.setdefault(combo, None)
+                                    for compile_mode in entry.get("compile", MATRIX_DEFAULTS["compile"]):
+                                        combo = Combination(
+                                            model=model,
+                                            scale=entry["scale"],
+                                            mode=mode,
+                                            dtype=dtype,
+                                            attn_implementation=attn,
+                                            batch_size=batch,
+                                            seq_len=seq,
+                                            device=self.settings.device,
+                                            compile=compile_mode,
+                                            source=self.sources.get(model),
+                                        )
+                                        seen.setdefault(combo, None)
         return list(seen)
 
     def spec(self) -> dict[str, Any]:
@@ -177,7 +196,7 @@ class Suite:
         canonical = {
             "name": self.name,
             "settings": self.settings.as_dict(),
-            "combinations": [c.as_dict() for c in self.combinations()],
+            "combinations": [c.hash_dict() for c in self.combinations()],
         }
         if self.sources:
             # the commit a Hub revision resolved to: a new commit upstream is a new run
@@ -393,8 +412,9 @@ def _check_matrix_value(key: str, value: Any, label: str, *, base_dir: Path | No
             raise UserError(f"{label}: expected strings, got {_type_name(item)} {item!r}")
     if key == "models":
         return list(dict.fromkeys(check_model(m, label, base_dir=base_dir) for m in value))
-    valid = {"dtypes": DTYPES, "attn": ATTN_IMPLEMENTATIONS, "modes": MODES}[key]
-    what = {"dtypes": "dtype", "attn": "attention implementation", "modes": "mode"}[key]
+    valid = {"dtypes": DTYPES, "attn": ATTN_IMPLEMENTATIONS, "modes": MODES, "compile": COMPILE_MODES}[key]
+    what = {"dtypes": "dtype", "attn": "attention implementation", "modes": "mode",
+            "compile": "compile mode"}[key]
     return list(dict.fromkeys(_choice(item, valid, what, label) for item in value))
 
 

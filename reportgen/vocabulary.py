@@ -22,3 +22,8 @@ SDPA_BACKENDS: dict[str, str] = {
 # Variants that exist only in the micro-benchmark (hand-written attention).
 MICRO_ONLY: tuple[str, ...] = ("naive", "naive-inplace")
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("eager", "sdpa", *SDPA_BACKENDS, "flash_attention_2", *MICRO_ONLY)
+
+# torch.compile modes a suite can ask for; "none" runs the model eagerly. The others are
+# torch.compile's own ``mode`` names.
+COMPILE_NONE = "none"
+COMPILE_MODES: tuple[str, ...] = (COMPILE_NONE, "default", "reduce-overhead", "max-autotune")

@@ -222,15 +222,15 @@ def test_gpu_kernels_to_categories(gpu_trace: dict[str, Any]) -> None:
     # the layer-norm kernel (66-72): the 4 us overlap is split 2/2.
     device_us = {"embeddings": 8 + 10 - 2, "norm": 6 - 2, "attention.qkv": 20,
                  "attention.core": 30, "attention.out": 10, "other": 4 + 4,
-                 "mlp": 25 + 5 + 25, "head": 15 + 3, "overhead": 454 - 161}
+                 "mlp": 25 + 5 + 25, "compiled": 0, "head": 15 + 3, "overhead": 454 - 161}
     # Kernels apart from memory copies and sets (the memset under the embedding, the
     # memcpy under the head).
     launches = {"embeddings": 1, "norm": 1, "attention.qkv": 1, "attention.core": 1,
-                "attention.out": 1, "other": 2, "mlp": 3, "head": 1, "overhead": 0}
+                "attention.out": 1, "other": 2, "mlp": 3, "compiled": 0, "head": 1, "overhead": 0}
     memory_ops = {c: 0 for c in CATEGORIES} | {"embeddings": 1, "head": 1}
     # Host time of the outermost ops; host overhead is the rest of the 500 us iteration.
     cpu_us = {"embeddings": 18, "norm": 15, "attention.qkv": 21, "attention.core": 45 + 5,
-              "attention.out": 21, "other": 15 + 15, "mlp": 24 + 11 + 26, "head": 46,
+              "attention.out": 21, "other": 15 + 15, "mlp": 24 + 11 + 26, "compiled": 0, "head": 46,
               "overhead": 500 - 262}
     cats = r["categories"]
     assert list(cats) == list(CATEGORIES)

@@ -157,6 +157,7 @@ def test_combination_id_and_dict() -> None:
     assert combo.as_dict() == {
         "model": "bert-base", "scale": "reference", "mode": "forward", "dtype": "fp32",
         "attn_implementation": "sdpa", "batch_size": 1, "seq_len": 128, "device": "cpu",
+        "compile": "none",
     }
 
 

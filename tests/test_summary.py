@@ -34,7 +34,9 @@ def test_row_of_an_ok_record() -> None:
     assert row["latency_ms"] == {"median": timing["median"], "ci_low": timing["ci_low"],
                                  "ci_high": timing["ci_high"], "n": timing["n"]}
     assert row["profiler_overhead"] == GOLDEN["profile"]["overhead_ratio"]
-    assert list(row["shares"]) == list(CATEGORIES)  # display order
+    # display order; the record predates the compiled category
+    assert list(row["shares"]) == [c for c in CATEGORIES if c != "compiled"]
+    assert row["compile"] == "none" and row["compile_s"] is None
     assert row["shares"]["attention.core"] == GOLDEN["attribution"]["categories"]["attention.core"]["share"]
     assert row["attn_implementation"] == "sdpa" and row["status"] == "ok" and row["reason"] is None
 
@@ -53,7 +55,8 @@ def test_json_keeps_objects(run_dir: Path, capsys: pytest.CaptureFixture[str]) -
         "llama-small--prefill--fp32--sdpa--b1--s128",
     ]
     expected_keys = ["id", "model", "scale", "mode", "dtype", "attn_implementation", "batch_size", "seq_len",
-                     "device", "status", "reason", "latency_ms", "profiler_overhead", "shares"]
+                     "device", "compile", "compile_s", "status", "reason", "latency_ms",
+                     "profiler_overhead", "shares"]
     for row in rows:
         assert list(row) == expected_keys
     ok, skipped, pending = rows
@@ -69,11 +72,11 @@ def test_csv_flattens_with_dotted_columns(run_dir: Path, capsys: pytest.CaptureF
     reader = csv.DictReader(io.StringIO(capsys.readouterr().out))
     rows = list(reader)
     assert reader.fieldnames is not None
-    assert reader.fieldnames[:11] == ["id", "model", "scale", "mode", "dtype", "attn_implementation",
-                                      "batch_size", "seq_len", "device", "status", "reason"]
-    assert reader.fieldnames[11:16] == ["latency_ms.median", "latency_ms.ci_low", "latency_ms.ci_high",
-                                        "latency_ms.n", "profiler_overhead"]
-    assert reader.fieldnames[16:] == [f"shares.{c}" for c in CATEGORIES]
+    assert reader.fieldnames[:12] == ["id", "model", "scale", "mode", "dtype", "attn_implementation",
+                                      "batch_size", "seq_len", "device", "compile", "status", "reason"]
+    assert reader.fieldnames[12:18] == ["latency_ms.median", "latency_ms.ci_low", "latency_ms.ci_high",
+                                        "latency_ms.n", "profiler_overhead", "compile_s"]
+    assert reader.fieldnames[18:] == [f"shares.{c}" for c in CATEGORIES if c != "compiled"]
     ok = rows[0]
     # Full precision: the CSV cell parses back to the stored float exactly.
     assert float(ok["latency_ms.median"]) == GOLDEN["timing"]["median"]

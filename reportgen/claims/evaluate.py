@@ -200,6 +200,12 @@ def _outside(claim: Claim, obs: Observation, variants: bool) -> list[str]:
             continue
         if not _matches(claim, obs, key):
             reasons.append(f"{key} {obs.combo.get(key)} (claim: {_describe_spec(claim.conditions[key])})")
+    # a claim speaks of eager forwards unless it names torch.compile modes; records made
+    # before the compile axis have no "compile" and ran eagerly
+    compiled = str(obs.combo.get("compile") or "none")
+    stated = claim.conditions.get("compile", ["none"])
+    if not any(fnmatch.fnmatchcase(compiled, pattern) for pattern in stated):
+        reasons.append(f"compile {compiled} (claim: {_describe_spec(stated)})")
     return reasons
 
 

@@ -33,6 +33,7 @@ _CONDITIONS = {
     "seq_len",
     "batch_size",
     "attn_implementation",
+    "compile",
     "hardware",
     "suite",
 }

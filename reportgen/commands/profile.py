@@ -12,6 +12,7 @@ from pathlib import Path
 from reportgen.errors import UserError
 from reportgen.suite import (
     ATTN_IMPLEMENTATIONS,
+    COMPILE_MODES,
     DEVICES,
     DTYPES,
     MODES,
@@ -32,6 +33,8 @@ _OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
     ("--dtypes", "dtypes", "LIST", f"dtypes: {', '.join(DTYPES)}"),
     ("--attn", "attn", "LIST", f"attention implementations: {', '.join(ATTN_IMPLEMENTATIONS)}"),
     ("--modes", "modes", "LIST", f"modes: {', '.join(MODES)}"),
+    ("--compile", "compile", "LIST",
+     f"torch.compile modes: {', '.join(COMPILE_MODES)} (none: eager; default: none)"),
     ("--device", "device", "DEVICE", f"device: {' | '.join(DEVICES)} (default: the suite's)"),
     ("--budget-s", "budget_s", "SECONDS", "timing budget per combination"),
 )

@@ -31,6 +31,7 @@ COMBINATION_FIELDS: tuple[str, ...] = (
     "batch_size",
     "seq_len",
     "device",
+    "compile",
 )
 LATENCY_FIELDS: tuple[str, ...] = ("median", "ci_low", "ci_high", "n")
 FORMATS: tuple[str, ...] = ("table", "json", "csv")
@@ -82,6 +83,9 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "id": record.get("id"),
         **{key: combination.get(key) for key in COMBINATION_FIELDS},
+        # records made before the compile axis ran eagerly
+        "compile": combination.get("compile") or "none",
+        "compile_s": (record.get("compile") or {}).get("compile_s"),
         "status": record.get("status"),
         "reason": record.get("reason"),
         "latency_ms": {
@@ -142,7 +146,7 @@ def csv_columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return (
         ["id", *COMBINATION_FIELDS, "status", "reason"]
         + [f"latency_ms.{f}" for f in LATENCY_FIELDS]
-        + ["profiler_overhead"]
+        + ["profiler_overhead", "compile_s"]
         + [f"shares.{c}" for c in categories]
     )
 

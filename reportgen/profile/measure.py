@@ -13,8 +13,10 @@ from typing import Any
 
 import torch
 
+from reportgen.profile import compiling
 from reportgen.profile import flops as flops_mod
 from reportgen.profile import models
+from reportgen.vocabulary import COMPILE_NONE
 from reportgen.profile.timing import time_step
 
 __all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
@@ -62,7 +64,12 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
     hints = models.analytic_hints(built.model)
     analytic = flops_mod.analytic(built.info, combo, hints)
     notes = [flops_mod.CORE_NOTE]
+    # FLOPs are counted on the eager model: the same arithmetic, and a counting mode
+    # around a compiled model would only make it compile again
+    compiled = getattr(built.step, "compiled", None)
     try:
+        if compiled is not None:
+            built.step.compiled = None  # type: ignore[attr-defined]
         categories = module_categories(built.model, built.step)
         counted, counter_notes = flops_mod.counted(built.model, built.step, categories, analytic=analytic)
         notes += counter_notes
@@ -73,6 +80,9 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
         notes.append(f"flop_counter failed: {type(exc).__name__}: {exc}")
         with contextlib.suppress(Exception):
             built.step.reset()
+    finally:
+        if compiled is not None:
+            built.step.compiled = compiled  # type: ignore[attr-defined]
     analytic.pop("overhead", None)
     if counted is not None:
         counted.pop("overhead", None)
@@ -103,6 +113,11 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     device = torch.device(combo.device)
     built = models.build(combo, device, seed=seed)
     holder.append(built)
+    compile_mode = getattr(combo, "compile", COMPILE_NONE)
+    compiled: dict[str, Any] | None = None
+    if compile_mode != COMPILE_NONE:
+        compiling.compile_step(built.step, compile_mode)
+        compiled = compiling.compile_warm_up(built.step, compile_mode)
     # after the build: the peak covers weights and the steady-state forward, not
     # transients of random initialisation
     _reset_peak(device)
@@ -114,7 +129,10 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
 
     trace_path = Path(run_dir) / "traces" / f"{combo_id}.trace.json.gz"
     trace_path.parent.mkdir(parents=True, exist_ok=True)
-    profiled = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path)
+    # module hooks cannot fire inside a compiled graph: a compiled forward is read from
+    # its kernels alone (reportgen.attribution, category "compiled")
+    profiled = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path,
+                            label_modules=compiled is None)
     profile = dict(profiled["profile"])
     profile["overhead_ratio"] = (profile["median_ms"] / timing["median"]
                                  if timing["median"] and profile.get("median_ms") is not None else None)
@@ -132,17 +150,21 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         activation["measured"] = (memory.get("by_category_bytes") or {}).get("attention.core")
     memory["attention_activation_bytes"] = activation
 
-    return {
+    result = {
         "model": built.info,
         "inputs": dict(built.step.inputs_info),
         "timing": timing,
         "profile": profile,
         # both attribution methods; the hooks pass (unprofiled) runs after the profiled one
-        "attribution": attribute(profiled, built.model, built.step, budget_s=budget_s / 3),
+        "attribution": attribute(profiled, built.model, built.step, budget_s=budget_s / 3,
+                                 hooks=compiled is None),
         "ops": profiled["ops"],
         "memory": memory,
         "flops": _flops_section(built, combo, timing["median"], device),
     }
+    if compiled is not None:
+        result["compile"] = compiling.finish_record(compiled)
+    return result
 
 
 def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int = 0,
@@ -160,5 +182,8 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
         # only the message leaves this block: the traceback's frames pin the tensors
         oom = "out of memory: " + (str(exc).strip().splitlines() or ["(no message)"])[0]
     finally:
+        compiled = getattr(combo, "compile", COMPILE_NONE) != COMPILE_NONE
         models.free(holder.pop() if holder else None)
+        if compiled:
+            compiling.release()
     raise OutOfMemory(oom)

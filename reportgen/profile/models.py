@@ -329,6 +329,10 @@ class Step:
         self.inputs_info = inputs_info
         self.backend = backend
         self.mode = mode
+        # torch.compile's wrapper of ``model`` when the combination is compiled; the KV
+        # cache is still filled through the eager model (a prefill shape would compile a
+        # graph the timed step never runs)
+        self.compiled: Any = None
 
     def _kernel(self) -> contextlib.AbstractContextManager[Any]:
         if self.backend is None:
@@ -338,8 +342,9 @@ class Step:
         return sdpa_kernel(self.backend)
 
     def __call__(self) -> Any:
+        model = self.model if self.compiled is None else self.compiled
         with torch.inference_mode(), self._kernel():
-            return self.model(**self.kwargs)
+            return model(**self.kwargs)
 
     def reset(self) -> None:
         return None
@@ -651,7 +656,7 @@ def free(result: BuiltModel | None) -> None:
     """Drop the model, its inputs and any KV cache, then return cached CUDA blocks."""
     if result is not None:
         step = result.step
-        for attr in ("model", "kwargs", "cache", "prefill_kwargs"):
+        for attr in ("model", "compiled", "kwargs", "cache", "prefill_kwargs"):
             with contextlib.suppress(AttributeError):
                 delattr(step, attr)
         result.model = None  # type: ignore[assignment]

@@ -7,6 +7,7 @@ Each iteration runs inside an ``rg|iteration`` range with the module hooks of
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -36,11 +37,12 @@ def write_gzip_atomic(path: Path, data: bytes) -> int:
     return len(packed)
 
 
-def _record(step: StepLike, model: nn.Module, iterations: int, warmup: int, out: Path) -> None:
+def _record(step: StepLike, model: nn.Module, iterations: int, warmup: int, out: Path,
+            label_modules: bool = True) -> None:
     activities = [ProfilerActivity.CPU]
     if step.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with install_hooks(model):
+    with install_hooks(model) if label_modules else contextlib.nullcontext():
         with profile(activities=activities,
                      schedule=schedule(wait=0, warmup=warmup, active=iterations, repeat=1),
                      record_shapes=True, profile_memory=True, with_flops=True) as prof:
@@ -56,7 +58,7 @@ def _record(step: StepLike, model: nn.Module, iterations: int, warmup: int, out:
 
 
 def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmup: int = 1,
-                 trace_path: Path) -> dict[str, Any]:
+                 trace_path: Path, label_modules: bool = True) -> dict[str, Any]:
     """Profile ``iterations`` forwards of ``step`` (after ``warmup`` profiled-but-dropped
     ones) and attribute them.
 
@@ -64,6 +66,8 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     returns ``{"profile", "attribution", "ops", "memory"}`` as in ARCHITECTURE.md, less
     ``profile.overhead_ratio`` (the caller has the unprofiled timing), and
     ``per_iteration``: (forward ms, category ms) of each profiled iteration alone.
+    ``label_modules=False`` leaves the module hooks out (a compiled forward, where they
+    would not fire).
     """
     if iterations < 1 or warmup < 0:
         raise ValueError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
@@ -74,7 +78,7 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        _record(step, model, iterations, warmup, tmp)
+        _record(step, model, iterations, warmup, tmp, label_modules)
         raw = tmp.read_bytes()
     finally:
         tmp.unlink(missing_ok=True)

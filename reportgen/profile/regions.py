@@ -244,13 +244,19 @@ def profiler_method(rows: Sequence[tuple[float, dict[str, float]]], basis: str) 
 
 
 def attribute(profiled: dict[str, Any], model: nn.Module, step: StepLike, *,
-              budget_s: float) -> dict[str, Any]:
+              budget_s: float, hooks: bool = True) -> dict[str, Any]:
     """Both methods for a profiled combination (``profiling.profile_step``'s result):
-    the hooks pass runs here, unprofiled; returns the record's ``attribution``."""
+    the hooks pass runs here, unprofiled; returns the record's ``attribution``.
+    ``hooks=False`` (a compiled forward, whose modules no longer run as modules) keeps
+    the profiler's method alone."""
     methods = {"profiler": profiler_method(profiled["per_iteration"],
-                                           profiled["attribution"]["basis"]),
-               "hooks": hooks_method(model, step, budget_s=budget_s)}
-    return attribution_section(profiled["attribution"], methods, step.device.type)
+                                           profiled["attribution"]["basis"])}
+    if hooks:
+        methods["hooks"] = hooks_method(model, step, budget_s=budget_s)
+    out = attribution_section(profiled["attribution"], methods, step.device.type)
+    if not hooks:
+        out["headline_reason"] = shares.HEADLINE_REASON["profiler-only"]
+    return out
 
 
 def attribution_section(profiled: dict[str, Any], methods: dict[str, dict[str, Any]],

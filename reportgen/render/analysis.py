@@ -17,7 +17,7 @@ from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES
 from reportgen.render.load import Run
 from reportgen.shares import disagreement
 
-SETTING = ["scale", "mode", "dtype", "attn", "batch"]
+SETTING = ["scale", "mode", "dtype", "attn", "batch", "compile"]
 """The columns that, with ``seq``, identify a measurement on one hardware for one model."""
 
 # Preferred order when choosing a page's reference setting (the one its charts show).
@@ -63,6 +63,11 @@ def combinations_frame(runs: Sequence[Run]) -> pd.DataFrame:
                 "attn": str(c.get("attn_implementation") or ""),
                 "batch": int(c.get("batch_size") or 0), "seq": int(c.get("seq_len") or 0),
                 "device": str(c.get("device") or ""),
+                # records made before the compile axis lack it: they ran eagerly
+                "compile": str(c.get("compile") or "none"),
+                "compile_s": _num(_get(rec, "compile", "compile_s")),
+                "recompiles": _num(_get(rec, "compile", "recompiles")),
+                "graph_breaks": _num(_get(rec, "compile", "graph_breaks")),
                 "status": str(rec.get("status") or "unknown"), "reason": rec.get("reason"),
                 "finished": str(rec.get("finished") or ""),
                 "median": _num(_get(rec, "timing", "median")),
@@ -113,8 +118,8 @@ def combinations_frame(runs: Sequence[Run]) -> pd.DataFrame:
 
 
 def reference_setting(page: pd.DataFrame) -> dict[str, Any] | None:
-    """The setting whose sequence sweep a page charts: most sequence lengths first, then
-    sdpa over other implementations, forward over other modes, the smallest batch."""
+    """The setting whose sequence sweep a page charts: eager over compiled, then most
+    sequence lengths, then sdpa over other implementations, forward over other modes, the smallest batch."""
     ok = page[page["status"] == "ok"]
     if ok.empty:
         return None
@@ -125,8 +130,8 @@ def reference_setting(page: pd.DataFrame) -> dict[str, Any] | None:
                      else len(_ATTN_PREFERENCE))
         mode_rank = (_MODE_PREFERENCE.index(row["mode"]) if row["mode"] in _MODE_PREFERENCE
                      else len(_MODE_PREFERENCE))
-        return (-int(row["seq"]), attn_rank, mode_rank, int(row["batch"]), row["scale"],
-                row["dtype"], row["attn"], row["mode"])
+        return (row["compile"] != "none", -int(row["seq"]), attn_rank, mode_rank, int(row["batch"]),
+                row["scale"], row["dtype"], row["attn"], row["mode"], row["compile"])
 
     best = min((row for _, row in counts.iterrows()), key=rank)
     return {key: (int(best[key]) if key == "batch" else str(best[key])) for key in SETTING}
@@ -218,7 +223,9 @@ def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
     Only groups with two or more implementations appear.
     """
     ok = page[(page["status"] == "ok") & page["median"].notna()]
-    keys = ["scale", "mode", "dtype", "batch", "seq"]
+    if "compile" not in ok:
+        ok = ok.assign(compile="none")
+    keys = ["scale", "mode", "dtype", "batch", "seq", "compile"]
     out: list[dict[str, Any]] = []
     for group_key, group in ok.groupby(keys, sort=True):
         if group["attn"].nunique() < 2:

@@ -20,7 +20,8 @@ from reportgen.categories import CATEGORIES
 
 # Fixed colours per category so a category looks the same on every page.
 CATEGORY_COLOURS: tuple[str, ...] = ("#9c755f", "#4e79a7", "#e15759", "#f28e2b", "#59a14f",
-                                     "#edc948", "#b07aa1", "#bab0ac", "#76b7b2")
+                                     "#edc948", "#b07aa1", "#ff9da7", "#bab0ac", "#76b7b2")
+assert len(CATEGORY_COLOURS) == len(CATEGORIES), "one colour per category"
 _CATEGORY_SCALE = alt.Scale(domain=list(CATEGORIES), range=list(CATEGORY_COLOURS))
 WIDTH = 560
 # Replaced by the real values in _spec; facets need some data at the top level.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from reportgen.categories import CATEGORIES
-from reportgen.render import analysis, charts, sections
+from reportgen.render import analysis, charts, compiled, sections
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
 from reportgen.render.templating import environment
@@ -82,8 +82,10 @@ def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def setting_label(setting: Mapping[str, Any]) -> str:
+    compiled = setting.get("compile", "none")
     return (f"{setting['mode']}, {setting['dtype']}, {setting['attn']}, "
-            f"batch {setting['batch']}, {setting['scale']} scale")
+            f"batch {setting['batch']}, {setting['scale']} scale"
+            + (f", torch.compile {compiled}" if compiled != "none" else ""))
 
 
 @dataclass
@@ -304,6 +306,7 @@ class _Builder:
                 lines.extend({"hardware": hw, "setting": s["label"], "seq": int(r["seq"]),
                               "median": r["median"], "attention_share": r["attention_share"]}
                              for _, r in s["rows"].iterrows())
+            entry["compiled"] = self._compiled_vs_eager(path, str(hw), model, part, out)
             entries.append(entry)
         ctx: dict[str, Any] = {"model": model, "entries": entries,
                                "headline_methods": analysis.headline_methods(rows, self.records)}
@@ -312,6 +315,20 @@ class _Builder:
                 path, "latency", "Median latency per hardware against sequence length",
                 charts.latency_lines(pd.DataFrame(lines), "hardware", "hardware"), out)
         return Page(path, "model.md.j2", ctx, tuple(out))
+
+    def _compiled_vs_eager(self, page: str, hw: str, model: str, rows: pd.DataFrame,
+                           out: list[Chart]) -> dict[str, Any] | None:
+        """Each compiled combination beside its eager twin, with the compile time."""
+        matched = compiled.pairs(rows)
+        if matched.empty:
+            return None
+        table = [{**_row(r), "label": setting_label({**r, "compile": "none"})}
+                 for r in matched.to_dict(orient="records")]
+        chart = self._chart(page, f"compiled-{self.hw_slugs[hw]}",
+                            f"Category shares on {hw}: eager beside torch.compile",
+                            charts.shares_chart(compiled.shares(rows, matched), by="variant",
+                                                by_title="combination", by_type="N"), out)
+        return {"rows": table, "chart": chart, "link": rel(page, self.combo_page(hw, model))}
 
     def home(self) -> Page:
         path = "index.md"

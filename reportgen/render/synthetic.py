@@ -99,7 +99,8 @@ def _ms(hw: SyntheticHardware, model: SyntheticModel, flops: dict[str, float], a
     calls = {"embeddings": 2, "attention.qkv": 3, "attention.core": 4, "attention.out": 1,
              "mlp": 3, "norm": 2, "head": 1, "other": 3, "overhead": 0}
     out: dict[str, float] = {}
-    for cat in CATEGORIES:
+    # synthetic records are eager, written as records were before "compiled" existed
+    for cat in (c for c in CATEGORIES if c != "compiled"):
         eff = _CORE_EFFICIENCY.get(attn, 0.3) if cat == "attention.core" else 0.7
         if cat in ("norm", "other", "embeddings"):
             eff = 0.05
