@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reportgen import stats
 from reportgen.claims.metrics import Measured, Metric, ratio, read_term
 from reportgen.claims.registry import Check, Claim, Comparison, load_claims
 
@@ -284,12 +285,12 @@ def _evaluate_check(check: Check, pick: dict[str | None, Observation | None],
     pairs = list(zip(ranked, ranked[1:])) if check.order == "ascending" else [(ranked[0], r) for r in ranked[1:]]
     verdicts = []
     for first, second in pairs:
-        if first["ci_high"] < second["ci_low"]:
-            verdicts.append(SUPPORTED)
-        elif first["ci_low"] > second["ci_high"]:
-            verdicts.append(REFUTED)
-        else:
+        verdict = stats.difference(None, None, interval_a=(first["ci_low"], first["ci_high"]),
+                                   interval_b=(second["ci_low"], second["ci_high"]))
+        if not verdict.significant:
             verdicts.append(INCONCLUSIVE)
+        else:
+            verdicts.append(SUPPORTED if first["value"] < second["value"] else REFUTED)
     out.update(verdict=_combine(verdicts), variants=ranked)
     fastest = min(ranked, key=lambda r: r["value"])
     out["lowest"] = fastest["attn"]
