@@ -139,6 +139,9 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reportgen.errors import require_profile_extra
+
+    require_profile_extra("profile")
     from reportgen import runner
 
     overrides = parse_overrides({dest: getattr(args, dest) for _, dest, _, _ in _OVERRIDES})
