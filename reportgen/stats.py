@@ -248,7 +248,7 @@ def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> tuple[float, float
     big = max(u, m * n - u)
     if not ties and max(m, n) <= EXACT_MAX_N:
         counts = _u_counts(m, n)
-        at_least = sum(counts[int(round(big)):])
+        at_least = sum(counts[round(big):])
         return u, min(1.0, 2.0 * at_least / math.comb(m + n, m))
     total = m + n
     tie_term = sum(t ** 3 - t for t in ties) / (total * (total - 1))
@@ -289,7 +289,7 @@ def ratio_ci(base: Sequence[float], new: Sequence[float],
                 break
     else:
         z = _normal_quantile(1.0 - tail)
-        k = max(0, int(math.floor(m * n / 2.0 - z * math.sqrt(m * n * (m + n + 1) / 12.0))))
+        k = max(0, math.floor(m * n / 2.0 - z * math.sqrt(m * n * (m + n + 1) / 12.0)))
     exact = k >= 1
     k = max(k, 1)
     return (math.exp(centre), math.exp(logs[k - 1]), math.exp(logs[len(logs) - k]), exact)

@@ -5,40 +5,17 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from run_copies import RUN
+from run_copies import scaled_copy as _scaled_copy
 
 from reportgen import stats
 from reportgen.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "runs" / "cpu-amd-epyc-2c" / "cpu-default-c11f32ec"
-
-
-def _scaled_copy(tmp: Path, factor: float, *, name: str, transformers: str | None = None,
-                 only: str | None = None) -> Path:
-    """A copy of the committed run under ``tmp``/cpu-amd-epyc-2c/``name`` whose timings are
-    multiplied by ``factor`` (only combinations whose id contains ``only``, when given)."""
-    dest = tmp / "cpu-amd-epyc-2c" / name
-    shutil.copytree(RUN, dest, ignore=shutil.ignore_patterns("traces", "logs"))
-    run = json.loads((dest / "run.json").read_text())
-    run["run_id"] = f"cpu-amd-epyc-2c/{name}"
-    run["finished"] = "2099-01-01T00:00:00Z"
-    if transformers:
-        run["environment"]["libraries"]["transformers"] = transformers
-    (dest / "run.json").write_text(json.dumps(run))
-    for path in (dest / "combinations").glob("*.json"):
-        rec = json.loads(path.read_text())
-        timing = rec.get("timing")
-        if timing and (only is None or only in rec["id"]):
-            for key in ("median", "ci_low", "ci_high", "mean", "p5", "p25", "p75", "p95"):
-                timing[key] *= factor
-            timing["samples"] = [x * factor for x in timing["samples"]]
-        path.write_text(json.dumps(rec))
-    return dest
 
 
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:

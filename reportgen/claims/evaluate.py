@@ -125,14 +125,15 @@ def _gpu_name(run: dict[str, Any]) -> str | None:
 
 
 def load_observations(runs_root: Path | str) -> list[Observation]:
-    """Every combination record under ``runs_root`` (a missing directory has none).
+    """Every combination record of the current runs under ``runs_root`` (the latest
+    complete run of each suite on each hardware; a missing directory has none).
 
     Records come through ``reportgen.schema``: older ones are migrated, newer refused.
     """
-    from reportgen.schema import iter_runs
+    from reportgen.schema import current_runs, iter_runs
 
     observations: list[Observation] = []
-    for run in iter_runs(runs_root):
+    for run in current_runs(iter_runs(runs_root)):  # earlier runs of a suite: history only
         hardware = str(run.record.get("hardware") or run.path.parent.name)
         suite = (run.record.get("suite") or {}).get("name")
         gpu = _gpu_name(run.record)
