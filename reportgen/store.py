@@ -112,6 +112,12 @@ def run_names(hardware_dir: Path, base: str) -> list[str]:
     return [name for _, name in sorted(found)]
 
 
+def stamp_of(utc_iso: str) -> str:
+    """``2026-12-02T13:00:05Z`` -> ``20261202T130005``: a new run's stamp from a UTC time."""
+    digits = "".join(ch for ch in utc_iso if ch.isdigit())
+    return f"{digits[:8]}T{digits[8:14]}"
+
+
 class RunStore:
     """One run directory: ``<root>/<hardware>/<suite name>-<suite hash8>[-<stamp>]/``.
 
@@ -134,6 +140,14 @@ class RunStore:
         """A store for a new run of the same suite: the finished ones stay as they are."""
         existing = set(run_names(self.root / self.hardware, self.base))
         name = self.base if not existing else f"{self.base}-{time.strftime(RUN_STAMP, time.gmtime(now))}"
+        return self._unique(name, existing)
+
+    def forced_run(self, submitted_at: str) -> RunStore:
+        """The new run that every task of one Slurm submission (``--force``) writes into:
+        named from the submission time, so the tasks agree without talking."""
+        return RunStore(self.root, self.hardware, self.suite, name=f"{self.base}-{stamp_of(submitted_at)}")
+
+    def _unique(self, name: str, existing: set[str]) -> RunStore:
         stamped, n = name, 1
         while stamped in existing:
             n += 1

@@ -87,3 +87,16 @@ def test_committed_run_ids_still_resolve() -> None:
     for name in suite_dirs:
         base = name  # committed runs are first runs: their id is the suite's short id
         assert run_names(ROOT / "runs" / "cpu-amd-epyc-2c", base)[0] == name
+
+
+def test_slurm_tasks_of_one_forced_submission_share_a_new_run(tmp_path: Path) -> None:
+    from reportgen.execute.slurm import run_dirs
+
+    first = _run(tmp_path, InProcessMeasure())
+    submitted = "2026-12-02T13:00:05.123456Z"
+    a = RunStore(tmp_path, "host", _suite()).forced_run(submitted)
+    b = RunStore(tmp_path, "host", _suite()).forced_run(submitted)
+    assert a.name == b.name == f"{first.store.base}-20261202T130005"
+    assert run_dirs(tmp_path, first.store.base) == [first.store.run_dir]
+    a.write_run({"kind": "reportgen.run"})
+    assert run_dirs(tmp_path, first.store.base) == [a.run_dir]  # the watcher follows the new run
