@@ -77,7 +77,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         # in a one-line error (argparse's choices would print usage instead).
         parser.add_argument(flag, dest=dest, metavar=metavar, help=text)
     parser.add_argument("--out", default="runs", metavar="DIR", help="results root (default: runs)")
-    parser.add_argument("--force", action="store_true", help="re-measure combinations already done")
+    parser.add_argument("--force", action="store_true",
+                        help="measure the whole suite again as a new run (a finished run is never modified)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="measure failed combinations again (a plain rerun leaves them: one may have "
                         "killed its worker)")
