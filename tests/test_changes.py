@@ -34,7 +34,7 @@ def test_changes_page_compares_each_run_with_the_previous(tmp_path: Path) -> Non
     assert "(current)" in newest and "(current)" not in oldest
     assert "| transformers | 5.24.0 | 5.99.0 |" in newest
     # significant changes are listed first, the unchanged ones folded away
-    changed, _, unchanged = newest.partition('??? note "Unchanged')
+    changed, _, unchanged = newest.partition('??? note "No significant difference')
     assert "bert-base--forward--fp32--eager--b1--s128" in changed and "slower" in changed
     assert "gpt2--decode--fp32--eager--b1--s128" in unchanged
     assert "nothing to compare with" in oldest

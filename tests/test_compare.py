@@ -84,7 +84,7 @@ def test_markdown_lists_significant_changes_first(tmp_path: Path, capsys: pytest
     slow = _scaled_copy(tmp_path, 1.5, name="slow", only="bert-base")
     assert main(["compare", str(RUN), str(slow), "--format", "markdown"]) == 1
     out = capsys.readouterr().out
-    changed, _, rest = out.partition("??? note \"Unchanged")
+    changed, _, rest = out.partition("??? note \"No significant difference")
     assert "| combination | base | new | ratio [95% CI] | p | change |" in changed
     assert "bert-base--forward--fp32--eager--b1--s128" in changed
     assert "gpt2--decode--fp32--eager--b1--s128" in rest

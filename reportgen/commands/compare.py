@@ -24,7 +24,7 @@ mode, dtype, attn, batch, seq, device. Combinations are paired by their settings
 hardware, except the keys both sides set to different values.
 
 examples:
-  reportgen compare runs/cpu-amd-epyc-2c/cpu-default-c11f32ec runs/cpu-amd-epyc-2c/cpu-default-c11f32ec-20261203T0900
+  reportgen compare runs/cpu-amd-epyc-2c/cpu-default-c11f32ec runs/cpu-amd-epyc-2c/cpu-default-c11f32ec-20261203T090000
   reportgen compare --runs runs transformers=5.0.0,suite=cpu-default transformers=5.24.0,suite=cpu-default
   reportgen compare --runs runs attn=eager,suite=cpu-default attn=sdpa,suite=cpu-default
 """
@@ -33,7 +33,7 @@ examples:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "compare", help="latency ratios and significance between two runs or run filters",
-        description="Per combination present in both: the latency ratio NEW/BASE with its 95%% "
+        description="Per combination present in both: the latency ratio NEW/BASE with its 95% "
                     "interval and a Mann-Whitney U test on the raw samples (significant at "
                     "p < 0.002 where the sample sizes can reach it, otherwise when the medians' "
                     "intervals do not overlap); per category the change in time share. Exit 1 "
