@@ -145,3 +145,13 @@ def test_ratio_interval_covers_the_true_shift() -> None:
     ratio, low, high, exact = stats.ratio_ci(base, new)
     assert exact and low < 1.1 < high and low < ratio < high
     assert stats.ratio_ci([1.0, 2.0], [1.0, 2.0])[3] is False  # too few: full range
+
+
+def test_thousands_of_samples_stay_quick_and_cover_the_shift() -> None:
+    rng = random.Random(1)
+    base = [rng.lognormvariate(0.0, 0.05) for _ in range(5000)]
+    new = [x * 1.02 for x in (rng.lognormvariate(0.0, 0.05) for _ in range(3000))]
+    ratio, low, high, exact = stats.ratio_ci(base, new)
+    assert exact and low < 1.02 < high
+    verdict = stats.difference(base, new)
+    assert verdict.significant and verdict.method == "mann-whitney" and verdict.p_value < 1e-10
