@@ -11,12 +11,14 @@ nox.options.sessions = ["tests"]
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
 # The venvs see the host's site-packages so that a host's own torch (a CUDA build on a GPU
-# host) satisfies `torch>=...` and pip downloads no second copy.
+# host) satisfies the `profile` extra's `torch>=...` and pip downloads no second copy.
+# Rendering and publishing need only the base install (no torch).
 VENV = ["--system-site-packages"]
 
 
-def install(session: nox.Session, *groups: str) -> None:
-    session.install("-e", ".")
+def install(session: nox.Session, *groups: str, extras: str = "") -> None:
+    """The package (with ``extras``, e.g. "profile") and the dependency groups."""
+    session.install("-e", f".[{extras}]" if extras else ".")
     for group in groups:
         session.install(*nox.project.dependency_groups(PYPROJECT, group))
 
@@ -24,7 +26,7 @@ def install(session: nox.Session, *groups: str) -> None:
 @nox.session(venv_params=VENV)
 def tests(session: nox.Session) -> None:
     """Run the test suite (CPU only; tiny models built in-process)."""
-    install(session, "test")
+    install(session, "test", extras="profile")
     # python -m: a pytest on the host (seen through the system site) would not see the venv
     session.run("python", "-m", "pytest", *session.posargs)
 
@@ -32,7 +34,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(venv_params=VENV)
 def report(session: nox.Session) -> None:
     """Profile the default suite for this host, render the pages, build the site."""
-    install(session)
+    install(session, extras="profile")
     session.run("reportgen", "profile", *session.posargs)
     session.run("reportgen", "render", "--runs", "runs", "--docs", "docs")
     session.run("reportgen", "check", "--runs", "runs")
@@ -42,7 +44,7 @@ def report(session: nox.Session) -> None:
 @nox.session(venv_params=VENV, default=False)
 def bench(session: nox.Session) -> None:
     """Validate the numbers against independent references; writes bench/<host>.json."""
-    install(session)
+    install(session, extras="profile")
     session.run("python", "scripts/bench.py", *session.posargs)
 
 
@@ -57,7 +59,9 @@ def serve(session: nox.Session) -> None:
 
 @nox.session(venv_params=VENV, default=False)
 def publish(session: nox.Session) -> None:
-    """Render the committed runs and deploy the site to GitHub Pages (gh-pages branch)."""
+    """Render the committed runs and deploy the site to GitHub Pages (gh-pages branch);
+    needs SITE_URL, the site's public address."""
     install(session)
+    session.run("python", "-m", "reportgen.render.publish")  # no real SITE_URL: stop here
     session.run("reportgen", "render", "--runs", "runs", "--docs", "docs")
     session.run("python", "-m", "mkdocs", "gh-deploy", "--strict", "--force", *session.posargs)

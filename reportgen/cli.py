@@ -40,3 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("reportgen: interrupted; finished combinations are saved", file=sys.stderr)
         return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

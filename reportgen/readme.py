@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 
 from reportgen.commands.summary import run_rows
-from reportgen.schema import Run, iter_runs
+from reportgen.schema import Run, current_runs, iter_runs
 
 BLOCKS = ("runs", "bench")
 _TEMPLATE = jinja2.Environment(
@@ -49,7 +49,7 @@ def run_figures(run: Run) -> dict[str, Any]:
 
 
 def latest_run(runs_root: Path, suite: str) -> Run | None:
-    runs = [r for r in iter_runs(runs_root) if (r.record.get("suite") or {}).get("name") == suite]
+    runs = [r for r in current_runs(iter_runs(runs_root)) if (r.record.get("suite") or {}).get("name") == suite]
     return max(runs, key=lambda r: str(r.record.get("updated") or ""), default=None)
 
 

@@ -1,7 +1,9 @@
 """Run a validated suite: plan what is left, hand it to an executor, keep run.json current.
 
 Resume is the default: a combination with a readable record is not measured again
-(``force`` re-measures everything, ``retry_failed`` the failed ones). The executor
+(``retry_failed`` measures the failed ones again: a failed record holds no measurement).
+A finished run is never modified: ``force`` measures the whole suite again as a new run
+(``<suite>-<hash8>-<UTC stamp>``), leaving the earlier ones as they are. The executor
 measures (``reportgen.execute``): by default one supervised worker process per device,
 so a crash, hang or poisoned device costs one combination, recorded ``failed`` with its
 reason. Ctrl-C stops between writes: finished records stay, run.json says
@@ -109,6 +111,8 @@ def run_suite(
         environment = collect_environment(suite.settings.device)
     environment = {**environment, "seeds": {"suite": suite.settings.seed}}
     store = RunStore(out, hardware or hardware_slug(environment), suite)
+    if force and store.read_run() is not None:
+        store = store.new_run()
     if executor is None:
         if measure is not None:
             from reportgen.execute.inline import InlineExecutor
@@ -136,7 +140,8 @@ def run_suite(
             failed = sum(1 for e in plan.states(store.run_dir, [c.id for c in combos]) if e.state == "failed")
             hint = f"; {failed} failed (--retry-failed measures them again)" if failed else ""
             print(f"nothing to measure: all {len(combos)} combinations of {store.run_id} are done{hint} "
-                  "(--force measures them all again)", file=sys.stderr)
+                  "(a finished run is kept as it is; --force measures the suite again as a new run)",
+                  file=sys.stderr)
         return result
     write_run("running", None)
     job = Job(store=store, todo=todo, settings=suite.settings, git=git_of(environment),

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from reportgen.errors import UserError
 
@@ -195,6 +195,50 @@ def iter_runs(root: str | Path) -> Iterator[Run]:
         return
     for run_json in sorted(root.rglob("run.json")):
         yield load_run(run_json.parent)
+
+
+class _HasRecord(Protocol):
+    @property
+    def record(self) -> Mapping[str, Any]: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+
+R = TypeVar("R", bound=_HasRecord)
+
+
+def series_key(record: Mapping[str, Any], run_id: str) -> tuple[str, str]:
+    """Runs of one series: the same suite on the same hardware (runs made with flags that
+    replaced the matrix form one series per suite hash)."""
+    suite = record.get("suite") or {}
+    name = str(suite.get("name") or "")
+    if name == "custom":
+        name = f"custom-{str(suite.get('hash') or '')[:8]}"
+    return (str(record.get("hardware") or run_id.split("/")[0]), name)
+
+
+def run_started(record: Mapping[str, Any], run_id: str) -> tuple[str, str]:
+    """Sort key of runs within a series, oldest first."""
+    return (str(record.get("started") or record.get("updated") or ""), run_id)
+
+
+def series(runs: Iterable[R]) -> dict[tuple[str, str], list[R]]:
+    """Runs grouped by `series_key`, each group oldest first."""
+    out: dict[tuple[str, str], list[R]] = {}
+    for run in runs:
+        out.setdefault(series_key(run.record, run.run_id), []).append(run)
+    return {k: sorted(v, key=lambda r: run_started(r.record, r.run_id)) for k, v in sorted(out.items())}
+
+
+def current_runs(runs: Iterable[R]) -> list[R]:
+    """The run each series is read from: its latest complete run (or, while none is
+    complete, its latest). Earlier runs stay on disk and keep their meaning."""
+    out = []
+    for group in series(runs).values():
+        complete = [r for r in group if r.record.get("status") == "complete"]
+        out.append((complete or group)[-1])
+    return sorted(out, key=lambda r: r.run_id)
 
 
 def json_schema(kind: str) -> Record:

@@ -1,5 +1,7 @@
 """Pure statistics for timing samples: the median, its 95% order-statistic interval,
-quantiles, significance of a difference, log-log fits.
+quantiles, the one significance test of the project (`difference`: Mann-Whitney U on raw
+samples, interval overlap where samples are too few), the ratio of two sample sets with
+its interval, log-log fits.
 
 No numpy here: the render side imports this module and the timing loop calls it often,
 so everything is plain Python over lists of floats.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 CI_METHOD = "order-statistic"
@@ -132,12 +135,194 @@ def rel_halfwidth(samples: Sequence[float], confidence: float = 0.95) -> float:
     return (high - low) / 2.0 / abs(med)
 
 
-def significantly_different(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """True when the two (low, high) intervals do not overlap (METHOD.md rule 5: the
-    stated test is non-overlapping 95% intervals). Touching intervals overlap."""
+# asv's rule: a difference is significant at p < 0.002 (two-sided Mann-Whitney U on the
+# raw samples) when the sample sizes let the test reach that p at all; otherwise the 95%
+# intervals of the medians must not overlap.
+ALPHA = 0.002
+# The exact U distribution is used without ties up to this many samples a side; past it
+# (or with ties) the normal approximation with tie and continuity correction.
+EXACT_MAX_N = 50
+
+
+@dataclass(frozen=True)
+class Difference:
+    """The verdict of `difference`: ``method`` is ``mann-whitney`` (``p_value`` set) or
+    ``interval-overlap`` (``p_value`` None: too few samples for the test to reach
+    ``alpha``, or no samples recorded)."""
+
+    significant: bool
+    p_value: float | None
+    method: str
+
+
+def _intervals_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     a_low, a_high = sorted(a)
     b_low, b_high = sorted(b)
-    return a_high < b_low or b_high < a_low
+    return not (a_high < b_low or b_high < a_low)  # touching intervals overlap
+
+
+def min_p_value(n_a: int, n_b: int) -> float:
+    """The smallest two-sided p the Mann-Whitney U test can give for these sizes."""
+    if n_a < 1 or n_b < 1:
+        return 1.0
+    orderings = math.comb(n_a + n_b, n_a)
+    return min(1.0, 2.0 / orderings) if orderings < 10**300 else 0.0
+
+
+def difference(a: Sequence[float] | None, b: Sequence[float] | None, *,
+               interval_a: tuple[float, float] | None = None,
+               interval_b: tuple[float, float] | None = None,
+               alpha: float = ALPHA) -> Difference:
+    """Whether two measurements differ (METHOD.md rule 5), the project's one test.
+
+    With raw samples on both sides large enough for ``alpha`` to be reachable, the
+    two-sided Mann-Whitney U test decides (significant when p < alpha). Otherwise the two
+    95% intervals of the medians decide (significant when they do not overlap); they are
+    ``interval_a``/``interval_b`` when given, else computed from the samples.
+    """
+    xs = list(a or ())
+    ys = list(b or ())
+    if xs and ys and min_p_value(len(xs), len(ys)) < alpha:
+        p = mann_whitney_u(xs, ys)[1]
+        return Difference(significant=p < alpha, p_value=p, method="mann-whitney")
+    if interval_a is None and xs:
+        interval_a = median_ci(xs)[1:]
+    if interval_b is None and ys:
+        interval_b = median_ci(ys)[1:]
+    if interval_a is None or interval_b is None:
+        raise ValueError("difference needs samples or an interval on each side")
+    return Difference(significant=not _intervals_overlap(interval_a, interval_b), p_value=None,
+                      method="interval-overlap")
+
+
+def _midranks(values: list[float]) -> tuple[list[float], list[int]]:
+    """Ranks (1-based, ties get the mean rank) in input order, and the tie group sizes."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    ties: list[int] = []
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        rank = (i + j) / 2.0 + 1.0
+        for k in range(i, j + 1):
+            ranks[order[k]] = rank
+        if j > i:
+            ties.append(j - i + 1)
+        i = j + 1
+    return ranks, ties
+
+
+@lru_cache(maxsize=256)
+def _u_counts(m: int, n: int) -> tuple[int, ...]:
+    """How many of the C(m+n, m) orderings give each U = 0..m*n (no ties): the
+    coefficients of the Gaussian binomial [m+n choose m]_q."""
+    if m > n:
+        m, n = n, m
+    poly = [1]
+    for i in range(1, m + 1):
+        # multiply by (1 - q^(n+i)), then divide by (1 - q^i) (a running sum with step i)
+        grown = poly + [0] * (n + i)
+        for k in range(len(poly)):
+            grown[k + n + i] -= poly[k]
+        for k in range(i, len(grown)):
+            grown[k] += grown[k - i]
+        poly = grown[: len(poly) + n]
+    return tuple(poly)
+
+
+def _normal_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """``(U, p)``: U of ``a`` (pairs with a > b, ties counting one half) and the two-sided
+    p-value. Exact without ties while both sides have at most `EXACT_MAX_N` samples,
+    otherwise the normal approximation with tie correction and continuity correction
+    (scipy.stats.mannwhitneyu's ``method="exact"`` and ``"asymptotic"``)."""
+    xs = [float(x) for x in a]
+    ys = [float(y) for y in b]
+    m, n = len(xs), len(ys)
+    if m == 0 or n == 0:
+        raise ValueError("mann_whitney_u needs samples on both sides")
+    ranks, ties = _midranks(xs + ys)
+    u = math.fsum(ranks[:m]) - m * (m + 1) / 2.0
+    big = max(u, m * n - u)
+    if not ties and max(m, n) <= EXACT_MAX_N:
+        counts = _u_counts(m, n)
+        at_least = sum(counts[round(big):])
+        return u, min(1.0, 2.0 * at_least / math.comb(m + n, m))
+    total = m + n
+    tie_term = sum(t ** 3 - t for t in ties) / (total * (total - 1))
+    sigma = math.sqrt(m * n / 12.0 * ((total + 1) - tie_term))
+    if sigma == 0:
+        return u, 1.0  # every value equal
+    z = (big - m * n / 2.0 - 0.5) / sigma
+    return u, min(1.0, 2.0 * _normal_sf(z))
+
+
+def ratio_ci(base: Sequence[float], new: Sequence[float],
+             confidence: float = 0.95) -> tuple[float, float, float, bool]:
+    """``(ratio, low, high, exact)``: how many times ``base`` ``new`` is, as the
+    Hodges-Lehmann estimate on the log scale (the median of all pairwise ratios new/base)
+    with the distribution-free interval that inverts the Mann-Whitney test (order
+    statistics of the pairwise ratios). ``exact`` is False when the samples are too few
+    for the interval to reach the confidence; the interval is then the full range of
+    pairwise ratios."""
+    xs = [float(x) for x in base]
+    ys = [float(y) for y in new]
+    if not xs or not ys or min(xs) <= 0 or min(ys) <= 0:
+        raise ValueError("ratio_ci needs positive samples on both sides")
+    # Past ~200k pairs (thousands of samples of a fast GPU step), each side is thinned to
+    # MAX_PAIR_SIDE evenly spaced order statistics: the interval then uses the smaller n
+    # and is wider, never narrower, than the full samples' would be.
+    if len(xs) * len(ys) > MAX_PAIR_SIDE ** 2:
+        xs, ys = _thin(xs, MAX_PAIR_SIDE), _thin(ys, MAX_PAIR_SIDE)
+    m, n = len(xs), len(ys)
+    logs = sorted(math.log(y) - math.log(x) for x in xs for y in ys)
+    mid = len(logs) // 2
+    centre = logs[mid] if len(logs) % 2 else (logs[mid - 1] + logs[mid]) / 2.0
+    tail = (1.0 - confidence) / 2.0
+    if max(m, n) <= EXACT_MAX_N:
+        counts = _u_counts(m, n)
+        total = math.comb(m + n, m)
+        cum = 0
+        k = 0  # k pairwise ratios may fall below the interval
+        for c in counts:
+            cum += c
+            if cum / total <= tail:
+                k += 1
+            else:
+                break
+    else:
+        z = _normal_quantile(1.0 - tail)
+        k = max(0, math.floor(m * n / 2.0 - z * math.sqrt(m * n * (m + n + 1) / 12.0)))
+    exact = k >= 1
+    k = max(k, 1)
+    return (math.exp(centre), math.exp(logs[k - 1]), math.exp(logs[len(logs) - k]), exact)
+
+
+MAX_PAIR_SIDE = 450
+
+
+def _thin(values: list[float], k: int) -> list[float]:
+    if len(values) <= k:
+        return values
+    xs = sorted(values)
+    return [xs[int((i + 0.5) * len(xs) / k)] for i in range(k)]
+
+
+def _normal_quantile(p: float) -> float:
+    """The standard normal quantile, by bisection on erfc (a handful of calls per use)."""
+    lo, hi = -10.0, 10.0
+    for _ in range(100):
+        mid = (lo + hi) / 2.0
+        if 1.0 - _normal_sf(mid) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
 
 
 def loglog_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:

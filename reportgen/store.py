@@ -1,4 +1,8 @@
-"""Atomic writes and the run directory (``runs/<hardware>/<suite>-<hash8>/``).
+"""Atomic writes and the run directory (``runs/<hardware>/<suite>-<hash8>[-<stamp>]/``).
+
+Runs are immutable once finished: the first run of a suite on a hardware is
+``<suite>-<hash8>``, each later one (``profile --force``) ``<suite>-<hash8>-<UTC
+yyyymmddThhmmss>``; an unfinished run resumes into its own directory.
 
 Every file under runs/ is written to a temporary file in the same directory, flushed,
 fsynced and renamed over the target, so a reader (or a resumed run) sees either the old
@@ -10,7 +14,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,16 +108,62 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_bytes(path, dumps(data).encode("utf-8"))
 
 
-class RunStore:
-    """One run directory: ``<root>/<hardware>/<suite name>-<suite hash8>/``."""
+RUN_STAMP = "%Y%m%dT%H%M%S"
 
-    def __init__(self, root: str | Path, hardware_slug: str, suite: Suite) -> None:
+
+def run_names(hardware_dir: Path, base: str) -> list[str]:
+    """The runs of one suite (``base`` = ``<suite>-<hash8>``) in ``hardware_dir``, oldest
+    first: ``base`` itself, then ``base-<stamp>`` (``-<n>`` after a stamp taken twice)."""
+    pattern = re.compile(re.escape(base) + r"(?:-(\d{8}T\d{6})(?:-(\d+))?)?")
+    found = []
+    for child in hardware_dir.iterdir() if hardware_dir.is_dir() else ():
+        match = pattern.fullmatch(child.name)
+        if match and child.is_dir():
+            found.append(((match.group(1) or "", int(match.group(2) or 0)), child.name))
+    return [name for _, name in sorted(found)]
+
+
+def stamp_of(utc_iso: str) -> str:
+    """``2026-12-02T13:00:05Z`` -> ``20261202T130005``: a new run's stamp from a UTC time."""
+    digits = "".join(ch for ch in utc_iso if ch.isdigit())
+    return f"{digits[:8]}T{digits[8:14]}"
+
+
+class RunStore:
+    """One run directory: ``<root>/<hardware>/<suite name>-<suite hash8>[-<stamp>]/``.
+
+    Without ``name``, the latest run of the suite on this hardware (to resume it), or the
+    first run's name when there is none; `new_run` names a new one.
+    """
+
+    def __init__(self, root: str | Path, hardware_slug: str, suite: Suite,
+                 name: str | None = None) -> None:
         self.root = Path(root)
         self.hardware = hardware_slug
         self.suite = suite
-        self.name = f"{suite.name}-{suite.hash[:8]}"
+        self.base = f"{suite.name}-{suite.hash[:8]}"
+        existing = run_names(self.root / hardware_slug, self.base)
+        self.name = name or (existing[-1] if existing else self.base)
         self.run_id = f"{hardware_slug}/{self.name}"
         self.run_dir = self.root / hardware_slug / self.name
+
+    def new_run(self, now: float | None = None) -> RunStore:
+        """A store for a new run of the same suite: the finished ones stay as they are."""
+        existing = set(run_names(self.root / self.hardware, self.base))
+        name = self.base if not existing else f"{self.base}-{time.strftime(RUN_STAMP, time.gmtime(now))}"
+        return self._unique(name, existing)
+
+    def forced_run(self, submitted_at: str) -> RunStore:
+        """The new run that every task of one Slurm submission (``--force``) writes into:
+        named from the submission time, so the tasks agree without talking."""
+        return RunStore(self.root, self.hardware, self.suite, name=f"{self.base}-{stamp_of(submitted_at)}")
+
+    def _unique(self, name: str, existing: set[str]) -> RunStore:
+        stamped, n = name, 1
+        while stamped in existing:
+            n += 1
+            stamped = f"{name}-{n}"
+        return RunStore(self.root, self.hardware, self.suite, name=stamped)
 
     @property
     def run_path(self) -> Path:

@@ -511,4 +511,17 @@ def apply_overrides(suite: Suite, overrides: Mapping[str, Any]) -> Suite:
     matrix_changes = {k: v for k, v in overrides.items() if k in MATRIX_KEYS}
     matrix = tuple({**entry, **matrix_changes} for entry in suite.matrix)
     settings = dataclasses.replace(suite.settings, **settings_changes)
-    return dataclasses.replace(suite, settings=settings, matrix=matrix)
+    changed = dataclasses.replace(suite, settings=settings, matrix=matrix)
+    # Flags that replace what is measured make another suite: named and described for
+    # what it measured, never as the suite it started from.
+    measured = {k: v for k, v in overrides.items() if k in MATRIX_KEYS or k == "scale"}
+    if measured:
+        flags = " ".join(f"{OVERRIDE_FLAGS[k]} {','.join(map(str, v)) if isinstance(v, list) else v}"
+                         for k, v in measured.items())
+        changed = dataclasses.replace(changed, name=CUSTOM_SUITE, description=f"{suite.name} with {flags}")
+    return changed
+
+
+CUSTOM_SUITE = "custom"
+"""The name of a suite whose matrix or scale CLI flags replaced; its description says
+which suite and which flags."""

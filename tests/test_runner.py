@@ -85,7 +85,10 @@ def test_profile_writes_valid_records_and_goes_on_after_a_failure(
     assert run["counts"] == {"ok": 7, "skipped": 4, "failed": 1, "pending": 0}
     assert run["command"].startswith("reportgen profile --suite tiny --models bert-base,gpt2")
     assert run["environment"]["seeds"] == {"suite": 0}
-    assert run_dir.name.startswith("tiny-") and run_dir.parent.parent == out
+    # --models replaced the matrix: the run is named and described for what it measured
+    assert run_dir.name.startswith("custom-") and run_dir.parent.parent == out
+    assert run["suite"]["name"] == "custom"
+    assert run["suite"]["spec"]["description"] == "tiny with --models bert-base,gpt2 --attn sdpa"
 
     records = _records(run_dir)
     assert sorted(records) == sorted(run["combinations"]) and len(records) == SMALL_COUNT
@@ -138,10 +141,14 @@ def test_rerun_resumes_and_force_remeasures(fake: FakeMeasure, tmp_path: Path) -
     assert fake.calls == [removed]
 
     fake.clear()
+    finished = {p.name: p.read_bytes() for p in run_dir.rglob("*.json")}
     assert cli.main([*argv, "--force"]) == 0
     assert len(fake.calls) == SMALL_COUNT
-    assert _run_dir(out) == run_dir
-    # one run, resumed and remeasured: it keeps the time it first started
+    # a new run beside the finished one, which is left exactly as it was
+    runs = sorted(r.path for r in iter_runs(out))
+    assert len(runs) == 2 and runs[0] == run_dir
+    assert runs[1].name.startswith(run_dir.name + "-")
+    assert {p.name: p.read_bytes() for p in run_dir.rglob("*.json")} == finished
     assert json.loads((run_dir / "run.json").read_text())["started"] == started
 
 

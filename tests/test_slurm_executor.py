@@ -106,7 +106,7 @@ def test_a_job_array_measures_the_suite(cluster: SlurmCluster, monkeypatch: pyte
     job = re.search(r"submitted Slurm job (\d+): 2 tasks on partition debug", printed.out)
     assert job, printed.out
     run_dir = run_dir_of(out)
-    assert run_dir.parent.parent == out and run_dir.name.startswith("tiny-")
+    assert run_dir.parent.parent == out and run_dir.name.startswith("custom-")
 
     found = records(run_dir)
     assert len(found) == 4 and all(r["status"] == "ok" for r in found.values())
@@ -355,7 +355,7 @@ def test_the_flags_reach_sbatch(fake_bin: Path, tmp_path: Path, capsys: pytest.C
     flags = {line.split()[1] for line in script.read_text().splitlines() if line.startswith("#SBATCH")}
     assert {"--partition=gpu", "--account=proj", "--time=2160", "--gpus-per-task=2", "--constraint=h100",
             "--exclusive", "--cpus-per-task=8", "--mem=64G", "--qos=high", "--requeue",
-            "--array=0-3%4", "--job-name=reportgen-tiny"} <= flags, flags  # 4 combinations: 4 tasks
+            "--array=0-3%4", "--job-name=reportgen-custom"} <= flags, flags  # 4 combinations: 4 tasks
     printed = capsys.readouterr().out
-    assert "submitted Slurm job 42: 4 tasks on partition gpu, 4 combinations of tiny-" in printed
-    assert "(cuda)" in printed and "scancel 42" in printed and f"ls -d {out}/*/tiny-" in printed
+    assert "submitted Slurm job 42: 4 tasks on partition gpu, 4 combinations of custom-" in printed
+    assert "(cuda)" in printed and "scancel 42" in printed and f"ls -d {out}/*/custom-" in printed

@@ -96,10 +96,15 @@ def test_empty_and_bad_inputs_raise() -> None:
 
 
 def test_significance_is_non_overlap() -> None:
-    assert stats.significantly_different((1.0, 2.0), (2.5, 3.0))
-    assert stats.significantly_different((2.5, 3.0), (1.0, 2.0))
-    assert not stats.significantly_different((1.0, 2.0), (2.0, 3.0))  # touching overlaps
-    assert not stats.significantly_different((1.0, 3.0), (1.5, 2.0))
+    def differ(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        verdict = stats.difference(None, None, interval_a=a, interval_b=b)
+        assert verdict.method == "interval-overlap" and verdict.p_value is None
+        return verdict.significant
+
+    assert differ((1.0, 2.0), (2.5, 3.0))
+    assert differ((2.5, 3.0), (1.0, 2.0))
+    assert not differ((1.0, 2.0), (2.0, 3.0))  # touching overlaps
+    assert not differ((1.0, 3.0), (1.5, 2.0))
 
 
 def test_loglog_fit_recovers_power_law() -> None:

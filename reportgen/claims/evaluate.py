@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reportgen import stats
 from reportgen.claims.metrics import Measured, Metric, ratio, read_term
 from reportgen.claims.registry import Check, Claim, Comparison, load_claims
 
@@ -124,14 +125,15 @@ def _gpu_name(run: dict[str, Any]) -> str | None:
 
 
 def load_observations(runs_root: Path | str) -> list[Observation]:
-    """Every combination record under ``runs_root`` (a missing directory has none).
+    """Every combination record of the current runs under ``runs_root`` (the latest
+    complete run of each suite on each hardware; a missing directory has none).
 
     Records come through ``reportgen.schema``: older ones are migrated, newer refused.
     """
-    from reportgen.schema import iter_runs
+    from reportgen.schema import current_runs, iter_runs
 
     observations: list[Observation] = []
-    for run in iter_runs(runs_root):
+    for run in current_runs(iter_runs(runs_root)):  # earlier runs of a suite: history only
         hardware = str(run.record.get("hardware") or run.path.parent.name)
         suite = (run.record.get("suite") or {}).get("name")
         gpu = _gpu_name(run.record)
@@ -290,12 +292,12 @@ def _evaluate_check(check: Check, pick: dict[str | None, Observation | None],
     pairs = list(zip(ranked, ranked[1:])) if check.order == "ascending" else [(ranked[0], r) for r in ranked[1:]]
     verdicts = []
     for first, second in pairs:
-        if first["ci_high"] < second["ci_low"]:
-            verdicts.append(SUPPORTED)
-        elif first["ci_low"] > second["ci_high"]:
-            verdicts.append(REFUTED)
-        else:
+        verdict = stats.difference(None, None, interval_a=(first["ci_low"], first["ci_high"]),
+                                   interval_b=(second["ci_low"], second["ci_high"]))
+        if not verdict.significant:
             verdicts.append(INCONCLUSIVE)
+        else:
+            verdicts.append(SUPPORTED if first["value"] < second["value"] else REFUTED)
     out.update(verdict=_combine(verdicts), variants=ranked)
     fastest = min(ranked, key=lambda r: r["value"])
     out["lowest"] = fastest["attn"]

@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from reportgen.errors import require_profile_extra
+
+    require_profile_extra("env")
     from reportgen.profile import env  # imports torch; keep `reportgen --help` fast
 
     record = env.collect(args.device)

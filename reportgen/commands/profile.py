@@ -85,7 +85,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="allow a Hub model whose config needs code from its repository to run that code "
                         "(suite setting trust_remote_code = true)")
     parser.add_argument("--out", default="runs", metavar="DIR", help="results root (default: runs)")
-    parser.add_argument("--force", action="store_true", help="re-measure combinations already done")
+    parser.add_argument("--force", action="store_true",
+                        help="measure the whole suite again as a new run (a finished run is never modified)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="measure failed combinations again (a plain rerun leaves them: one may have "
                         "killed its worker)")
@@ -149,6 +150,9 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reportgen.errors import require_profile_extra
+
+    require_profile_extra("profile")
     from reportgen import runner
 
     overrides = parse_overrides({**{dest: getattr(args, dest) for _, dest, _, _ in _OVERRIDES},

@@ -35,6 +35,7 @@ from reportgen.execute import plan
 from reportgen.execute.record import utc_now
 from reportgen.execute.slurm_task import after, task_main
 from reportgen.schema import load_run
+from reportgen.store import run_names
 from reportgen.suite import Suite
 
 DEFAULT_TIME_MIN = 60     # a task stopped by its time limit keeps every record; rerun to resume
@@ -292,8 +293,14 @@ def _created(*paths: Path) -> Iterator[None]:
 
 
 def run_dirs(out: Path, name: str) -> list[Path]:
-    """The run directories of the suite ``name`` (``<suite>-<hash8>``) under ``out``, any hardware."""
-    return sorted(p.parent for p in out.glob(f"*/{name}/run.json"))
+    """The latest run directory of the suite ``name`` (``<suite>-<hash8>``) on each hardware
+    under ``out`` (later runs are ``<name>-<stamp>``)."""
+    found = []
+    for hardware in sorted(p for p in out.iterdir() if p.is_dir()) if out.is_dir() else ():
+        names = [n for n in run_names(hardware, name) if (hardware / n / "run.json").is_file()]
+        if names:
+            found.append(hardware / names[-1])
+    return found
 
 
 # --- watching -----------------------------------------------------------------------------
@@ -391,7 +398,7 @@ def _no_wait(watch: Watch, array_id: str) -> int:
         print(f"  follow: {line}")
     if not watch.fresh_dirs():
         print(f"  each task writes {watch.out}/<its node's hardware>/{watch.name}/ once it starts; list them "
-              f"with: ls -d {shlex.quote(str(watch.out))}/*/{watch.name}")
+              f"with: ls -d {shlex.quote(str(watch.out))}/*/{watch.name}*")
     print(f"  stop:   scancel {array_id}")
     return 0
 

@@ -117,6 +117,8 @@ def task_main(out: Path, suite: Suite, *, measure: str, preflight: str | None, t
     device = suite.settings.device
     environment = {**runner.collect_environment(device), "seeds": {"suite": suite.settings.seed}}
     store = RunStore(out, runner.hardware_slug(environment), suite)
+    if force:  # a finished run is never modified: the submission's own new run
+        store = store.forced_run(submitted_at)
     combos = suite.combinations()
     me = plan.owner()
     slurm_ids = me.get("slurm") or {}

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from reportgen import stats
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES
 from reportgen.render.load import Run
 from reportgen.shares import disagreement
@@ -219,7 +220,8 @@ def attention_crossover(rows: pd.DataFrame) -> dict[str, Any]:
 def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
     """Each attention implementation against the fastest one at the same setting and length.
 
-    ``significant`` is true when the 95% intervals of the two medians do not overlap.
+    ``significant`` is true when the difference is significant (`stats.difference` on the
+    two medians' 95% intervals) and this implementation is the slower one.
     Only groups with two or more implementations appear.
     """
     ok = page[(page["status"] == "ok") & page["median"].notna()]
@@ -239,7 +241,7 @@ def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
                         "ci_high": row["ci_high"], "fastest": bool(is_fastest),
                         "ratio": float(row["median"] / fastest["median"]),
                         "significant": (None if is_fastest
-                                        else bool(row["ci_low"] > fastest["ci_high"]))})
+                                        else _slower(row, fastest))})
     return pd.DataFrame(out, columns=[*keys, "attn", "median", "ci_low", "ci_high", "fastest",
                                       "ratio", "significant"])
 
@@ -287,6 +289,12 @@ def attribution_methods(record: Mapping[str, Any]) -> dict[str, Any] | None:
             "clock": hooks.get("clock"), "hooks_iterations": hooks.get("iterations"),
             "profiler_iterations": prof.get("iterations"), "interval": hooks.get("interval"),
             "other_overhead": remainder, "sources": sources}
+
+
+def _slower(row: Mapping[str, Any], fastest: Mapping[str, Any]) -> bool:
+    verdict = stats.difference(None, None, interval_a=(row["ci_low"], row["ci_high"]),
+                               interval_b=(fastest["ci_low"], fastest["ci_high"]))
+    return verdict.significant and row["median"] > fastest["median"]
 
 
 def top_ops(record: Mapping[str, Any], limit: int = 10) -> list[dict[str, Any]]:

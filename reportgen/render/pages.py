@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from reportgen.categories import CATEGORIES
+from reportgen.schema import current_runs
 from reportgen.render import analysis, charts, compiled, sections
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
@@ -100,13 +101,15 @@ class _Builder:
     def __init__(self, runs: Sequence[Run], report: CheckReport | None = None,
                  bench: Mapping[str, Any] | None = None) -> None:
         self.runs = list(runs)
+        # pages read each suite's current run; earlier runs appear in Runs and Changes
+        self.current = current_runs(self.runs)
         self.report = report if report is not None and report.claims else None
         self._claims = sections.claims_index(self.report) if self.report is not None else {}
         self.bench = bench
         self._embedded: dict[str, list[Chart]] = {}  # charts of pages written elsewhere
-        self.frame = analysis.combinations_frame(self.runs)
+        self.frame = analysis.combinations_frame(self.current)
         self.records = {(run.hardware, str(c.record.get("id") or c.path.stem)): c.record
-                        for run in self.runs for c in run.combinations}
+                        for run in self.current for c in run.combinations}
         self.runs_by_id = {run.run_id: run for run in self.runs}
         f = self.frame
         self.hw_slugs = unique_slugs(f["hardware"]) if not f.empty else {}
@@ -402,6 +405,9 @@ class _Builder:
         pages.append(Page("runs.md", "runs.md.j2",
                           {"runs": self._run_rows("runs.md", sorted(self.runs,
                                                                     key=lambda r: r.run_id))}))
+        from reportgen.render.changes import series_pages
+
+        pages += series_pages(self.runs, slug=slugify, data=self.data, page_type=Page)
         generated: list[sections.Generated] = []
         if self.report is not None:
             generated += sections.findings(self.report, self._embed_for, self._combo_page_of)

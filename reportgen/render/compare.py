@@ -1,0 +1,297 @@
+"""Compare two sets of measurements: per combination the latency ratio NEW/BASE with its
+interval and the project's significance test, per category the change in time share.
+
+Pure functions over stored records (``reportgen.schema``); no torch, no pandas. Used by
+``reportgen compare`` and by the site's Changes pages.
+
+A side is a run directory or a filter over a runs tree (``KEY=VALUE[,KEY=VALUE...]``,
+values may be shell-style globs):
+
+* run keys: ``hardware``, ``suite``, ``run`` (the run id), ``commit`` (git commit), ``python``
+  and any library of the environment record (``transformers``, ``torch``, ``numpy``, ...);
+* combination keys: ``model``, ``scale``, ``mode``, ``dtype``, ``attn``, ``batch``, ``seq``,
+  ``device``.
+
+Combinations are paired by their settings and hardware, leaving out the keys the two
+sides filter on with different values (``attn=eager`` against ``attn=sdpa`` pairs each
+eager combination with its SDPA twin; ``hardware=a`` against ``hardware=b`` pairs across
+hardware). Where a side holds the same combination in several runs, the latest run's
+record is used.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reportgen import stats
+from reportgen.categories import CATEGORIES
+from reportgen.errors import UserError
+from reportgen.schema import Run, iter_runs, load_run
+
+COMBINATION_KEYS: dict[str, str] = {
+    "model": "model", "scale": "scale", "mode": "mode", "dtype": "dtype",
+    "attn": "attn_implementation", "batch": "batch_size", "seq": "seq_len", "device": "device",
+}
+RUN_KEYS = ("hardware", "suite", "run", "commit", "python")
+DEFAULT_THRESHOLD = 0.05
+
+
+def run_time(run: Run) -> tuple[str, str]:
+    """Sort key: when the run last finished (or was written), then its id."""
+    rec = run.record
+    return (str(rec.get("finished") or rec.get("updated") or rec.get("started") or ""), run.run_id)
+
+
+def libraries(run: Run) -> dict[str, str | None]:
+    env = run.record.get("environment") or {}
+    libs = {str(k): (None if v is None else str(v)) for k, v in (env.get("libraries") or {}).items()}
+    python = (env.get("python") or {}).get("version")
+    if python:
+        libs["python"] = str(python)
+    return libs
+
+
+def run_value(run: Run, key: str) -> str | None:
+    rec = run.record
+    if key == "hardware":
+        return str(rec.get("hardware") or run.run_id.split("/")[0])
+    if key == "suite":
+        return str((rec.get("suite") or {}).get("name") or "")
+    if key == "run":
+        return run.run_id
+    if key == "commit":
+        return ((rec.get("environment") or {}).get("git") or {}).get("commit")
+    libs = {k.lower(): v for k, v in libraries(run).items()}
+    return libs.get(key.lower())
+
+
+@dataclass(frozen=True)
+class Side:
+    """What one side of a comparison selects: its runs and, per pairing key, a record."""
+
+    label: str
+    runs: tuple[Run, ...]
+    filters: Mapping[str, str] = field(default_factory=dict)
+
+    def records(self) -> list[tuple[Run, dict[str, Any]]]:
+        combo_filters = {k: v for k, v in self.filters.items() if k in COMBINATION_KEYS}
+        out = []
+        for run in sorted(self.runs, key=run_time):
+            for record in run.combinations():
+                settings = record.get("combination") or {}
+                if all(fnmatch.fnmatchcase(str(settings.get(COMBINATION_KEYS[k])), v)
+                       for k, v in combo_filters.items()):
+                    out.append((run, record))
+        return out
+
+
+def parse_filter(text: str, where: str) -> dict[str, str]:
+    filters: dict[str, str] = {}
+    for part in text.split(","):
+        key, eq, value = part.strip().partition("=")
+        key = key.strip().lower()
+        if not eq or not key or not value.strip():
+            raise UserError(f"{where}: {part.strip()!r} is not KEY=VALUE (e.g. transformers=5.0.0,"
+                            "hardware=cpu-amd-epyc-2c,attn=sdpa)")
+        if key in filters:
+            raise UserError(f"{where}: {key} given twice")
+        filters[key] = value.strip()
+    return filters
+
+
+def select(spec: str, runs_root: Path | None, where: str) -> Side:
+    """A side from a run directory or a filter over ``runs_root``."""
+    path = Path(spec)
+    if (path / "run.json").is_file():
+        return Side(label=spec, runs=(load_run(path),))
+    if "=" not in spec:
+        raise UserError(f"{where}: {spec} is neither a run directory (no run.json) nor a "
+                        "filter KEY=VALUE[,KEY=VALUE...]")
+    filters = parse_filter(spec, where)
+    if runs_root is None or not runs_root.is_dir():
+        raise UserError(f"{where}: a filter needs a runs directory (--runs); {runs_root} does not exist")
+    runs = list(iter_runs(runs_root))
+    known_libs = {k.lower() for run in runs for k in libraries(run)}
+    run_filters = {k: v for k, v in filters.items() if k not in COMBINATION_KEYS}
+    for key in run_filters:
+        if key not in RUN_KEYS and key not in known_libs:
+            raise UserError(f"{where}: unknown filter key {key!r} (run keys: {', '.join(RUN_KEYS)} "
+                            f"or a library; combination keys: {', '.join(COMBINATION_KEYS)})")
+    chosen = tuple(run for run in runs
+                   if all(fnmatch.fnmatchcase(str(run_value(run, k)), v) for k, v in run_filters.items()))
+    if not chosen:
+        raise UserError(f"{where}: no run under {runs_root} matches {spec}")
+    return Side(label=spec, runs=chosen, filters=filters)
+
+
+def pairing_keys(base: Side, new: Side) -> tuple[str, ...]:
+    """The settings two paired combinations share: all but those the sides set apart."""
+    varied = {k for k in base.filters.keys() & new.filters.keys()
+              if base.filters[k] != new.filters[k]}
+    hardware = {run_value(r, "hardware") for r in (*base.runs, *new.runs)}
+    if not base.filters and not new.filters and len(hardware) > 1:
+        varied.add("hardware")  # two run directories on different hardware
+    return tuple(k for k in ("hardware", *COMBINATION_KEYS) if k not in varied)
+
+
+def _key(run: Run, record: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ...]:
+    settings = record.get("combination") or {}
+    return tuple(str(run_value(run, "hardware")) if k == "hardware"
+                 else str(settings.get(COMBINATION_KEYS[k])) for k in keys)
+
+
+def _by_key(side: Side, keys: Sequence[str], where: str) -> dict[tuple[str, ...], tuple[Run, dict[str, Any]]]:
+    out: dict[tuple[str, ...], tuple[Run, dict[str, Any]]] = {}
+    for run, record in side.records():  # oldest run first: the latest wins
+        key = _key(run, record, keys)
+        if key in out and out[key][0].run_id == run.run_id:
+            raise UserError(f"{where}: {side.label} holds several combinations that pair with "
+                            f"{record.get('id')} in {run.run_id}; add a filter to tell them apart")
+        out[key] = (run, record)
+    return out
+
+
+def _timing(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    timing = record.get("timing") if record.get("status") == "ok" else None
+    if not isinstance(timing, Mapping) or not isinstance(timing.get("median"), (int, float)):
+        return None
+    return dict(timing)
+
+
+def _shares(record: Mapping[str, Any]) -> dict[str, float]:
+    cats = ((record.get("attribution") or {}).get("categories") or {}) if record.get("status") == "ok" else {}
+    return {c: float(v["share"]) for c, v in cats.items()
+            if isinstance(v, Mapping) and isinstance(v.get("share"), (int, float))}
+
+
+def compare_records(base: Mapping[str, Any], new: Mapping[str, Any],
+                    threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
+    """One row: latency ratio new/base with its 95% interval and the significance test."""
+    row: dict[str, Any] = {"id": str(new.get("id")), "base_id": str(base.get("id")),
+                           "combination": dict(new.get("combination") or {})}
+    tb, tn = _timing(base), _timing(new)
+    if tb is None or tn is None:
+        why = [f"{side}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else "")
+               for side, rec, t in (("base", base, tb), ("new", new, tn)) if t is None]
+        row.update(ratio=None, ci_low=None, ci_high=None, p_value=None, significant=False,
+                   method=None, change="not comparable", reason="; ".join(why))
+        return row
+    xs = [float(x) for x in tb.get("samples") or []]
+    ys = [float(y) for y in tn.get("samples") or []]
+    row.update(base_median=float(tb["median"]), new_median=float(tn["median"]),
+               base_n=len(xs), new_n=len(ys))
+    verdict = stats.difference(xs, ys, interval_a=(tb["ci_low"], tb["ci_high"]),
+                               interval_b=(tn["ci_low"], tn["ci_high"]))
+    if xs and ys and min(xs) > 0 and min(ys) > 0:
+        ratio, low, high, exact = stats.ratio_ci(xs, ys)
+        ci_method = "hodges-lehmann"
+    else:  # no samples recorded: the medians' ratio, the interval from their intervals
+        ratio = float(tn["median"]) / float(tb["median"])
+        low, high = float(tn["ci_low"]) / float(tb["ci_high"]), float(tn["ci_high"]) / float(tb["ci_low"])
+        exact, ci_method = False, "interval-ratio"
+    slower = verdict.significant and ratio > 1.0
+    faster = verdict.significant and ratio < 1.0
+    row.update(ratio=ratio, ci_low=low, ci_high=high, ci_exact=exact, ci_method=ci_method,
+               p_value=verdict.p_value, significant=verdict.significant, method=verdict.method,
+               change="slower" if slower else "faster" if faster else "no significant difference",
+               regression=bool(slower and ratio > 1.0 + threshold))
+    sb, sn = _shares(base), _shares(new)
+    row["shares"] = {c: {"base": sb.get(c), "new": sn.get(c),
+                         "diff": (sn[c] - sb[c]) if c in sb and c in sn else None}
+                     for c in CATEGORIES if c in sb or c in sn}
+    return row
+
+
+def share_summary(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per category, the median over compared combinations of the share difference
+    (new - base) with its 95% order-statistic interval; a change when the interval
+    excludes zero and reaches its confidence."""
+    out = []
+    for cat in CATEGORIES:
+        diffs = [r["shares"][cat]["diff"] for r in rows
+                 if r.get("shares", {}).get(cat, {}).get("diff") is not None]
+        if not diffs:
+            continue
+        med, low, high = stats.median_ci(diffs)
+        exact = stats.median_ci_exact(len(diffs))
+        out.append({"category": cat, "n": len(diffs), "diff": med, "ci_low": low, "ci_high": high,
+                    "ci_exact": exact, "significant": bool(exact and (low > 0 or high < 0))})
+    return out
+
+
+def version_changes(base_runs: Iterable[Run], new_runs: Iterable[Run]) -> list[dict[str, Any]]:
+    """Libraries (and Python) whose versions differ between the two sides' runs."""
+    def versions(runs: Iterable[Run]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for run in runs:
+            for lib, version in libraries(run).items():
+                if version is not None and lib != "reportgen":
+                    out.setdefault(lib, set()).add(version)
+        return out
+
+    b, n = versions(base_runs), versions(new_runs)
+    return [{"library": lib, "base": ", ".join(sorted(b.get(lib, ()))) or None,
+             "new": ", ".join(sorted(n.get(lib, ()))) or None}
+            for lib in sorted(b.keys() | n.keys(), key=str.lower) if b.get(lib) != n.get(lib)]
+
+
+def _order(row: Mapping[str, Any]) -> tuple[int, float, str]:
+    rank = {"slower": 0, "faster": 1, "no significant difference": 2}.get(row["change"], 3)
+    ratio = row.get("ratio")
+    return (rank, -abs(math.log(ratio)) if ratio else 0.0, row["id"])
+
+
+@dataclass(frozen=True)
+class Comparison:
+    base: Side
+    new: Side
+    threshold: float
+    rows: list[dict[str, Any]]
+    shares: list[dict[str, Any]]
+    only_base: list[str]
+    only_new: list[str]
+    versions: list[dict[str, Any]]
+
+    def count(self, change: str) -> int:
+        return sum(1 for r in self.rows if r["change"] == change)
+
+    @property
+    def regressions(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r.get("regression")]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"base": {"label": self.base.label, "runs": [r.run_id for r in self.base.runs]},
+                "new": {"label": self.new.label, "runs": [r.run_id for r in self.new.runs]},
+                "threshold": self.threshold, "alpha": stats.ALPHA,
+                "counts": {c: self.count(c) for c in ("slower", "faster", "no significant difference",
+                                                      "not comparable")},
+                "regressions": len(self.regressions), "rows": self.rows,
+                "shares": self.shares, "only_base": self.only_base, "only_new": self.only_new,
+                "versions": self.versions}
+
+
+def compare(base: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+    keys = pairing_keys(base, new)
+    b = _by_key(base, keys, "BASE")
+    n = _by_key(new, keys, "NEW")
+    common = [k for k in n if k in b]
+    if not common:
+        raise UserError(f"BASE ({base.label}) and NEW ({new.label}) have no combination in common")
+    rows = [compare_records(b[k][1], n[k][1], threshold) for k in common]
+    for k, row in zip(common, rows):
+        if "hardware" in keys and len({k2[0] for k2 in common}) > 1:
+            row["id"] = f"{k[0]}/{row['id']}"
+        row["base_run"], row["new_run"] = b[k][0].run_id, n[k][0].run_id
+    rows.sort(key=_order)
+    used_b = {b[k][0].run_id: b[k][0] for k in common}
+    used_n = {n[k][0].run_id: n[k][0] for k in common}
+    return Comparison(base=base, new=new, threshold=threshold, rows=rows,
+                      shares=share_summary(rows),
+                      only_base=sorted(str(b[k][1].get("id")) for k in b if k not in n),
+                      only_new=sorted(str(n[k][1].get("id")) for k in n if k not in b),
+                      versions=version_changes(used_b.values(), used_n.values()))
