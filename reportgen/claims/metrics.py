@@ -275,3 +275,31 @@ def ratio(a: Measured, b: Measured) -> Measured | str:
         else "exact"
     )
     return Measured(a.value / b.value, a.low / b.high, a.high / b.low, interval)
+
+
+def format_value(value: float | None, unit: str) -> str:
+    """A value for a reader, in its unit: 35.6%, 3.7x, 146.8 us, 1.2 GiB."""
+    if value is None:
+        return "-"
+    if unit == "share":
+        return f"{value * 100:.1f}%"
+    if unit == "ratio":
+        return f"{value:.3g}x"
+    if unit == "kernels":
+        return f"{value:g}"
+    if unit == "ms":
+        return f"{value * 1000:.1f} us" if value < 1 else f"{value:.4g} ms"
+    if unit == "bytes":
+        for step, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if abs(value) >= step:
+                return f"{value / step:.3g} {name}"
+        return f"{value:g} B"
+    return f"{value:.4g}"
+
+
+def format_range(low: float, high: float, unit: str) -> str:
+    """``30.1–38.5%`` (one unit sign where the unit is a suffix without a space)."""
+    lo, hi = format_value(low, unit), format_value(high, unit)
+    if unit in ("share", "ratio") and lo[-1] == hi[-1]:
+        return f"{lo[:-1]}\u2013{hi}"
+    return f"{lo}\u2013{hi}"
