@@ -698,5 +698,6 @@ def test_combination_section_lists_claims(cpu_runs: Path) -> None:
     text = combination_section(report, run_id, "attention-micro--forward--fp32--sdpa-math--b1--s1024",
                                "combinations/cpu/sdpa-math.md")
     assert "(../../findings/sdpa-flash-fastest-backend.md)" in text
-    assert "outside the stated conditions" in text
+    assert "context only: not measured (not the claim's hardware or conditions)" in text
+    assert "verdict-not-tested-on-its-hardware" in text and "verdict-refuted" not in text
     assert combination_section(report, run_id, "no-such-combination", "x.md") == ""

@@ -363,6 +363,7 @@ def claims_for_combination(report: CheckReport, run_id: str, combination_id: str
                     "title": result.claim.title,
                     "page": claim_page_path(result.claim.id),
                     "verdict": row["verdict"],
+                    "outcome": row["outcome"],
                     "claim_verdict": result.verdict,
                     "within_conditions": row["within_conditions"],
                     "check": result.claim.predicate.describe(),
@@ -379,4 +380,5 @@ def combination_section(report: CheckReport, run_id: str, combination_id: str, p
     for item in items:
         item["href"] = _rel(item["page"], page)
         item["verdict_class"] = item["verdict"].replace(" ", "-")
+        item["claim_verdict_class"] = item["claim_verdict"].replace(" ", "-")
     return _environment().get_template("combination.md.j2").render(claims=items)
