@@ -216,6 +216,23 @@ def test_shipped_gpu_claims_on_an_a100_run(tmp_path: Path) -> None:
     assert row["on_claim_hardware"] and row["within_conditions"] and row["role"] == "decides"
 
 
+def test_training_claim_on_an_a100_inference_run_stays_not_tested(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    records = [record("gpt2", attn, seq=1024, dtype="bf16", device="cuda", median=ms)
+               for attn, ms in (("eager", 30.0), ("flash_attention_2", 10.0))]
+    write_run(runs, "nvidia-a100-1x", "gpt2", records, gpu_name="NVIDIA A100-SXM4-80GB")
+    report = check(runs, ROOT / "claims")
+    result = next(r for r in report.claims if r.claim.id == "flashattention-gpt2-training-3x")
+    assert result.claim.conditions["setting"] == ["training"]
+    # its hardware, the wrong setting: plain "not tested", the inference ratio beside it
+    assert result.verdict == NOT_TESTED
+    (row,) = result.evidence
+    assert row["on_claim_hardware"] and not row["within_conditions"]
+    assert row["outside"] == ["setting inference (claim: training)"]
+    assert row["value"] == pytest.approx(3.0) and row["outcome"] == "holds here"
+    assert result.reason and "no run within the claim's conditions" in result.reason
+
+
 # -- bad claims ----------------------------------------------------------------------------
 
 BAD_CASES = {
