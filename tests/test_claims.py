@@ -660,6 +660,8 @@ def test_chart_spec_is_readable_labelled_and_marks_context(cpu_runs: Path) -> No
     values = spec["data"]["values"]
     assert sorted(v["seq_len"] for v in values) == [128, 2048]
     assert {v["role"] for v in values} == {ROLE_OTHER_HARDWARE}
+    assert {v["hardware"] for v in values} == {"cpu-test-2c (context)"}  # the panel says so
+    assert spec["facet"]["sort"] == {"field": "panel", "op": "min"}  # the claim's hardware first
     layers = spec["spec"]["layer"]
     texts = [layer for layer in layers if layer["mark"]["type"] == "text"]
     assert [t["encoding"]["text"]["datum"] for t in texts] == ["claim: > 60.0%"]

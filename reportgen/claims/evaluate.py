@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reportgen.claims.metrics import Measured, Metric, format_range, format_value, ratio, read_term
+from reportgen.claims.metrics import (
+    Measured,
+    Metric,
+    format_range,
+    format_value,
+    ratio,
+    read_term,
+)
 from reportgen.claims.registry import Check, Claim, Comparison, load_claims
 
 SUPPORTED, REFUTED, INCONCLUSIVE, NOT_TESTED = "supported", "refuted", "inconclusive", "not tested"

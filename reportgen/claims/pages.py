@@ -17,9 +17,9 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from reportgen.claims.evaluate import CheckReport, ClaimResult, check
-from reportgen.claims.metrics import format_value
 from reportgen.claims.cite import cite
+from reportgen.claims.evaluate import CONTEXT_OUTCOME, CheckReport, ClaimResult, check
+from reportgen.claims.metrics import format_value
 from reportgen.claims.registry import Comparison, Hardware, Ordering
 
 FINDINGS = "findings"
@@ -128,8 +128,11 @@ def _points(result: ClaimResult) -> list[dict[str, Any]]:
     checks = result.claim.predicate.checks
     for row in result.evidence:
         combo = row["combination"]
+        name = row.get("device_name") or row["gpu_name"] or row["hardware"]
         base = {
-            "hardware": row.get("device_name") or row["gpu_name"] or row["hardware"],
+            # the claim's hardware first; other hardware says so in its panel's title
+            "hardware": name if row["on_claim_hardware"] else f"{name} (context)",
+            "panel": 0 if row["on_claim_hardware"] else 1,
             "seq_len": combo.get("seq_len"),
             "dtype": combo.get("dtype"),
             "batch_size": combo.get("batch_size"),
@@ -179,7 +182,7 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
         y_title = f"{checks[0].metric.text} ({unit})"
     y_axis = alt.Axis(format="%") if unit == "share" and len(checks) == 1 else alt.Axis()
     roles = [r for r in ROLES if any(p["role"] == r for p in points)]
-    role_scale = dict(domain=list(ROLES), range=["circle", "diamond", "triangle-up"])
+    role_scale = {"domain": list(ROLES), "range": ["circle", "diamond", "triangle-up"]}
     deciding = alt.datum.role == ROLE_DECIDES
     base = alt.Chart().encode(
         x=alt.X("seq_len:O", title="sequence length", axis=alt.Axis(labelAngle=0)),
@@ -215,7 +218,9 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
     data = alt.Data(values=points)  # type: ignore[no-untyped-call]
     layered = alt.layer(*layers, data=data).properties(width=CHART_WIDTH, height=CHART_HEIGHT)
     chart = layered.facet(
-        facet=alt.Facet("hardware:N", title="measured on"), columns=2,
+        facet=alt.Facet("hardware:N", title="measured on",
+                        sort=alt.EncodingSortField("panel", op="min")),
+        columns=2,
     ).properties(title=result.claim.title)
     return dict(chart.to_dict())
 
@@ -363,7 +368,6 @@ def claims_for_combination(report: CheckReport, run_id: str, combination_id: str
                     "title": result.claim.title,
                     "page": claim_page_path(result.claim.id),
                     "verdict": row["verdict"],
-                    "outcome": row["outcome"],
                     "claim_verdict": result.verdict,
                     "within_conditions": row["within_conditions"],
                     "check": result.claim.predicate.describe(),
@@ -381,4 +385,5 @@ def combination_section(report: CheckReport, run_id: str, combination_id: str, p
         item["href"] = _rel(item["page"], page)
         item["verdict_class"] = item["verdict"].replace(" ", "-")
         item["claim_verdict_class"] = item["claim_verdict"].replace(" ", "-")
+        item["outcome"] = CONTEXT_OUTCOME[item["verdict"]]
     return _environment().get_template("combination.md.j2").render(claims=items)
