@@ -357,10 +357,10 @@ def _summarize(reasons: list[str]) -> str | None:
                      for why, v in grouped.items())
 
 
-def _row(claim: Claim, group: list[Observation], attn_key: str | None) -> dict[str, Any]:
+def _row(claim: Claim, group: list[Observation]) -> dict[str, Any]:
     first = group[0]
     on_hardware = _hardware(claim, first)
-    outside = _outside(claim, first, variants=attn_key is None)
+    outside = _outside(claim, first, variants=claim.predicate.compares_variants)
     label = hardware_label(first.device, first.device_name, first.hardware)
     if not on_hardware:
         outside.insert(0, f"hardware: not the claim's ({claim.hardware.describe()})")
@@ -470,7 +470,7 @@ def context_text(entry: dict[str, Any]) -> str:
 
 def evaluate_claim(claim: Claim, observations: list[Observation]) -> ClaimResult:
     core = [o for o in observations if all(_matches(claim, o, k) for k in _CORE)]
-    rows = [_row(claim, group, None) for group in _groups(claim, core)]
+    rows = [_row(claim, group) for group in _groups(claim, core)]
     rows.sort(key=lambda r: (not r["within_conditions"], not r["on_claim_hardware"], r["hardware"],
                              r["run_id"], str(r["combination"].get("dtype")),
                              r["combination"].get("seq_len") or 0,

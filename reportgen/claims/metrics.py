@@ -11,6 +11,8 @@ Grammar (whitespace is ignored)::
     kernels_per_forward[(<category>)]      attribution.launches_per_forward, or one category's
     memory.<field>                         e.g. memory.peak_allocated_bytes
     flops.<field>                          e.g. flops.total_counted, flops.analytic.<category>
+    nongemm_share                          the share of operator time outside matrix
+                                           multiplications (the record's op table)
 
 ``attn=<implementation>`` picks one variant from a group of combinations that differ only in
 their attention implementation: it makes the predicate compare variants.
@@ -27,7 +29,7 @@ from reportgen.categories import CATEGORIES
 
 VALID_FORMS = (
     "share(<category or glob>), latency, kernels_per_forward[(<category>)], "
-    "memory.<field>, flops.<field>; each may take attn=<implementation>; "
+    "memory.<field>, flops.<field>, nongemm_share; each may take attn=<implementation>; "
     "a ratio is <metric> / <metric>"
 )
 
@@ -45,6 +47,14 @@ FLOPS_FIELDS = (
     "percent_of_peak",
 )
 
+# Matrix multiplications (GEMM-based operators): aten ops on a CPU trace, kernel names on
+# a device trace. A fused attention op is both, so a record holding one has no answer.
+_GEMM_OP = re.compile(r"^aten::(linear|addmm|mm|bmm|matmul|baddbmm|addbmm|einsum|tensordot|"
+                      r"conv\d?d|convolution|_convolution)$")
+_GEMM_KERNEL = re.compile(r"gemm|xmma|cutlass|wgmma|cublas", re.IGNORECASE)
+_FUSED_ATTENTION = re.compile(r"scaled_dot_product|flash|fmha|efficient_attention|cudnn_attention",
+                              re.IGNORECASE)
+
 _TERM = re.compile(r"^(?P<name>[a-z_]+(?:\.[a-z_.*]+)?)(?:\((?P<args>[^()]*)\))?$")
 _IMPL = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -55,7 +65,7 @@ class MetricError(ValueError):
 
 @dataclass(frozen=True)
 class Term:
-    kind: str  # share | latency | kernels | memory | flops
+    kind: str  # share | latency | kernels | memory | flops | nongemm
     arg: str | None  # category (glob) or field path
     attn: str | None
     text: str
@@ -68,6 +78,7 @@ class Term:
             "kernels": "kernels",
             "memory": "bytes",
             "flops": "FLOP",
+            "nongemm": "share",
         }[self.kind]
 
 
@@ -132,6 +143,10 @@ def parse_term(text: str) -> Term:
             )
         _check_category(positional[0], text.strip(), allow_glob=True)
         return Term("share", positional[0], attn, compact)
+    if name == "nongemm_share":
+        if raw_args is not None:
+            raise MetricError(f"{text.strip()!r}: nongemm_share takes no argument")
+        return Term("nongemm", None, attn, compact)
     if name == "latency":
         if positional:
             raise MetricError(
@@ -259,10 +274,34 @@ def read_term(term: Term, record: dict[str, Any]) -> Measured | str:
             where = "on this device" if attribution.get("basis") == "device" else "on a CPU run"
             return f"no kernel launch counts {where}"
         return Measured(float(count), float(count), float(count), "exact count")
+    if term.kind == "nongemm":
+        return _nongemm_share(record)
     value = _dig(record.get(term.kind) or {}, term.arg or "")
     if value is None:
         return f"no {term.kind}.{term.arg} recorded"
     return Measured(float(value), float(value), float(value), "exact")
+
+
+def _nongemm_share(record: dict[str, Any]) -> Measured | str:
+    """Operator time outside matrix multiplications over all operator time (the forward's
+    time outside any operator, Python and dispatch, is in neither)."""
+    ops = record.get("ops") or []
+    if not ops:
+        return "no op table recorded"
+    fused = sorted({str(o.get("name")) for o in ops if _FUSED_ATTENTION.search(str(o.get("name")))})
+    if fused:
+        return f"a fused attention op is both GEMM and not ({fused[0]})"
+    device = (record.get("attribution") or {}).get("basis") == "device"
+    total = gemm = 0.0
+    for op in ops:
+        name, ms = str(op.get("name")), float(op.get("total_ms") or 0.0)
+        total += ms
+        if (_GEMM_KERNEL.search(name) if device else _GEMM_OP.match(name)):
+            gemm += ms
+    if total <= 0:
+        return "no operator time recorded"
+    share = (total - gemm) / total
+    return Measured(share, share, share, "one profiled pass (no interval)")
 
 
 def ratio(a: Measured, b: Measured) -> Measured | str:

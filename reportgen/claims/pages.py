@@ -114,6 +114,8 @@ def _role(row: dict[str, Any]) -> str:
 
 def _series_title(result: ClaimResult) -> str:
     checks = result.claim.predicate.checks
+    if _one_metric(checks):
+        checks = checks[:1]
     if isinstance(checks[0], Ordering):
         return "attention, dtype"
     if len(checks) > 1:
@@ -123,9 +125,16 @@ def _series_title(result: ClaimResult) -> str:
     return "attention, dtype, batch"
 
 
+def _one_metric(checks: tuple[Any, ...]) -> bool:
+    """Every check compares the same metric (a range: ``>= a`` and ``<= b``)."""
+    return all(isinstance(c, Comparison) for c in checks) and len({c.metric.text for c in checks}) == 1
+
+
 def _points(result: ClaimResult) -> list[dict[str, Any]]:
     points: list[dict[str, Any]] = []
     checks = result.claim.predicate.checks
+    if _one_metric(checks):
+        checks = checks[:1]  # one point per row: the checks share its value
     for row in result.evidence:
         combo = row["combination"]
         name = row.get("device_name") or row["gpu_name"] or row["hardware"]
@@ -133,6 +142,7 @@ def _points(result: ClaimResult) -> list[dict[str, Any]]:
             # the claim's hardware first; other hardware says so in its panel's title
             "hardware": name if row["on_claim_hardware"] else f"{name} (context)",
             "panel": 0 if row["on_claim_hardware"] else 1,
+            "model": combo.get("model"),
             "seq_len": combo.get("seq_len"),
             "dtype": combo.get("dtype"),
             "batch_size": combo.get("batch_size"),
@@ -172,10 +182,13 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
         return None
     import altair as alt
 
-    checks = result.claim.predicate.checks
+    all_checks = result.claim.predicate.checks
+    checks = all_checks[:1] if _one_metric(all_checks) else all_checks
     unit = _unit(checks[0])
     if len(checks) > 1:
         y_title = "value"
+    elif checks[0].metric.numerator.kind == "nongemm":
+        y_title = "non-GEMM share of operator time"
     elif unit == "share":
         y_title = f"{checks[0].metric.text}: share of forward time"
     else:
@@ -184,10 +197,15 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
     roles = [r for r in ROLES if any(p["role"] == r for p in points)]
     role_scale = {"domain": list(ROLES), "range": ["circle", "diamond", "triangle-up"]}
     deciding = alt.datum.role == ROLE_DECIDES
+    series_title = _series_title(result)
+    if len({p["model"] for p in points}) > 1:  # a claim about several models: name each
+        for p in points:
+            p["series"] = f"{p['model']} {p['series']}"
+        series_title = "model, " + series_title
     base = alt.Chart().encode(
         x=alt.X("seq_len:O", title="sequence length", axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("series:N"),  # series side by side at each length, not stacked
-        color=alt.Color("series:N", title=_series_title(result),
+        color=alt.Color("series:N", title=series_title,
                         legend=alt.Legend(titleLimit=320, labelLimit=320)),
     )
     tooltip = [alt.Tooltip(f) for f in ("hardware:N", "run:N", "series:N", "dtype:N", "batch_size:O",
@@ -207,9 +225,12 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
         ),
     ]
     if len(checks) == 1 and isinstance(checks[0], Comparison):
-        spec = checks[0]
-        lines = spec.band if spec.op in ("==", "approx") and spec.tolerance else (spec.value,)
-        label = threshold_label(spec)
+        lines: list[float] = []
+        for spec in all_checks:
+            assert isinstance(spec, Comparison)
+            lines += list(spec.band) if spec.op in ("==", "approx") and spec.tolerance else [spec.value]
+        label = "claim: " + " and ".join(threshold_label(c).removeprefix("claim: ")
+                                         for c in all_checks if isinstance(c, Comparison))
         one = alt.Chart().transform_aggregate(n="count()")  # one mark per panel, not per point
         for line in dict.fromkeys(lines):
             layers.append(one.mark_rule(strokeDash=[4, 4], color="gray").encode(y=alt.datum(line)))

@@ -44,7 +44,8 @@ def _interval(item: dict[str, Any]) -> str:
 
 def _evidence_line(row: dict[str, Any]) -> str:
     combo = row["combination"]
-    parts = [row["hardware"], str(combo.get("dtype")), f"b{combo.get('batch_size')}", f"s{combo.get('seq_len')}"]
+    parts = [row["hardware"], str(combo.get("model")), str(combo.get("mode")), str(combo.get("dtype")),
+             f"b{combo.get('batch_size')}", f"s{combo.get('seq_len')}"]
     if combo.get("attn_implementation"):
         parts.append(str(combo["attn_implementation"]))
     where = " ".join(parts)
