@@ -282,6 +282,43 @@ def test_nongemm_claim_on_the_committed_cpu_runs() -> None:
     assert sum(result.counts.values()) == len(within)
 
 
+def utilization_run(root: Path, hardware: str, gpu: str, core_ms: float, peak: float) -> None:
+    records = []
+    for dtype in ("bf16",):
+        rec = record("attention-micro", "sdpa-flash", seq=2048, dtype=dtype, device="cuda", median=1.0,
+                     ci=(1.0, 1.0), shares={"attention.qkv": 0.2, "attention.core": 0.6, "attention.out": 0.2})
+        rec["attribution"]["categories"]["attention.core"]["device_ms"] = core_ms
+        rec["model"] = {"name": "attention-micro", "architecture": "attention"}
+        rec["flops"] = {"analytic": {"attention.core": 2e12}, "peak_flops_per_s": peak}
+        records.append(rec)
+    write_run(root, hardware, "attention-micro", records, gpu_name=gpu)
+
+
+def test_utilization_claims_on_a100_and_h100_runs(tmp_path: Path) -> None:
+    from reportgen.claims.metrics import parse_metric, read_term
+
+    runs = tmp_path / "runs"
+    # causal: half of 2e12 FLOPs in 5 ms = 200 TFLOP/s, 64.1% of an A100's 312
+    utilization_run(runs, "nvidia-a100-1x", "NVIDIA A100-SXM4-80GB", core_ms=5.0, peak=312e12)
+    # 1e12 FLOPs in 4 ms = 250 TFLOP/s, 25.3% of an H100's 989.5
+    utilization_run(runs, "nvidia-h100-1x", "NVIDIA H100 80GB HBM3", core_ms=4.0, peak=989.5e12)
+    report = check(runs, ROOT / "claims")
+    by_id = {r.claim.id: r for r in report.claims}
+    a100 = by_id["flashattention2-a100-utilization"]
+    assert a100.verdict == SUPPORTED
+    (row,) = [r for r in a100.evidence if r["within_conditions"]]
+    assert row["gpu_name"] == "NVIDIA A100-SXM4-80GB"
+    assert row["value"] == pytest.approx(100 * 1e12 / 0.005 / 312e12)
+    assert [c["text"] for c in a100.context] == [
+        ("on a GPU (NVIDIA H100 80GB HBM3, nvidia-h100-1x): 25.3% of peak over 1 combination; "
+         "not the claim's hardware")]
+    h100 = by_id["flashattention2-h100-utilization"]
+    assert h100.verdict == SUPPORTED and h100.counts[SUPPORTED] == 1
+    term = parse_metric("utilization(attention.core)").numerator
+    cpu = record("attention-micro", "sdpa-flash")
+    assert read_term(term, cpu) == "no device time on a CPU run"
+
+
 # -- bad claims ----------------------------------------------------------------------------
 
 BAD_CASES = {
@@ -760,7 +797,7 @@ def test_combination_section_lists_claims(cpu_runs: Path) -> None:
     report = check(cpu_runs, ROOT / "claims")
     run_id = "cpu-test-2c/attention-micro-12345678"
     found = claims_for_combination(report, run_id, "attention-micro--forward--fp32--sdpa-math--b1--s1024")
-    assert {f["claim_id"] for f in found} == {"sdpa-math-vs-naive-inplace", "sdpa-flash-fastest-backend",
+    assert {f["claim_id"] for f in found} >= {"sdpa-math-vs-naive-inplace", "sdpa-flash-fastest-backend",
                                                "attention-kernels-per-forward"}
     assert all(not f["within_conditions"] for f in found)
     text = combination_section(report, run_id, "attention-micro--forward--fp32--sdpa-math--b1--s1024",

@@ -13,6 +13,8 @@ Grammar (whitespace is ignored)::
     flops.<field>                          e.g. flops.total_counted, flops.analytic.<category>
     nongemm_share                          the share of operator time outside matrix
                                            multiplications (the record's op table)
+    utilization(<category>)                the category's analytic FLOPs over its device
+                                           time, in percent of the device's peak FLOP/s
 
 ``attn=<implementation>`` picks one variant from a group of combinations that differ only in
 their attention implementation: it makes the predicate compare variants.
@@ -29,7 +31,7 @@ from reportgen.categories import CATEGORIES
 
 VALID_FORMS = (
     "share(<category or glob>), latency, kernels_per_forward[(<category>)], "
-    "memory.<field>, flops.<field>, nongemm_share; each may take attn=<implementation>; "
+    "memory.<field>, flops.<field>, nongemm_share, utilization(<category>); each may take attn=<implementation>; "
     "a ratio is <metric> / <metric>"
 )
 
@@ -65,7 +67,7 @@ class MetricError(ValueError):
 
 @dataclass(frozen=True)
 class Term:
-    kind: str  # share | latency | kernels | memory | flops | nongemm
+    kind: str  # share | latency | kernels | memory | flops | nongemm | utilization
     arg: str | None  # category (glob) or field path
     attn: str | None
     text: str
@@ -79,6 +81,7 @@ class Term:
             "memory": "bytes",
             "flops": "FLOP",
             "nongemm": "share",
+            "utilization": "percent",
         }[self.kind]
 
 
@@ -143,6 +146,11 @@ def parse_term(text: str) -> Term:
             )
         _check_category(positional[0], text.strip(), allow_glob=True)
         return Term("share", positional[0], attn, compact)
+    if name == "utilization":
+        if len(positional) != 1:
+            raise MetricError(f"{text.strip()!r}: utilization takes one category, e.g. utilization(attention.core)")
+        _check_category(positional[0], text.strip(), allow_glob=False)
+        return Term("utilization", positional[0], attn, compact)
     if name == "nongemm_share":
         if raw_args is not None:
             raise MetricError(f"{text.strip()!r}: nongemm_share takes no argument")
@@ -276,10 +284,44 @@ def read_term(term: Term, record: dict[str, Any]) -> Measured | str:
         return Measured(float(count), float(count), float(count), "exact count")
     if term.kind == "nongemm":
         return _nongemm_share(record)
+    if term.kind == "utilization":
+        return _utilization(record, term.arg or "")
     value = _dig(record.get(term.kind) or {}, term.arg or "")
     if value is None:
         return f"no {term.kind}.{term.arg} recorded"
     return Measured(float(value), float(value), float(value), "exact")
+
+
+def _utilization(record: dict[str, Any], category: str) -> Measured | str:
+    """Percent of peak: the category's analytic FLOPs per second of its device time.
+
+    A causal attention computes half its score matrix, and FlashAttention's papers count
+    half; the analytic count is of the full matrix, so a decoder's (or the causal
+    attention-micro's) ``attention.core`` FLOPs are halved here. The interval carries the
+    latency's 95% interval over to the category's time, as a share's does.
+    """
+    attribution = record.get("attribution") or {}
+    flops = record.get("flops") or {}
+    if attribution.get("basis") != "device":
+        return "no device time on a CPU run"
+    peak = flops.get("peak_flops_per_s")
+    if not peak:
+        return "no peak FLOP/s recorded for this device and dtype"
+    work = (flops.get("analytic") or {}).get(category)
+    cat = (attribution.get("categories") or {}).get(category) or {}
+    ms = cat.get("device_ms") if cat.get("device_ms") is not None else cat.get("ms")
+    if not work or not ms:
+        return f"no analytic FLOPs or device time for {category}"
+    model = record.get("model") or {}
+    causal = model.get("architecture") == "decoder" or model.get("name") == "attention-micro"
+    if category == "attention.core" and causal:
+        work = work / 2
+    value = 100.0 * work / (ms / 1000.0) / peak
+    timing = record.get("timing") or {}
+    median, low, high = timing.get("median"), timing.get("ci_low"), timing.get("ci_high")
+    if median and low and high:  # time anywhere in the latency's interval
+        return Measured(value, value * median / high, value * median / low, "latency CI propagated")
+    return Measured(value, value, value, "no interval recorded")
 
 
 def _nongemm_share(record: dict[str, Any]) -> Measured | str:
@@ -326,6 +368,8 @@ def format_value(value: float | None, unit: str) -> str:
         return f"{value:.3g}x"
     if unit == "kernels":
         return f"{value:g}"
+    if unit == "percent":
+        return f"{value:.1f}% of peak"
     if unit == "ms":
         return f"{value * 1000:.1f} us" if value < 1 else f"{value:.4g} ms"
     if unit == "bytes":
@@ -339,6 +383,8 @@ def format_value(value: float | None, unit: str) -> str:
 def format_range(low: float, high: float, unit: str) -> str:
     """``30.1–38.5%`` (one unit sign where the unit is a suffix without a space)."""
     lo, hi = format_value(low, unit), format_value(high, unit)
+    if unit == "percent":
+        return f"{low:.1f}\u2013{hi}"
     if unit in ("share", "ratio") and lo[-1] == hi[-1]:
         return f"{lo[:-1]}\u2013{hi}"
     return f"{lo}\u2013{hi}"
