@@ -157,6 +157,7 @@ def test_every_shipped_claim_loads(path: Path) -> None:
 
 def test_registry_has_the_issue_claims() -> None:
     ids = {c.id for c in load_claims(ROOT / "claims")}
+    assert len(ids) >= 9
     assert {"bert-base-attention-over-60-percent", "sdpa-math-vs-naive-inplace",
             "sdpa-flash-fastest-backend", "attention-kernels-per-forward"} <= ids
     bert = load_claim(ROOT / "claims" / "bert-base-attention-over-60-percent.yaml")
