@@ -9,13 +9,18 @@ Verdicts, per piece of evidence (one combination, or one group of variants):
 * ``not tested``: no measurement (no matching run, a skipped variant, a metric the device
   does not record such as kernel launches on a CPU).
 
-Evidence is collected from every combination of the claim's model (and scale, mode,
-suite). Those that also meet the claim's hardware, dtype, shape and attention conditions
-are *within conditions* and decide the claim's verdict; the rest are shown as context.
+* ``not tested on its hardware``: the claim's overall verdict while no run on the hardware
+  it was made on exists; runs on other hardware are shown as context beside it.
 
-Hardware: ``cpu`` and ``gpu`` match the device kind. A GPU name pattern (``A100*``) matches
-every CUDA GPU run, because a claim about one GPU is the natural question to ask of
-another; the evidence names the GPU and flags it when it is not the stated one.
+Evidence is collected from every combination of the claim's model (and scale, mode,
+suite). Those that also meet the claim's hardware, setting, dtype, shape and attention
+conditions are *within conditions* and decide the claim's verdict; the rest are context.
+
+Hardware: a claim states a class (``cpu``, ``gpu``) and, where its source names one, a
+device. A run matches the class by its device kind, and the device word for word from the
+start of its name, brand words dropped (``Hardware.matches``): a claim made on an ``A100``
+is decided by "NVIDIA A100-SXM4-80GB" or "A100 80GB PCIe" runs, never by an H100, an H200
+or an A10. A claim for ``any`` hardware is decided by every run.
 """
 
 from __future__ import annotations
@@ -27,15 +32,28 @@ from pathlib import Path
 from typing import Any
 
 from reportgen import stats
-from reportgen.claims.metrics import Measured, Metric, ratio, read_term
+from reportgen.claims.metrics import (
+    Measured,
+    Metric,
+    format_range,
+    format_value,
+    ratio,
+    read_term,
+)
 from reportgen.claims.registry import Check, Claim, Comparison, load_claims
 
 SUPPORTED, REFUTED, INCONCLUSIVE, NOT_TESTED = "supported", "refuted", "inconclusive", "not tested"
 MIXED = "mixed"  # a claim's overall verdict when its evidence disagrees
+NOT_TESTED_HARDWARE = "not tested on its hardware"  # a claim's overall verdict, never a row's
 VERDICTS = (SUPPORTED, REFUTED, INCONCLUSIVE, NOT_TESTED)
+CLAIM_VERDICTS = (*VERDICTS, MIXED, NOT_TESTED_HARDWARE)
+# What a row outside the claim's conditions shows: the predicate's outcome there, in words
+# that are not a verdict (context never decides, so it is never "refuted").
+CONTEXT_OUTCOME = {SUPPORTED: "holds here", REFUTED: "does not hold here",
+                   INCONCLUSIVE: "interval straddles the threshold", NOT_TESTED: "not measured"}
 
 _CORE = ("model", "scale", "mode", "suite")
-_SHAPE = ("dtype", "seq_len", "batch_size", "attn_implementation")
+_SHAPE = ("setting", "dtype", "seq_len", "batch_size", "attn_implementation")
 _KEY_FIELDS = ("model", "scale", "mode", "dtype", "batch_size", "seq_len", "attn_implementation", "device")
 
 
@@ -49,6 +67,15 @@ class Observation:
     gpu_name: str | None
     suite: str | None
     record: dict[str, Any]
+    cpu_name: str | None = None
+
+    @property
+    def device_name(self) -> str | None:
+        """The measuring device's name: the worker's GPU, else the run's GPU or CPU model."""
+        worker = (self.record.get("device") or {}).get("name")
+        if self.device == "gpu":
+            return str(worker) if worker else self.gpu_name
+        return self.cpu_name
 
     @property
     def combo(self) -> dict[str, Any]:
@@ -70,6 +97,9 @@ class ClaimResult:
     counts: dict[str, int]
     evidence: list[dict[str, Any]]
     reason: str | None = None
+    # per hardware that is not the claim's: {"hardware", "device", "label", "n", "low",
+    # "high", "unit", "lowest", "text"}
+    context: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         c = self.claim
@@ -79,12 +109,16 @@ class ClaimResult:
             "file": c.path,
             "quote": c.quote,
             "source": {"title": c.source.title, "url": c.source.url, "date": c.source.date,
-                       "via": c.source.via, "provenance": c.source.provenance},
-            "conditions": c.conditions,
+                       "via": c.source.via, "quote_in_primary": c.source.quote_in_primary,
+                       "provenance": c.source.provenance},
+            "conditions": {k: (v.describe() if k == "hardware" else v)
+                           for k, v in c.conditions.items()},
+            "hardware": {"class": c.hardware.kind, "device": c.hardware.device},
             "predicate": c.predicate.describe(),
             "verdict": self.verdict,
             "counts": self.counts,
             "reason": self.reason,
+            "context": self.context,
             "evidence": self.evidence,
         }
 
@@ -124,6 +158,14 @@ def _gpu_name(run: dict[str, Any]) -> str | None:
     return None
 
 
+def _cpu_name(run: dict[str, Any]) -> str | None:
+    env = run.get("environment") or {}
+    for value in ((env.get("cpu") or {}).get("model"), (env.get("host") or {}).get("cpu_model")):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def load_observations(runs_root: Path | str) -> list[Observation]:
     """Every combination record of the current runs under ``runs_root`` (the latest
     complete run of each suite on each hardware; a missing directory has none).
@@ -136,12 +178,12 @@ def load_observations(runs_root: Path | str) -> list[Observation]:
     for run in current_runs(iter_runs(runs_root)):  # earlier runs of a suite: history only
         hardware = str(run.record.get("hardware") or run.path.parent.name)
         suite = (run.record.get("suite") or {}).get("name")
-        gpu = _gpu_name(run.record)
+        gpu, cpu = _gpu_name(run.record), _cpu_name(run.record)
         for record in run.combinations():
             device = str((record.get("combination") or {}).get("device") or "cpu")
             kind = "gpu" if device.startswith("cuda") else "cpu"
             observations.append(Observation(run.run_id, hardware, kind, gpu if kind == "gpu" else None,
-                                            suite, record))
+                                            suite, record, cpu))
     return observations
 
 
@@ -157,34 +199,35 @@ def _in_range(spec: dict[str, Any], value: Any) -> bool:
     return (low is None or value >= low) and (high is None or value <= high)
 
 
+def _value(obs: Observation, key: str) -> Any:
+    if key == "suite":
+        return obs.suite
+    if key == "setting":  # every mode reportgen measures is inference
+        return obs.combo.get("setting") or "inference"
+    return obs.combo.get(key)
+
+
 def _matches(claim: Claim, obs: Observation, key: str) -> bool:
     spec = claim.conditions.get(key)
     if spec is None:
         return True
-    value = obs.suite if key == "suite" else obs.combo.get(key)
+    value = _value(obs, key)
     if key in ("seq_len", "batch_size"):
         return _in_range(spec, value)
     return any(fnmatch.fnmatchcase(str(value), pattern) for pattern in spec)
 
 
-def _hardware(claim: Claim, obs: Observation) -> tuple[bool, str | None]:
-    """(within conditions, note for the evidence table)."""
-    stated = claim.conditions.get("hardware", "any")
-    kind = stated.lower()
-    if kind == "any":
-        return True, None
-    if kind in ("cpu", "gpu"):
-        return obs.device == kind, None if obs.device == kind else f"{obs.device} (claim: {kind})"
-    if obs.device != "gpu":
-        return False, f"cpu (claim: {stated})"
-    names = [n for n in (obs.gpu_name, obs.hardware) if n]
-    pattern = stated.lower()
-    for name in names:
-        low = name.lower()
-        for candidate in (low, low.removeprefix("nvidia ").removeprefix("nvidia-")):
-            if fnmatch.fnmatchcase(candidate, pattern):
-                return True, None
-    return True, f"{obs.gpu_name or obs.hardware} differs from the stated {stated}"
+def _hardware(claim: Claim, obs: Observation) -> bool:
+    """Whether ``obs`` ran on the hardware the claim was made on."""
+    # the measuring device's own name when recorded; the hardware slug only without one
+    return claim.hardware.matches(obs.device, [obs.device_name or obs.hardware])
+
+
+def hardware_label(obs_device: str, name: str | None, hardware: str) -> str:
+    """How a run's hardware is named to a reader: "a CPU (AMD EPYC, cpu-amd-epyc-2c)"."""
+    noun = "a GPU" if obs_device == "gpu" else "a CPU"
+    detail = ", ".join(dict.fromkeys(n for n in (name, hardware) if n))
+    return f"{noun} ({detail})" if detail else noun
 
 
 def _describe_spec(spec: Any) -> str:
@@ -201,7 +244,7 @@ def _outside(claim: Claim, obs: Observation, variants: bool) -> list[str]:
         if variants and key == "attn_implementation":
             continue
         if not _matches(claim, obs, key):
-            reasons.append(f"{key} {obs.combo.get(key)} (claim: {_describe_spec(claim.conditions[key])})")
+            reasons.append(f"{key} {_value(obs, key)} (claim: {_describe_spec(claim.conditions[key])})")
     # a claim speaks of eager forwards unless it names torch.compile modes; records made
     # before the compile axis have no "compile" and ran eagerly
     compiled = str(obs.combo.get("compile") or "none")
@@ -288,6 +331,8 @@ def _evaluate_check(check: Check, pick: dict[str | None, Observation | None],
         ranked.append({"attn": variant, "combination": obs.id if obs else None, **measured.as_dict()})
     if gaps:
         out.update(verdict=NOT_TESTED, reason="; ".join(gaps), variants=ranked)
+        if len(ranked) > 1:  # for context: the fastest of the variants that were measured
+            out["lowest_measured"] = min(ranked, key=lambda r: r["value"])["attn"]
         return out
     pairs = list(zip(ranked, ranked[1:])) if check.order == "ascending" else [(ranked[0], r) for r in ranked[1:]]
     verdicts = []
@@ -320,13 +365,13 @@ def _summarize(reasons: list[str]) -> str | None:
                      for why, v in grouped.items())
 
 
-def _row(claim: Claim, group: list[Observation], attn_key: str | None) -> dict[str, Any]:
+def _row(claim: Claim, group: list[Observation]) -> dict[str, Any]:
     first = group[0]
-    within_hw, hw_note = _hardware(claim, first)
-    outside = _outside(claim, first, variants=attn_key is None)
-    if not within_hw:
-        outside.insert(0, f"hardware {hw_note}")
-        hw_note = None
+    on_hardware = _hardware(claim, first)
+    outside = _outside(claim, first, variants=claim.predicate.compares_variants)
+    label = hardware_label(first.device, first.device_name, first.hardware)
+    if not on_hardware:
+        outside.insert(0, f"hardware: not the claim's ({claim.hardware.describe()})")
     combo = {k: first.combo.get(k) for k in _KEY_FIELDS}
     if claim.predicate.compares_variants:
         combo["attn_implementation"] = None
@@ -341,8 +386,11 @@ def _row(claim: Claim, group: list[Observation], attn_key: str | None) -> dict[s
         "hardware": first.hardware,
         "device": first.device,
         "gpu_name": first.gpu_name,
-        "hardware_note": hw_note,
+        "device_name": first.device_name,
+        "hardware_label": label,
+        "on_claim_hardware": on_hardware,
         "within_conditions": not outside,
+        "role": "decides" if not outside else "context",
         "outside": outside,
         "combination": combo,
         "combinations": [o.id for o in group if not claim.predicate.compares_variants
@@ -353,6 +401,12 @@ def _row(claim: Claim, group: list[Observation], attn_key: str | None) -> dict[s
     }
     head = checks[0]
     row.update({k: head.get(k) for k in ("value", "ci_low", "ci_high")})
+    row["outcome"] = verdict if not outside else CONTEXT_OUTCOME[verdict]
+    used = [o for o in group if o.id in row["combinations"]]
+    # for citing: when the evidence was measured, and by which project commit
+    row["finished"] = max((str(o.record.get("finished") or "") for o in used), default="") or None
+    row["commits"] = sorted({str((o.record.get("git") or {}).get("commit"))
+                             for o in used if (o.record.get("git") or {}).get("commit")})
     return row
 
 
@@ -367,31 +421,96 @@ def _groups(claim: Claim, observations: list[Observation]) -> list[list[Observat
     return [g for g in grouped.values() if wanted & {o.combo.get("attn_implementation") for o in g}]
 
 
+def _context(claim: Claim, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the runs on other hardware measured, one entry per hardware, for the reader
+    ("on a CPU (AMD EPYC): 30.1-38.5%; not the claim's hardware"). Rows that also meet
+    the claim's other conditions are preferred; without any, every row of that hardware."""
+    unit = claim.predicate.checks[0].metric.unit
+    by_hw: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if not row["on_claim_hardware"]:
+            by_hw.setdefault(row["hardware_label"], []).append(row)
+    out: list[dict[str, Any]] = []
+    for label, group in by_hw.items():
+        matching = [r for r in group if len(r["outside"]) == 1]  # outside by hardware only
+        near = matching or group
+        values = [r["value"] for r in near if r.get("value") is not None]
+        lows = [r["ci_low"] for r in near if r.get("ci_low") is not None]
+        highs = [r["ci_high"] for r in near if r.get("ci_high") is not None]
+        head = [r["checks"][0] for r in near]
+        lowest = Counter(c.get("lowest") or c.get("lowest_measured") for c in head
+                         if c.get("lowest") or c.get("lowest_measured"))
+        unmeasured = sorted({v for c in head if c.get("lowest_measured") for v in
+                             set(getattr(claim.predicate.checks[0], "variants", ()))
+                             - {m["attn"] for m in c.get("variants") or []}})
+        entry: dict[str, Any] = {
+            "label": label, "hardware": group[0]["hardware"], "device": group[0]["device"],
+            "n": len(values) or sum(lowest.values()), "unit": unit,
+            "low": min(values) if values else None, "high": max(values) if values else None,
+            "ci_low": min(lows) if lows else None, "ci_high": max(highs) if highs else None,
+            "lowest": dict(lowest.most_common()),
+            "meets_other_conditions": bool(matching), "unmeasured": unmeasured,
+            "why_unmeasured": next((r["reason"].split("; ")[0] for r in near if r.get("reason")), None),
+        }
+        entry["text"] = context_text(entry)
+        out.append(entry)
+    return sorted(out, key=lambda e: e["label"])
+
+
+def context_text(entry: dict[str, Any]) -> str:
+    """One line: "on a CPU (AMD EPYC): 30.1–38.5% over 4 combinations; not the claim's hardware"."""
+    unit = entry["unit"]
+    if entry["low"] is not None:
+        if format_value(entry["low"], unit) == format_value(entry["high"], unit):
+            measured = format_value(entry["low"], unit)
+        else:
+            measured = format_range(entry["low"], entry["high"], unit)
+        n = entry["n"]
+        what = f"{measured} over {n} combination{'s' if n != 1 else ''}"
+    elif entry["lowest"]:
+        what = "lowest: " + ", ".join(f"{k} in {v} of {entry['n']}" for k, v in entry["lowest"].items())
+        if entry["unmeasured"]:
+            what += f" ({', '.join(entry['unmeasured'])} not measured there)"
+    else:
+        what = "not measured: " + (entry["why_unmeasured"] or "no value recorded")
+    return f"on {entry['label']}: {what}; not the claim's hardware"
+
+
 def evaluate_claim(claim: Claim, observations: list[Observation]) -> ClaimResult:
     core = [o for o in observations if all(_matches(claim, o, k) for k in _CORE)]
-    rows = [_row(claim, group, None) for group in _groups(claim, core)]
-    rows.sort(key=lambda r: (not r["within_conditions"], r["hardware"], r["run_id"],
-                             str(r["combination"].get("dtype")), r["combination"].get("seq_len") or 0,
+    rows = [_row(claim, group) for group in _groups(claim, core)]
+    rows.sort(key=lambda r: (not r["within_conditions"], not r["on_claim_hardware"], r["hardware"],
+                             r["run_id"], str(r["combination"].get("dtype")),
+                             r["combination"].get("seq_len") or 0,
                              r["combination"].get("batch_size") or 0,
                              str(r["combination"].get("attn_implementation"))))
     within = [r for r in rows if r["within_conditions"]]
     counts = Counter(r["verdict"] for r in within)
     tested = {v for v in counts if v != NOT_TESTED}
+    context = _context(claim, rows)
     reason: str | None = None
     if not tested:
         verdict = NOT_TESTED
         models = ", ".join(claim.conditions["model"])
+        hardware = claim.hardware.describe()
         if not rows:
             reason = f"no combination of {models} in the runs (with the claim's scale, mode and suite)"
+            if claim.hardware.kind != "any":
+                verdict = NOT_TESTED_HARDWARE
+                reason = f"no run on the claim's hardware ({hardware}); " + reason
+        elif not any(r["on_claim_hardware"] for r in rows):
+            verdict = NOT_TESTED_HARDWARE
+            measured_on = ", ".join(dict.fromkeys(r["hardware_label"] for r in rows))
+            reason = f"no run on the claim's hardware ({hardware}); measured so far on {measured_on}"
         elif not within:
-            why = Counter(r["outside"][0].split(" (")[0] for r in rows)
-            reason = f"no run within the claim's conditions; {len(rows)} outside: " + ", ".join(
+            why = Counter(r["outside"][0].split(" (")[0].split(":")[0] for r in rows if r["on_claim_hardware"])
+            reason = f"no run within the claim's conditions; {sum(why.values())} on its hardware outside them: " + ", ".join(
                 f"{n}x {w}" for w, n in why.most_common())
         else:
             reason = "every matching combination lacks the measurement: " + (within[0]["reason"] or "")
     else:
         verdict = tested.pop() if len(tested) == 1 else MIXED
-    return ClaimResult(claim, verdict, {v: counts.get(v, 0) for v in VERDICTS}, rows, reason)
+    return ClaimResult(claim, verdict, {v: counts.get(v, 0) for v in VERDICTS}, rows, reason, context)
 
 
 def check(runs_root: Path | str, claims_dir: Path | str) -> CheckReport:

@@ -11,6 +11,10 @@ Grammar (whitespace is ignored)::
     kernels_per_forward[(<category>)]      attribution.launches_per_forward, or one category's
     memory.<field>                         e.g. memory.peak_allocated_bytes
     flops.<field>                          e.g. flops.total_counted, flops.analytic.<category>
+    nongemm_share                          the share of operator time outside matrix
+                                           multiplications (the record's op table)
+    utilization(<category>)                the category's analytic FLOPs over its device
+                                           time, in percent of the device's peak FLOP/s
 
 ``attn=<implementation>`` picks one variant from a group of combinations that differ only in
 their attention implementation: it makes the predicate compare variants.
@@ -28,7 +32,7 @@ from reportgen.shares import combined_share, headline_section
 
 VALID_FORMS = (
     "share(<category or glob>), latency, kernels_per_forward[(<category>)], "
-    "memory.<field>, flops.<field>; each may take attn=<implementation>; "
+    "memory.<field>, flops.<field>, nongemm_share, utilization(<category>); each may take attn=<implementation>; "
     "a ratio is <metric> / <metric>"
 )
 
@@ -46,6 +50,14 @@ FLOPS_FIELDS = (
     "percent_of_peak",
 )
 
+# Matrix multiplications (GEMM-based operators): aten ops on a CPU trace, kernel names on
+# a device trace. A fused attention op is both, so a record holding one has no answer.
+_GEMM_OP = re.compile(r"^aten::(linear|addmm|mm|bmm|matmul|baddbmm|addbmm|einsum|tensordot|"
+                      r"conv\d?d|convolution|_convolution)$")
+_GEMM_KERNEL = re.compile(r"gemm|xmma|cutlass|wgmma|cublas", re.IGNORECASE)
+_FUSED_ATTENTION = re.compile(r"scaled_dot_product|flash|fmha|efficient_attention|cudnn_attention",
+                              re.IGNORECASE)
+
 _TERM = re.compile(r"^(?P<name>[a-z_]+(?:\.[a-z_.*]+)?)(?:\((?P<args>[^()]*)\))?$")
 _IMPL = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -56,7 +68,7 @@ class MetricError(ValueError):
 
 @dataclass(frozen=True)
 class Term:
-    kind: str  # share | latency | kernels | memory | flops
+    kind: str  # share | latency | kernels | memory | flops | nongemm | utilization
     arg: str | None  # category (glob) or field path
     attn: str | None
     text: str
@@ -69,6 +81,8 @@ class Term:
             "kernels": "kernels",
             "memory": "bytes",
             "flops": "FLOP",
+            "nongemm": "share",
+            "utilization": "percent",
         }[self.kind]
 
 
@@ -133,6 +147,15 @@ def parse_term(text: str) -> Term:
             )
         _check_category(positional[0], text.strip(), allow_glob=True)
         return Term("share", positional[0], attn, compact)
+    if name == "utilization":
+        if len(positional) != 1:
+            raise MetricError(f"{text.strip()!r}: utilization takes one category, e.g. utilization(attention.core)")
+        _check_category(positional[0], text.strip(), allow_glob=False)
+        return Term("utilization", positional[0], attn, compact)
+    if name == "nongemm_share":
+        if raw_args is not None:
+            raise MetricError(f"{text.strip()!r}: nongemm_share takes no argument")
+        return Term("nongemm", None, attn, compact)
     if name == "latency":
         if positional:
             raise MetricError(
@@ -268,10 +291,68 @@ def read_term(term: Term, record: dict[str, Any]) -> Measured | str:
             where = "on this device" if attribution.get("basis") == "device" else "on a CPU run"
             return f"no kernel launch counts {where}"
         return Measured(float(count), float(count), float(count), "exact count")
+    if term.kind == "nongemm":
+        return _nongemm_share(record)
+    if term.kind == "utilization":
+        return _utilization(record, term.arg or "")
     value = _dig(record.get(term.kind) or {}, term.arg or "")
     if value is None:
         return f"no {term.kind}.{term.arg} recorded"
     return Measured(float(value), float(value), float(value), "exact")
+
+
+def _utilization(record: dict[str, Any], category: str) -> Measured | str:
+    """Percent of peak: the category's analytic FLOPs per second of its device time.
+
+    A causal attention computes half its score matrix, and FlashAttention's papers count
+    half; the analytic count is of the full matrix, so a decoder's (or the causal
+    attention-micro's) ``attention.core`` FLOPs are halved here. The interval carries the
+    latency's 95% interval over to the category's time, as a share's does.
+    """
+    attribution = record.get("attribution") or {}
+    flops = record.get("flops") or {}
+    if attribution.get("basis") != "device":
+        return "no device time on a CPU run"
+    peak = flops.get("peak_flops_per_s")
+    if not peak:
+        return "no peak FLOP/s recorded for this device and dtype"
+    work = (flops.get("analytic") or {}).get(category)
+    cat = (attribution.get("categories") or {}).get(category) or {}
+    ms = cat.get("device_ms") if cat.get("device_ms") is not None else cat.get("ms")
+    if not work or not ms:
+        return f"no analytic FLOPs or device time for {category}"
+    model = record.get("model") or {}
+    causal = model.get("architecture") == "decoder" or model.get("name") == "attention-micro"
+    if category == "attention.core" and causal:
+        work = work / 2
+    value = 100.0 * work / (ms / 1000.0) / peak
+    timing = record.get("timing") or {}
+    median, low, high = timing.get("median"), timing.get("ci_low"), timing.get("ci_high")
+    if median and low and high:  # time anywhere in the latency's interval
+        return Measured(value, value * median / high, value * median / low, "latency CI propagated")
+    return Measured(value, value, value, "no interval recorded")
+
+
+def _nongemm_share(record: dict[str, Any]) -> Measured | str:
+    """Operator time outside matrix multiplications over all operator time (the forward's
+    time outside any operator, Python and dispatch, is in neither)."""
+    ops = record.get("ops") or []
+    if not ops:
+        return "no op table recorded"
+    fused = sorted({str(o.get("name")) for o in ops if _FUSED_ATTENTION.search(str(o.get("name")))})
+    if fused:
+        return f"a fused attention op is both GEMM and not ({fused[0]})"
+    device = (record.get("attribution") or {}).get("basis") == "device"
+    total = gemm = 0.0
+    for op in ops:
+        name, ms = str(op.get("name")), float(op.get("total_ms") or 0.0)
+        total += ms
+        if (_GEMM_KERNEL.search(name) if device else _GEMM_OP.match(name)):
+            gemm += ms
+    if total <= 0:
+        return "no operator time recorded"
+    share = (total - gemm) / total
+    return Measured(share, share, share, "one profiled pass (no interval)")
 
 
 def ratio(a: Measured, b: Measured) -> Measured | str:
@@ -284,3 +365,35 @@ def ratio(a: Measured, b: Measured) -> Measured | str:
         else "exact"
     )
     return Measured(a.value / b.value, a.low / b.high, a.high / b.low, interval)
+
+
+def format_value(value: float | None, unit: str) -> str:
+    """A value for a reader, in its unit: 35.6%, 3.7x, 146.8 us, 1.2 GiB."""
+    if value is None:
+        return "-"
+    if unit == "share":
+        return f"{value * 100:.1f}%"
+    if unit == "ratio":
+        return f"{value:.3g}x"
+    if unit == "kernels":
+        return f"{value:g}"
+    if unit == "percent":
+        return f"{value:.1f}% of peak"
+    if unit == "ms":
+        return f"{value * 1000:.1f} us" if value < 1 else f"{value:.4g} ms"
+    if unit == "bytes":
+        for step, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if abs(value) >= step:
+                return f"{value / step:.3g} {name}"
+        return f"{value:g} B"
+    return f"{value:.4g}"
+
+
+def format_range(low: float, high: float, unit: str) -> str:
+    """``30.1–38.5%`` (one unit sign where the unit is a suffix without a space)."""
+    lo, hi = format_value(low, unit), format_value(high, unit)
+    if unit == "percent":
+        return f"{low:.1f}\u2013{hi}"
+    if unit in ("share", "ratio") and lo[-1] == hi[-1]:
+        return f"{lo[:-1]}\u2013{hi}"
+    return f"{lo}\u2013{hi}"

@@ -17,8 +17,10 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from reportgen.claims.evaluate import CheckReport, ClaimResult, check
-from reportgen.claims.registry import Comparison, Ordering
+from reportgen.claims.cite import cite
+from reportgen.claims.evaluate import CONTEXT_OUTCOME, CheckReport, ClaimResult, check
+from reportgen.claims.metrics import format_value
+from reportgen.claims.registry import Comparison, Hardware, Ordering
 
 FINDINGS = "findings"
 CombinationPage = Callable[[str, str], "str | None"]  # (run_id, combination id) -> docs path
@@ -63,32 +65,13 @@ def _environment() -> Environment:
 # -- formatting ----------------------------------------------------------------------------
 
 
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    if unit == "share":
-        return f"{value * 100:.1f}%"
-    if unit == "ratio":
-        return f"{value:.3g}x"
-    if unit == "kernels":
-        return f"{value:g}"
-    if unit == "ms":
-        return f"{value * 1000:.1f} us" if value < 1 else f"{value:.4g} ms"
-    if unit == "bytes":
-        for step, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-            if abs(value) >= step:
-                return f"{value / step:.3g} {name}"
-        return f"{value:g} B"
-    return f"{value:.4g}"
-
-
 def _with_interval(item: dict[str, Any], unit: str) -> str:
     if item.get("value") is None:
         return "-"
     value, low, high = item["value"], item.get("ci_low"), item.get("ci_high")
     if low is None or high is None or low == high == value:
-        return _fmt(value, unit)
-    return f"{_fmt(value, unit)} [{_fmt(low, unit)}, {_fmt(high, unit)}]"
+        return format_value(value, unit)
+    return f"{format_value(value, unit)} [{format_value(low, unit)}, {format_value(high, unit)}]"
 
 
 def _unit(check: Comparison | Ordering) -> str:
@@ -115,65 +98,150 @@ def _measured_cells(result: ClaimResult, row: dict[str, Any]) -> list[str]:
 # -- charts --------------------------------------------------------------------------------
 
 
+ROLE_DECIDES = "decides the verdict (the claim's hardware and conditions)"
+ROLE_OTHER_HARDWARE = "context only: not the claim's hardware"
+ROLE_OTHER_CONDITIONS = "context only: outside the claim's other conditions"
+ROLES = (ROLE_DECIDES, ROLE_OTHER_HARDWARE, ROLE_OTHER_CONDITIONS)
+CHART_WIDTH = 320  # per panel, in px: readable alone, two panels side by side on a laptop
+CHART_HEIGHT = 240
+
+
+def _role(row: dict[str, Any]) -> str:
+    if row["within_conditions"]:
+        return ROLE_DECIDES
+    return ROLE_OTHER_HARDWARE if not row["on_claim_hardware"] else ROLE_OTHER_CONDITIONS
+
+
+def _series_title(result: ClaimResult) -> str:
+    checks = result.claim.predicate.checks
+    if _one_metric(checks):
+        checks = checks[:1]
+    if isinstance(checks[0], Ordering):
+        return "attention, dtype"
+    if len(checks) > 1:
+        return "check, dtype, batch"
+    if result.claim.predicate.compares_variants:
+        return "dtype, batch"
+    return "attention, dtype, batch"
+
+
+def _one_metric(checks: tuple[Any, ...]) -> bool:
+    """Every check compares the same metric (a range: ``>= a`` and ``<= b``)."""
+    return all(isinstance(c, Comparison) for c in checks) and len({c.metric.text for c in checks}) == 1
+
+
 def _points(result: ClaimResult) -> list[dict[str, Any]]:
     points: list[dict[str, Any]] = []
     checks = result.claim.predicate.checks
+    if _one_metric(checks):
+        checks = checks[:1]  # one point per row: the checks share its value
     for row in result.evidence:
         combo = row["combination"]
+        name = row.get("device_name") or row["gpu_name"] or row["hardware"]
         base = {
-            "hardware": row["gpu_name"] or row["hardware"],
+            # the claim's hardware first; other hardware says so in its panel's title
+            "hardware": name if row["on_claim_hardware"] else f"{name} (context)",
+            "panel": 0 if row["on_claim_hardware"] else 1,
+            "model": combo.get("model"),
             "seq_len": combo.get("seq_len"),
             "dtype": combo.get("dtype"),
             "batch_size": combo.get("batch_size"),
-            "conditions": "within" if row["within_conditions"] else "outside (context)",
+            "role": _role(row),
+            "run": row["run_id"],
         }
         for spec, item in zip(checks, row["checks"]):
             if isinstance(spec, Ordering):
                 for variant in item.get("variants") or []:
                     points.append({**base, "series": f"{variant['attn']} {combo.get('dtype')}", "value": variant["value"],
                                    "ci_low": variant["ci_low"], "ci_high": variant["ci_high"],
-                                   "verdict": item["verdict"]})
+                                   "outcome": row["outcome"]})
             elif item.get("value") is not None:
                 series = " ".join(str(p) for p in (
                     spec.metric.text if len(checks) > 1 else combo.get("attn_implementation"),
                     combo.get("dtype"), f"b{combo.get('batch_size')}") if p)
                 points.append({**base, "series": series, "value": item["value"], "ci_low": item["ci_low"],
-                               "ci_high": item["ci_high"], "verdict": item["verdict"]})
+                               "ci_high": item["ci_high"], "outcome": row["outcome"]})
     return points
 
 
+def threshold_label(check: Comparison) -> str:
+    """The claim's threshold as the chart labels it: "claim: > 60.0%", "claim: 3.7x ± 15%"."""
+    unit = check.metric.unit
+    if check.op in ("==", "approx") and check.tolerance:
+        tol = f"{check.tolerance:.0%}" if check.relative else format_value(check.tolerance, unit)
+        return f"claim: {format_value(check.value, unit)} \u00b1 {tol}"
+    return f"claim: {check.op} {format_value(check.value, unit)}"
+
+
 def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
-    """A Vega-Lite spec (dict) of the evidence across hardware and sequence lengths, or None."""
+    """A Vega-Lite spec (dict) of the evidence: one panel per hardware, sequence length
+    across, the 95% interval as a rule; the mark's shape and opacity say whether it decides
+    the verdict or is context; the claim's threshold is a labelled dashed line."""
     points = _points(result)
     if not points:
         return None
     import altair as alt
 
-    checks = result.claim.predicate.checks
+    all_checks = result.claim.predicate.checks
+    checks = all_checks[:1] if _one_metric(all_checks) else all_checks
     unit = _unit(checks[0])
-    y_title = f"{checks[0].metric.text} ({unit})" if len(checks) == 1 else "value"
+    if len(checks) > 1:
+        y_title = "value"
+    elif checks[0].metric.numerator.kind == "nongemm":
+        y_title = "non-GEMM share of operator time"
+    elif unit == "share":
+        y_title = f"{checks[0].metric.text}: share of forward time"
+    else:
+        y_title = f"{checks[0].metric.text} ({unit})"
+    y_axis = alt.Axis(format="%") if unit == "share" and len(checks) == 1 else alt.Axis()
+    roles = [r for r in ROLES if any(p["role"] == r for p in points)]
+    role_scale = {"domain": list(ROLES), "range": ["circle", "diamond", "triangle-up"]}
+    deciding = alt.datum.role == ROLE_DECIDES
+    series_title = _series_title(result)
+    if len({p["model"] for p in points}) > 1:  # a claim about several models: name each
+        for p in points:
+            p["series"] = f"{p['model']} {p['series']}"
+        series_title = "model, " + series_title
     base = alt.Chart().encode(
-        x=alt.X("seq_len:O", title="sequence length"),
-        color=alt.Color("series:N", title="series"),
+        x=alt.X("seq_len:O", title="sequence length", axis=alt.Axis(labelAngle=0)),
+        xOffset=alt.XOffset("series:N"),  # series side by side at each length, not stacked
+        color=alt.Color("series:N", title=series_title,
+                        legend=alt.Legend(titleLimit=320, labelLimit=320)),
     )
-    tooltip = [alt.Tooltip(f) for f in ("hardware:N", "series:N", "dtype:N", "batch_size:O", "seq_len:O",
-                                         "value:Q", "ci_low:Q", "ci_high:Q", "verdict:N", "conditions:N")]
+    tooltip = [alt.Tooltip(f) for f in ("hardware:N", "run:N", "series:N", "dtype:N", "batch_size:O",
+                                         "seq_len:O", "value:Q", "ci_low:Q", "ci_high:Q",
+                                         "outcome:N", "role:N")]
     layers: list[Any] = [
-        base.mark_rule().encode(y=alt.Y("ci_low:Q", title=y_title), y2="ci_high:Q"),
-        base.mark_point(filled=True, size=60).encode(
-            y="value:Q", shape=alt.Shape("verdict:N", title="verdict"),
-            opacity=alt.Opacity("conditions:N", title="conditions", scale=alt.Scale(range=[1.0, 0.4])),
+        base.mark_rule(strokeWidth=2).encode(
+            y=alt.Y("ci_low:Q", title=y_title, axis=y_axis), y2="ci_high:Q",
+            opacity=alt.condition(deciding, alt.value(0.9), alt.value(0.35))),
+        base.mark_point(filled=True, size=80).encode(
+            y="value:Q",
+            shape=alt.Shape("role:N", title="marks", scale=alt.Scale(**role_scale),
+                            legend=alt.Legend(values=roles, labelLimit=360, orient="bottom",
+                                              direction="vertical")),
+            opacity=alt.condition(deciding, alt.value(1.0), alt.value(0.45)),
             tooltip=tooltip,
         ),
     ]
     if len(checks) == 1 and isinstance(checks[0], Comparison):
-        spec = checks[0]
-        lines = spec.band if spec.op in ("==", "approx") and spec.tolerance else (spec.value,)
+        lines: list[float] = []
+        for spec in all_checks:
+            assert isinstance(spec, Comparison)
+            lines += list(spec.band) if spec.op in ("==", "approx") and spec.tolerance else [spec.value]
+        label = "claim: " + " and ".join(threshold_label(c).removeprefix("claim: ")
+                                         for c in all_checks if isinstance(c, Comparison))
+        one = alt.Chart().transform_aggregate(n="count()")  # one mark per panel, not per point
         for line in dict.fromkeys(lines):
-            layers.append(alt.Chart().mark_rule(strokeDash=[4, 4], color="gray").encode(y=alt.datum(line)))
+            layers.append(one.mark_rule(strokeDash=[4, 4], color="gray").encode(y=alt.datum(line)))
+        layers.append(one.mark_text(align="left", baseline="bottom", dx=4, dy=-2, color="gray").encode(
+            x=alt.value(0), y=alt.datum(max(lines)), text=alt.datum(label)))
     data = alt.Data(values=points)  # type: ignore[no-untyped-call]
-    chart = alt.layer(*layers, data=data).facet(
-        column=alt.Column("hardware:N", title="hardware")
+    layered = alt.layer(*layers, data=data).properties(width=CHART_WIDTH, height=CHART_HEIGHT)
+    chart = layered.facet(
+        facet=alt.Facet("hardware:N", title="measured on",
+                        sort=alt.EncodingSortField("panel", op="min")),
+        columns=2,
     ).properties(title=result.claim.title)
     return dict(chart.to_dict())
 
@@ -208,28 +276,36 @@ def claim_page_path(claim_id: str) -> str:
     return f"{FINDINGS}/{claim_id}.md"
 
 
+def _setting(combo: dict[str, Any], variants: bool) -> str:
+    parts = [combo.get("dtype"), f"batch {combo.get('batch_size')}", f"seq {combo.get('seq_len')}"]
+    if not variants and combo.get("attn_implementation"):
+        parts.append(combo["attn_implementation"])
+    return ", ".join(str(p) for p in parts if p is not None)
+
+
 def _evidence_rows(result: ClaimResult, page: str, combination_page: CombinationPage | None) -> list[dict[str, Any]]:
+    """Five columns: hardware (and run), combination, measured, verdict, notes; the
+    combination's links are named by what differs between them."""
+    variants = result.claim.predicate.compares_variants
     rows = []
     for row in result.evidence:
         combo = row["combination"]
         links = []
         for combo_id in row["combinations"]:
             target = combination_page(row["run_id"], combo_id) if combination_page else None
-            links.append({"text": combo_id, "href": _rel(target, page) if target else None})
+            attn = combo_id.split("--")[3] if variants and combo_id.count("--") >= 5 else None
+            links.append({"text": attn or "combination page", "title": combo_id,
+                          "href": _rel(target, page) if target else None})
         notes = list(row["outside"])
-        if row.get("hardware_note"):
-            notes.append(row["hardware_note"])
         if row.get("reason"):
             notes.append(row["reason"])
         rows.append({
-            "hardware": row["gpu_name"] or row["hardware"],
+            "hardware": row.get("device_name") or row["gpu_name"] or row["hardware"],
             "run_id": row["run_id"],
-            "dtype": combo.get("dtype"),
-            "batch_size": combo.get("batch_size"),
-            "seq_len": combo.get("seq_len"),
-            "attn": combo.get("attn_implementation") or "variants",
+            "setting": _setting(combo, variants),
             "measured": _measured_cells(result, row),
             "verdict": row["verdict"],
+            "outcome": row["outcome"],
             "within": row["within_conditions"],
             "notes": notes,
             "links": links,
@@ -243,6 +319,7 @@ def page_model(result: ClaimResult, combination_page: CombinationPage | None = N
     page = claim_page_path(claim.id)
     spec = chart_spec(result)
     evidence = _evidence_rows(result, page, combination_page)
+    citation = cite(result, page.removesuffix(".md"))
     return {
         "claim": claim,
         "result": result,
@@ -250,6 +327,10 @@ def page_model(result: ClaimResult, combination_page: CombinationPage | None = N
         "verdict_class": result.verdict.replace(" ", "-"),
         "counts": {k: v for k, v in result.counts.items() if v},
         "conditions": [(k, _condition_text(v)) for k, v in claim.conditions.items()],
+        "hardware": claim.hardware.describe(),
+        "context": result.context,
+        "quote_in_primary": QUOTE_STATUS[claim.source.quote_in_primary],
+        "cite": {"bibtex": Markup(citation.bibtex), "text": Markup(citation.text), "key": citation.key},
         "predicate": claim.predicate.describe(),
         "within": [r for r in evidence if r["within"]],
         "outside": [r for r in evidence if not r["within"]],
@@ -258,7 +339,16 @@ def page_model(result: ClaimResult, combination_page: CombinationPage | None = N
     }
 
 
+QUOTE_STATUS = {
+    "found": "found in the source itself",
+    "not found": "not found in the source itself; attributed to it by the secondary source named here",
+    "not checked": "not yet checked against the source itself",
+}
+
+
 def _condition_text(value: Any) -> str:
+    if isinstance(value, Hardware):
+        return value.describe()
     if isinstance(value, dict):
         if "values" in value:
             return ", ".join(str(v) for v in value["values"])
@@ -315,4 +405,6 @@ def combination_section(report: CheckReport, run_id: str, combination_id: str, p
     for item in items:
         item["href"] = _rel(item["page"], page)
         item["verdict_class"] = item["verdict"].replace(" ", "-")
+        item["claim_verdict_class"] = item["claim_verdict"].replace(" ", "-")
+        item["outcome"] = CONTEXT_OUTCOME[item["verdict"]]
     return _environment().get_template("combination.md.j2").render(claims=items)

@@ -20,10 +20,15 @@ from reportgen.errors import UserError
 OPS = (">", ">=", "<", "<=", "==", "approx")
 ORDERS = ("ascending", "fastest")
 HARDWARE_KINDS = ("any", "cpu", "gpu")
+SETTINGS = ("inference", "training")
+QUOTE_IN_PRIMARY = ("found", "not found", "not checked")
+# Words a device name may start with that name no device: dropped before matching.
+_BRANDS = frozenset({"nvidia", "amd", "intel", "tesla", "geforce", "quadro", "radeon", "instinct"})
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _TOP = {"id", "title", "quote", "source", "conditions", "predicate", "notes"}
-_SOURCE = {"title", "url", "date", "via", "provenance"}
+_SOURCE = {"title", "url", "date", "via", "quote_in_primary", "provenance"}
+_HARDWARE = {"class", "device"}
 _VIA = {"title", "url", "note"}
 _CONDITIONS = {
     "model",
@@ -35,6 +40,7 @@ _CONDITIONS = {
     "attn_implementation",
     "compile",
     "hardware",
+    "setting",
     "suite",
 }
 _SIMPLE = {"metric", "op", "value", "tolerance"}
@@ -104,12 +110,54 @@ class Predicate:
         return " and ".join(c.describe() for c in self.checks)
 
 
+def device_tokens(name: str) -> tuple[str, ...]:
+    """A device name as the words that identify it: lower case, split on anything that is
+    not a letter or digit, leading brand words dropped ("NVIDIA A100-SXM4-80GB" ->
+    a100, sxm4, 80gb)."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    while words and words[0] in _BRANDS:
+        words.pop(0)
+    return tuple(words)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The hardware a claim was made on: a class (``cpu``, ``gpu`` or ``any``) and, where
+    the source names it, a device (``A100``, ``H100 SXM``)."""
+
+    kind: str
+    device: str | None = None
+
+    def matches(self, kind: str, names: list[str]) -> bool:
+        """Whether a run on a ``kind`` device called one of ``names`` is the claim's hardware.
+
+        A named device matches when its words begin the run's device name, word for word:
+        ``A100`` matches "NVIDIA A100-SXM4-80GB" and "A100 80GB PCIe", not "A10" nor
+        "H100"; ``A100-SXM4-80GB`` matches that variant only.
+        """
+        if self.kind == "any":
+            return True
+        if kind != self.kind:
+            return False
+        if self.device is None:
+            return True
+        wanted = device_tokens(self.device)
+        return any(device_tokens(n)[: len(wanted)] == wanted for n in names if n)
+
+    def describe(self) -> str:
+        if self.kind == "any":
+            return "any hardware"
+        noun = "a GPU" if self.kind == "gpu" else "a CPU"
+        return f"{noun}: {self.device}" if self.device else noun
+
+
 @dataclass(frozen=True)
 class Source:
     title: str
     url: str
     date: str | None
     via: dict[str, str | None] | None  # title, url, note (absent ones None)
+    quote_in_primary: str  # found | not found | not checked
     provenance: str | None
 
 
@@ -124,6 +172,12 @@ class Claim:
     notes: str | None
     path: str  # as the user named it, for messages
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def hardware(self) -> Hardware:
+        hardware = self.conditions["hardware"]
+        assert isinstance(hardware, Hardware)
+        return hardware
 
 
 class _Ctx:
@@ -185,18 +239,42 @@ def _seq_len(ctx: _Ctx, value: Any, where: str) -> dict[str, Any]:
     raise ctx.fail(where, "expected an integer, a list of integers or {min: N, max: M}")
 
 
+_HARDWARE_FORMS = "cpu, gpu, any, or {class: gpu, device: A100}"
+
+
+def _hardware(ctx: _Ctx, value: Any) -> Hardware:
+    where = "conditions.hardware"
+    if isinstance(value, str):
+        if value.strip().lower() not in HARDWARE_KINDS:
+            raise ctx.fail(where, f"{value!r}: expected {_HARDWARE_FORMS}")
+        return Hardware(value.strip().lower())
+    raw = ctx.mapping(value, where, _HARDWARE, {"class"})
+    kind = raw["class"]
+    if not isinstance(kind, str) or kind.lower() not in ("cpu", "gpu"):
+        raise ctx.fail(f"{where}.class", f"{kind!r}: expected cpu or gpu")
+    device = raw.get("device")
+    if device is not None:
+        device = ctx.text(device, f"{where}.device")
+        if any(ch in device for ch in "*?[]") or not device_tokens(device):
+            raise ctx.fail(f"{where}.device", f"{device!r}: a device name (e.g. A100, H100 SXM), not a pattern")
+    return Hardware(kind.lower(), device)
+
+
 def _conditions(ctx: _Ctx, value: Any) -> dict[str, Any]:
-    raw = ctx.mapping(value, "conditions", _CONDITIONS, {"model"})
+    raw = ctx.mapping(value, "conditions", _CONDITIONS, {"model", "hardware", "setting"})
     out: dict[str, Any] = {}
     for key, item in raw.items():
         where = f"conditions.{key}"
         if key in ("seq_len", "batch_size"):
             out[key] = _seq_len(ctx, item, where)
         elif key == "hardware":
-            out[key] = ctx.text(item, where)
+            out[key] = _hardware(ctx, item)
+        elif key == "setting":
+            if item not in SETTINGS:
+                raise ctx.fail(where, f"{item!r}: expected {' or '.join(SETTINGS)}")
+            out[key] = [item]
         else:
             out[key] = _strings(ctx, item, where)
-    out.setdefault("hardware", "any")
     return out
 
 
@@ -275,7 +353,7 @@ def _predicate(ctx: _Ctx, value: Any) -> Predicate:
 
 
 def _source(ctx: _Ctx, value: Any) -> Source:
-    raw = ctx.mapping(value, "source", _SOURCE, {"title", "url"})
+    raw = ctx.mapping(value, "source", _SOURCE, {"title", "url", "quote_in_primary"})
     date = raw.get("date")
     if isinstance(date, (_dt.date, _dt.datetime)):
         date = date.isoformat()[:10]
@@ -285,25 +363,25 @@ def _source(ctx: _Ctx, value: Any) -> Source:
         raise ctx.fail("source.date", f"expected YYYY-MM-DD, got {date!r}")
     via = raw.get("via")
     if via is not None:
-        if isinstance(via, str):
-            via = {"note": ctx.text(via, "source.via")}
-        else:
-            via = ctx.mapping(via, "source.via", _VIA, set())
-            via = {
-                k: (
-                    _url(ctx, v, f"source.via.{k}")
-                    if k == "url"
-                    else ctx.text(v, f"source.via.{k}")
-                )
-                for k, v in via.items()
-            }
+        if not isinstance(via, dict):
+            raise ctx.fail("source.via", "expected {title: ..., url: ..., note: ...} naming the secondary source")
+        via = ctx.mapping(via, "source.via", _VIA, {"title"})
+        via = {k: _url(ctx, v, f"source.via.{k}") if k == "url" else ctx.text(v, f"source.via.{k}")
+               for k, v in via.items()}
         via = {k: via.get(k) for k in sorted(_VIA)}
+    found = raw["quote_in_primary"]
+    if found not in QUOTE_IN_PRIMARY:
+        raise ctx.fail("source.quote_in_primary",
+                       f"{found!r}: expected {', '.join(QUOTE_IN_PRIMARY)}")
+    if found == "not found" and via is None:
+        raise ctx.fail("source.via", "missing: a quote not found in its source names where it was found")
     provenance = raw.get("provenance")
     return Source(
         title=ctx.text(raw["title"], "source.title"),
         url=_url(ctx, raw["url"], "source.url"),
         date=date,
         via=via,
+        quote_in_primary=found,
         provenance=ctx.text(provenance, "source.provenance") if provenance is not None else None,
     )
 

@@ -13,9 +13,11 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "check",
         help="check the claims registry against the measured runs",
-        description="Evaluate every claim (claims/*.yaml) against every matching combination "
-        "in runs/: supported, refuted, inconclusive (the 95%% interval straddles the "
-        "threshold) or not tested. Exits 0 whatever the verdicts; 2 for a bad claim.",
+        description="Evaluate every claim (claims/*.yaml) against the combinations in runs/ "
+        "measured on the hardware and under the conditions it was made: supported, refuted, "
+        "inconclusive (the 95%% interval straddles the threshold), mixed, not tested, or "
+        "not tested on its hardware (no run on the claim's hardware yet; runs on other "
+        "hardware are listed as context). Exits 0 whatever the verdicts; 2 for a bad claim.",
     )
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="runs directory (default: runs/)")
     parser.add_argument("--claims", type=Path, default=Path("claims"), help="claims directory (default: claims/)")
@@ -42,7 +44,8 @@ def _interval(item: dict[str, Any]) -> str:
 
 def _evidence_line(row: dict[str, Any]) -> str:
     combo = row["combination"]
-    parts = [row["hardware"], str(combo.get("dtype")), f"b{combo.get('batch_size')}", f"s{combo.get('seq_len')}"]
+    parts = [row["hardware"], str(combo.get("model")), str(combo.get("mode")), str(combo.get("dtype")),
+             f"b{combo.get('batch_size')}", f"s{combo.get('seq_len')}"]
     if combo.get("attn_implementation"):
         parts.append(str(combo["attn_implementation"]))
     where = " ".join(parts)
@@ -54,11 +57,11 @@ def _evidence_line(row: dict[str, Any]) -> str:
             detail = _interval(item)
         if detail:
             checks.append(f"{detail} ({item['verdict']})" if len(row["checks"]) > 1 else detail)
-    text = f"    {row['verdict']:<12} {where}: {'; '.join(checks)}" if checks else f"    {row['verdict']:<12} {where}"
+    outcome = row.get("outcome") or row["verdict"]
+    width = 12 if row["within_conditions"] else 18
+    text = f"    {outcome:<{width}} {where}: {'; '.join(checks)}" if checks else f"    {outcome:<{width}} {where}"
     if row.get("reason"):
         text += f" -- {row['reason']}"
-    if row.get("hardware_note"):
-        text += f" [{row['hardware_note']}]"
     return text
 
 
@@ -71,6 +74,8 @@ def format_text(report: dict[str, Any]) -> str:
         lines.append(f"  {claim['predicate']}")
         if claim.get("reason"):
             lines.append(f"  {claim['reason']}")
+        for entry in claim.get("context") or []:
+            lines.append(f"  context: {entry['text']}")
         within = [r for r in claim["evidence"] if r["within_conditions"]]
         outside = [r for r in claim["evidence"] if not r["within_conditions"]]
         lines.extend(_evidence_line(r) for r in within)
