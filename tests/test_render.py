@@ -36,7 +36,10 @@ HOSTILE = "<script>alert(1)</script>"
 def make_project(where: Path) -> Path:
     """A copy of the site project (mkdocs.yml and the hand-written docs) to render into."""
     where.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ROOT / "mkdocs.yml", where / "mkdocs.yml")
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    hooks = "reportgen/render/mkdocs_hooks.py"
+    assert hooks in config
+    (where / "mkdocs.yml").write_text(config.replace(hooks, str(ROOT / hooks)), encoding="utf-8")
     (where / "docs").mkdir()
     shutil.copy(ROOT / "docs" / "methodology.md", where / "docs" / "methodology.md")
     return where
