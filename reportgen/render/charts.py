@@ -131,7 +131,8 @@ def shares_chart(long: pd.DataFrame, by: str = "seq", by_title: str = "sequence 
 def scaling_chart(long: pd.DataFrame) -> dict[str, Any]:
     """Milliseconds per category against sequence length, both axes logarithmic."""
     chart = alt.Chart().mark_line(point=True).encode(
-        x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2)),
+        x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2),
+                axis=alt.Axis(values=sorted({int(v) for v in long["seq"]}), format="d")),
         y=alt.Y("ms:Q", title="time per forward (ms)", scale=alt.Scale(type="log")),
         color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category"),
         tooltip=[alt.Tooltip("category:N"), alt.Tooltip("seq:Q", title="sequence length"),
@@ -218,7 +219,6 @@ def latency_lines(frame: pd.DataFrame, series: str, series_title: str) -> dict[s
                 axis=alt.Axis(values=sorted({int(v) for v in frame["seq"]}), format="d")),
         y=alt.Y("median:Q", title="median latency (ms)", scale=alt.Scale(type="log")),
         color=alt.Color(f"{series}:N", title=series_title, scale=_SERIES_SCALE),
-        shape=alt.Shape(f"{series}:N", title=series_title),
         tooltip=[alt.Tooltip(f"{series}:N", title=series_title), alt.Tooltip("setting:N"),
                  alt.Tooltip("seq:Q"), alt.Tooltip("median:Q", format=".4~g"),
                  alt.Tooltip("attention_share:Q", format=".1%")],

@@ -72,8 +72,9 @@ def _label_from_slug(slug: str) -> str:
     if tail[:-1].isdigit() and tail[-1:] in ("c", "x"):
         count = _plural(int(tail[:-1]), "core" if tail.endswith("c") else "GPU")
         rest = rest[:-1]
-    name = " ".join(p.upper() if len(p) <= 4 and any(ch.isdigit() for ch in p) or p in ("amd", "nvidia")
-                    else p.capitalize() for p in rest)
+    # short parts and model numbers are acronyms ("amd", "epyc", "h200"); names are not
+    name = " ".join(p.upper() if len(p) <= 4 or any(ch.isdigit() for ch in p)
+                    or p == "nvidia" else p.capitalize() for p in rest)
     return SEP.join([kind] + ([name] if name else []) + ([count] if count else []))
 
 
@@ -137,7 +138,7 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         if gpus or _get(env, "device", "type") == "cuda":
             add("GPU details", note)
         else:
-            add("GPU details", "none: this run measured on the CPU only")
+            add("GPU", "none: this run measured on the CPU only")
     cpu = cpu_name(env)
     if cpu:
         extra = []

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from reportgen.categories import CATEGORIES
 from reportgen import stats
+from reportgen.categories import CATEGORIES
 from reportgen.render import analysis, charts, cite, machine, sections
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
