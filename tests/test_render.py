@@ -255,8 +255,12 @@ def test_no_page_shows_undefined_nan_none_backticks_or_internal_references(built
         parser = _Text()
         parser.feed(page.read_text(encoding="utf-8"))
         found = leftovers(" ".join(" ".join(parser.parts).split()))
+        rel = page.relative_to(built).as_posix()
+        if rel == "findings/hostile-text/index.html":
+            # that claim quotes hostile text (Markdown included) on purpose: shown verbatim
+            found = [f for f in found if not f.startswith("a literal backtick")]
         if found:
-            problems[page.relative_to(built).as_posix()] = found
+            problems[rel] = found
     svgs = sorted(built.rglob("*.svg"))
     assert len(svgs) > 15
     for svg in svgs:

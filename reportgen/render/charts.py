@@ -163,24 +163,6 @@ def attention_chart(comparison: pd.DataFrame) -> dict[str, Any]:
         data[["seq", "label", "attn", "median", "ci_low", "ci_high", "ratio"]]))
 
 
-def matrix_chart(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Hardware x model heatmap of attention share; each cell links to its page."""
-    chart = alt.Chart()
-    rect = chart.mark_rect().encode(
-        x=alt.X("model:N", title="model"), y=alt.Y("hardware:N", title="hardware"),
-        color=alt.Color("attention_share:Q", title="attention share",
-                        scale=alt.Scale(scheme="oranges", domain=[0, 1]),
-                        legend=alt.Legend(format="%")),
-        href="href:N",
-        tooltip=[alt.Tooltip("hardware:N"), alt.Tooltip("model:N"),
-                 alt.Tooltip("attention_share:Q", format=".1%", title="attention share"),
-                 alt.Tooltip("seq:Q", title="at sequence length")])
-    text = chart.mark_text(baseline="middle").encode(
-        x="model:N", y="hardware:N", text=alt.Text("attention_share:Q", format=".0%"))
-    return _spec((rect + text).properties(width=alt.Step(90), height=alt.Step(32)),
-                 [dict(c) for c in cells])
-
-
 def breakdown_chart(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Share of forward time per category (columns) for each model (rows): the whole
     split at a glance; each cell links to its page."""
