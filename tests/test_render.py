@@ -7,6 +7,7 @@ Regenerate the golden pages after an intended change with
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -14,11 +15,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
 from reportgen.render import analysis, fmt, render, synthetic
 from reportgen.render.charts import Chart
@@ -36,7 +39,10 @@ HOSTILE = "<script>alert(1)</script>"
 def make_project(where: Path) -> Path:
     """A copy of the site project (mkdocs.yml and the hand-written docs) to render into."""
     where.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ROOT / "mkdocs.yml", where / "mkdocs.yml")
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    hooks = "reportgen/render/mkdocs_hooks.py"
+    assert hooks in config
+    (where / "mkdocs.yml").write_text(config.replace(hooks, str(ROOT / hooks)), encoding="utf-8")
     (where / "docs").mkdir()
     shutil.copy(ROOT / "docs" / "methodology.md", where / "docs" / "methodology.md")
     return where
@@ -183,6 +189,138 @@ def test_mkdocs_build_strict(rendered: Path, tmp_path: Path) -> None:
     assert 'href="javascript' not in hostile and "<iframe" not in hostile
 
 
+@pytest.fixture(scope="session")
+def built(rendered: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp("built") / "site"
+    result = mkdocs_build(rendered, site)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return site
+
+
+class _Text(HTMLParser):
+    """The text a reader sees: everything outside <script> and <style>, plus attributes a
+    browser shows (alt, title)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("script", "style"):
+            self._skip += 1
+        for name, value in attrs:
+            if name in ("alt", "title") and value:
+                self.parts.append(value)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style") and self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.parts.append(data)
+
+
+LEFTOVERS = {
+    "undefined": re.compile(r"\bundefined\b"),
+    "NaN": re.compile(r"\bNaN\b"),
+    "None": re.compile(r"\bNone\b"),
+    "a literal backtick": re.compile("`"),
+    "an internal reference": re.compile(r"\b(?:issue|tracker|ticket)s?\b(?:\s*#?\d+)?",
+                                        re.IGNORECASE),
+}
+
+
+def leftovers(text: str) -> list[str]:
+    found = []
+    for what, pattern in LEFTOVERS.items():
+        m = pattern.search(text)
+        if m:
+            found.append(f"{what}: ...{text[max(0, m.start() - 60):m.end() + 60]}...")
+    return found
+
+
+def test_leftovers_are_found() -> None:
+    assert leftovers("a NaN% cell") and leftovers("axis undefined") and leftovers("x: None")
+    assert leftovers("use `reportgen`") and leftovers("see issue 2") and leftovers("our tracker")
+    assert not leftovers("Nothing to list: every combination finished; 31.0% [29.8%, 32.1%]")
+
+
+def test_no_page_shows_undefined_nan_none_backticks_or_internal_references(built: Path) -> None:
+    problems: dict[str, list[str]] = {}
+    pages = sorted(built.rglob("*.html"))
+    assert len(pages) > 15
+    for page in pages:
+        parser = _Text()
+        parser.feed(page.read_text(encoding="utf-8"))
+        found = leftovers(" ".join(" ".join(parser.parts).split()))
+        rel = page.relative_to(built).as_posix()
+        if rel == "findings/hostile-text/index.html":
+            # that claim quotes hostile text (Markdown included) on purpose: shown verbatim
+            found = [f for f in found if not f.startswith("a literal backtick")]
+        if found:
+            problems[rel] = found
+    svgs = sorted(built.rglob("*.svg"))
+    assert len(svgs) > 15
+    for svg in svgs:
+        texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg.read_text(encoding="utf-8"))
+        found = leftovers(" ".join(html.unescape(t) for t in texts))
+        if found:
+            problems[svg.relative_to(built).as_posix()] = found
+    assert not problems, "\n".join(f"{page}: {found}" for page, found in problems.items())
+
+
+def test_every_chart_and_table_offers_its_data(built: Path, rendered: Path) -> None:
+    docs = rendered / "docs"
+    page = (docs / "hardware" / "nvidia-synthetic-h200-1x" / "bert-base.md").read_text(
+        encoding="utf-8")
+    charts = page.count('<div class="rg-chart"')
+    tables = page.count("Download this table:")
+    assert charts >= 3 and tables >= 6
+    links = re.findall(r"\]\((charts/[^)]+\.(?:csv|json))\)", page)
+    assert len(links) == 2 * (charts + tables)
+    for link in links:
+        target = docs / "hardware" / "nvidia-synthetic-h200-1x" / link
+        assert target.is_file(), link
+        if link.endswith(".csv"):
+            assert len(pd.read_csv(target)) >= 1, link
+        else:
+            assert isinstance(json.loads(target.read_text(encoding="utf-8")), list), link
+    # one table of every combination, for notebooks
+    frame = pd.read_parquet(docs / "data" / "combinations.parquet")
+    csv = pd.read_csv(docs / "data" / "combinations.csv")
+    assert len(frame) == len(csv) > 10
+    assert {"hardware", "model", "seq", "median", "ci_low", "ci_high", "share:mlp"} <= set(frame)
+    assert "json_rel" not in frame
+    home = (docs / "index.md").read_text(encoding="utf-8")
+    assert "data/combinations.parquet" in home and "data/combinations.csv" in home
+    assert (built / "data" / "combinations.parquet").is_file()
+
+
+def test_home_shows_the_whole_split_and_what_was_measured(rendered: Path) -> None:
+    home = (rendered / "docs" / "index.md").read_text(encoding="utf-8")
+    assert "**Measured so far on:**" in home
+    for cat in ("embeddings", "mlp", "norm", "head", "overhead"):
+        assert f" {cat} |" in home
+    # the fixture has a GPU run, so no "no GPU" note
+    assert "No GPU measured yet" not in home
+    spec = next(json.loads(html.unescape(m)) for m in
+                re.findall(r'data-chart="breakdown" data-spec="([^"]+)"', home))
+    rows = spec["data"]["values"]
+    assert rows and all(r["share"] is not None and r["category"] in CATEGORIES for r in rows)
+    assert "datasets" not in spec and all("data" not in layer for layer in spec["layer"])
+
+
+def test_combination_page_reads_honestly(rendered: Path) -> None:
+    page = (rendered / "docs" / "hardware" / "nvidia-synthetic-h200-1x"
+            / "bert-base.md").read_text(encoding="utf-8")
+    assert "## Cite this" in page and "@misc{reportgen-" in page
+    assert "profiled / unprofiled" in page and "run-to-run noise" in page
+    assert "score matrix (analytic)" in page
+    assert "| what | value |" in page  # the environment as a table, not only raw JSON
+
+
 def test_empty_runs_tree_builds(tmp_path: Path) -> None:
     (tmp_path / "runs").mkdir()
     project = make_project(tmp_path / "p")
@@ -276,6 +414,90 @@ def test_scaling_exponent_of_an_exact_power_law() -> None:
     by_cat = dict(zip(fits["category"], fits["exponent"]))
     assert by_cat["attention.core"] == pytest.approx(2.0)
     assert by_cat["mlp"] == pytest.approx(1.0)
+
+
+def test_no_exponent_from_two_lengths_and_an_interval_from_three() -> None:
+    two = analysis.scaling_fits(_rows([128, 256], [1.0, 4.0], [1.0, 2.0]))
+    assert two.empty
+    noisy = analysis.scaling_fits(_rows([128, 256, 512, 1024], [1.0, 4.4, 15.0, 66.0],
+                                        [1.0, 2.0, 4.0, 8.0]))
+    core = noisy[noisy["category"] == "attention.core"].iloc[0]
+    assert core["ci_low"] < core["exponent"] < core["ci_high"]
+    assert core["ci_low"] < 2.0 < core["ci_high"] and core["r2"] < 1.0
+
+
+def test_one_loglog_fit_implementation() -> None:
+    from reportgen import stats
+
+    fit = stats.loglog_fit_stats([1.0, 2.0, 4.0], [3.0, 12.0, 48.0])
+    assert fit["exponent"] == pytest.approx(2.0) and fit["r2"] == pytest.approx(1.0)
+    assert fit["ci_low"] == pytest.approx(2.0) and fit["ci_high"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="three|3"):
+        stats.loglog_fit_stats([1.0, 2.0], [1.0, 4.0])
+    src = (ROOT / "reportgen" / "render" / "analysis.py").read_text(encoding="utf-8")
+    assert "polyfit" not in src and "lstsq" not in src
+
+
+def test_hardware_labels() -> None:
+    from reportgen.render.machine import hardware_label
+
+    env = {"host": {"cpu_model": "AMD EPYC 7B13", "physical_cores": 2, "usable_cores": 2}}
+    assert hardware_label("cpu-amd-epyc-2c", env) == "CPU · AMD EPYC 7B13 · 2 cores"
+    gpu = {"gpus": [{"name": "NVIDIA H200"}]}
+    assert hardware_label("nvidia-h200-1x", gpu) == "GPU · NVIDIA H200 · 1 GPU"
+    assert hardware_label("cpu-amd-epyc-2c", None) == "CPU · AMD EPYC · 2 cores"
+    assert hardware_label("nvidia-h100-8x", {}) == "GPU · NVIDIA H100 · 8 GPUs"
+    assert hardware_label("my-box", {}) == "my-box"
+
+
+def test_environment_facts_are_sentences_and_flag_a_dirty_tree() -> None:
+    from reportgen.render.machine import environment_facts
+
+    env = {"host": {"cpu_model": "AMD EPYC", "physical_cores": 2, "logical_cores": 2,
+                    "ram_total_bytes": 2 ** 34},
+           "driver": {"nvml_error": "pynvml (nvidia-ml-py) is not installed",
+                      "driver_version": None},
+           "libraries": {"torch": "2.13.0", "flash-attn": None},
+           "torch": {"cuda_runtime": None},
+           "git": {"commit": "abc123", "dirty": True}}
+    facts = {f["label"]: f for f in environment_facts(env)}
+    assert facts["GPU"]["value"].startswith("none")
+    assert facts["CPU"]["value"].startswith("AMD EPYC (")
+    assert facts["Libraries"]["value"] == "torch 2.13.0"  # uninstalled ones left out
+    assert facts["Project commit"]["warn"] and "modified" in facts["Project commit"]["value"]
+    assert not any(f["value"] in ("None", "null") for f in facts.values())
+    gpu = environment_facts({**env, "device": {"type": "cuda"}, "gpus": [{"name": "H200"}]})
+    note = next(f["value"] for f in gpu if f["label"] == "GPU details")
+    assert "nvidia-ml-py" in note and "not installed" in note
+
+
+def test_citation_names_run_commit_and_date() -> None:
+    from reportgen.render.cite import citation, cite_block
+
+    c = citation("bert-base on CPU · AMD EPYC · 2 cores", date="2026-12-02T13:58:52Z",
+                 run_ids=["cpu/cpu-default-1a2b3c4d"], commits=["1c8bf876382e10d39a3d"])
+    assert c["bibtex"].startswith("@misc{reportgen-bert-base-on-cpu-amd-epyc-2-cores-2026-12-02,")
+    assert c["bibtex"].count("{") == c["bibtex"].count("}")
+    for text in (c["bibtex"], c["text"]):
+        assert "2026-12-02" in text and "cpu/cpu-default-1a2b3c4d" in text
+        assert "1c8bf876382e" in text
+    hostile = citation("50% of {time} & more_", date="", run_ids=[], commits=[])
+    assert "\\%" in hostile["bibtex"] and "\\&" in hostile["bibtex"]
+    assert hostile["bibtex"].count("{") == hostile["bibtex"].count("}")
+    block = cite_block("t", date="2026-01-01", run_ids=["r"], commits=["c"])
+    assert block.startswith("## Cite this") and "``` bibtex" in block
+
+
+def test_citation_cff_is_valid_cff_1_2() -> None:
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert doc["cff-version"] == "1.2.0"
+    for key in ("message", "title", "authors"):
+        assert doc[key], key
+    assert all(isinstance(a, dict) and (a.get("name") or a.get("family-names"))
+               for a in doc["authors"])
+    assert doc.get("type", "software") in ("software", "dataset")
 
 
 def test_attention_significance_uses_non_overlapping_intervals() -> None:

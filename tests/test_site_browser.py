@@ -274,3 +274,79 @@ def test_charts_follow_the_dark_palette(site: tuple[str, Path], browser: CDP) ->
                      f"c.getAttribute('data-rg-scheme') === '{want}' && c.querySelector('.rg-view svg'))",
                      "charts redrawn in the new palette")
     assert browser.errors() == []
+
+
+def _viewport(cdp: CDP, width: int, *, dark: bool | None = None) -> None:
+    cdp.send("Emulation.setDeviceMetricsOverride",
+             {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600})
+    features = [] if dark is None else [{"name": "prefers-color-scheme",
+                                         "value": "dark" if dark else "light"}]
+    cdp.send("Emulation.setEmulatedMedia", {"features": features})
+
+
+LAYOUT = """(() => {
+  const vw = document.documentElement.clientWidth;
+  const page = document.documentElement.scrollWidth;
+  const charts = [...document.querySelectorAll('div.rg-chart .rg-view svg')].map(svg => {
+    const r = svg.getBoundingClientRect();
+    return {chart: svg.closest('div.rg-chart').getAttribute('data-chart'),
+            width: r.width, height: r.height, right: r.right};
+  });
+  const tables = [...document.querySelectorAll('article table')].map(t => {
+    const wrap = t.closest('.md-typeset__scrollwrap') || t.parentElement;
+    return {right: wrap.getBoundingClientRect().right};
+  });
+  return {vw, page, charts, tables};
+})()"""
+
+
+@pytest.mark.parametrize("width", [1400, 420])
+def test_pages_fit_the_screen_and_draw_their_charts(site: tuple[str, Path], browser: CDP,
+                                                    width: int) -> None:
+    base, site_dir = site
+    _viewport(browser, width)
+    try:
+        problems = []
+        for page in _pages(site_dir):
+            browser.events.clear()
+            _open(browser, base + page)
+            layout = browser.evaluate(LAYOUT)
+            vw = layout["vw"]
+            if layout["page"] > vw + 1:
+                problems.append(f"{page}: page is {layout['page']} px wide in a {vw} px window")
+            for c in layout["charts"]:
+                if c["width"] <= 0 or c["height"] <= 0:
+                    problems.append(f"{page}: chart {c['chart']} has no size")
+                elif c["right"] > vw + 1:
+                    problems.append(f"{page}: chart {c['chart']} runs off the right edge")
+            for t in layout["tables"]:
+                if t["right"] > vw + 1:
+                    problems.append(f"{page}: a table runs off the right edge")
+            if browser.errors():
+                problems.append(f"{page}: {browser.errors()}")
+        assert not problems, "\n".join(problems)
+    finally:
+        _viewport(browser, 1400)
+
+
+def test_dark_mode_from_the_system_setting(site: tuple[str, Path], browser: CDP) -> None:
+    base, _ = site
+    url = base + "hardware/nvidia-synthetic-h200-1x/bert-base/"
+    _open(browser, url)
+    browser.evaluate("localStorage.clear()")  # no palette chosen by hand
+    _viewport(browser, 1400, dark=True)
+    try:
+        browser.events.clear()
+        browser.send("Page.reload")
+        browser.wait_for("document.readyState === 'complete' && document.body"
+                         " && document.body.getAttribute('data-md-color-scheme') === 'slate'",
+                         "the dark palette from prefers-color-scheme")
+        browser.wait_for("document.querySelectorAll('div.rg-chart').length >= 2",
+                         "the page's charts")
+        charts = int(browser.wait_for(CHARTS_DRAWN, "charts in dark mode")) - 1
+        assert charts >= 2
+        browser.wait_for("[...document.querySelectorAll('div.rg-chart')].every(c => "
+                         "c.getAttribute('data-rg-scheme') === 'dark')", "charts themed dark")
+        assert browser.errors() == []
+    finally:
+        _viewport(browser, 1400, dark=None)

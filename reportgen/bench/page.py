@@ -11,6 +11,7 @@ site's script embeds), with an SVG fallback image when ``svg_url`` maps a chart 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,12 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
     )
 
 
-STATUS_BADGE = {"pass": "✅ pass", "fail": "❌ miss", "info": "ℹ️ info",
-                "not measured": "⏸ not measured"}
+# Text badges coloured by CSS (rg-charts.css): no emoji, which render as empty boxes on
+# hosts without an emoji font.
+STATUS_BADGE = {status: Markup(f'<span class="rg-badge rg-badge-{cls}">{text}</span>')
+                for status, cls, text in (("pass", "pass", "pass"), ("fail", "fail", "miss"),
+                                          ("info", "info", "info"),
+                                          ("not measured", "none", "not measured"))}
 
 
 # ---------------------------------------------------------------- formatting (display only)
@@ -93,11 +98,16 @@ _INERT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "
                         "`": "&#96;", "*": "&#42;", "_": "&#95;", "[": "&#91;", "]": "&#93;"})
 
 
+_CODE_SPAN = re.compile(r"&#96;([^&\n]+?(?:&(?!#96;)[^&\n]*?)*)&#96;")
+
+
 def inert(value: Any) -> str:
-    """Applied to every printed value: data renders as text; chart blocks pass (Markup)."""
+    """Applied to every printed value: data renders as text; chart blocks pass (Markup).
+    A `code` span in the stored prose becomes a code element, not literal backticks."""
     if isinstance(value, Markup):
         return str(value)
-    return ("" if value is None else str(value)).translate(_INERT)
+    text = ("" if value is None else str(value)).translate(_INERT)
+    return _CODE_SPAN.sub(r"<code>\1</code>", text)
 
 
 

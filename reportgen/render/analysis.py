@@ -10,7 +10,6 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from reportgen import stats
@@ -87,6 +86,7 @@ def combinations_frame(runs: Sequence[Run]) -> pd.DataFrame:
                 "launches": _num(_get(rec, "attribution", "launches_per_forward")),
                 "memory_ops": _num(_get(rec, "attribution", "memory_ops_per_forward")),
                 "params": _num(_get(rec, "model", "parameters")),
+                "architecture": str(_get(rec, "model", "architecture") or ""),
                 "peak_alloc": _num(_get(rec, "memory", "peak_allocated_bytes")),
                 "peak_reserved": _num(_get(rec, "memory", "peak_reserved_bytes")),
                 "attn_act_analytic": _num(_get(rec, "memory", "attention_activation_bytes",
@@ -101,6 +101,9 @@ def combinations_frame(runs: Sequence[Run]) -> pd.DataFrame:
             for cat in CATEGORIES:
                 row[f"ms:{cat}"] = _num(_get(cats, cat, "ms"))
                 row[f"share:{cat}"] = shares[cat]
+                # optional: an interval on the share, where the record carries one
+                row[f"share_ci_low:{cat}"] = _num(_get(cats, cat, "share_ci_low"))
+                row[f"share_ci_high:{cat}"] = _num(_get(cats, cat, "share_ci_high"))
                 fl = _num(flops_src.get(cat))
                 row[f"flops_share:{cat}"] = (fl / flops_total if flops_total > 0 and fl >= 0
                                              else math.nan)
@@ -171,24 +174,22 @@ def category_ms_long(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def scaling_fits(rows: pd.DataFrame) -> pd.DataFrame:
-    """Least-squares fit of log(ms) = a + k log(seq) per category; k is the exponent."""
+    """Power-law fit of ms = c * seq^k per category (``stats.loglog_fit_stats``): the
+    exponent k with its 95% interval and R². Only categories measured at
+    ``stats.MIN_FIT_POINTS`` or more sequence lengths get a row."""
     out: list[dict[str, Any]] = []
     long = category_ms_long(rows)
     for cat in CATEGORIES:
         part = long[long["category"] == cat]
-        if part["seq"].nunique() < 2:
+        if part["seq"].nunique() < stats.MIN_FIT_POINTS:
             continue
-        x, y = np.log(part["seq"].to_numpy(float)), np.log(part["ms"].to_numpy(float))
-        slope, intercept = np.polyfit(x, y, 1)
-        fitted = intercept + slope * x
-        ss_res = float(np.sum((y - fitted) ** 2))
-        ss_tot = float(np.sum((y - y.mean()) ** 2))
-        out.append({"category": cat, "exponent": float(slope),
-                    "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
-                    "points": int(len(part)), "seq_min": int(part["seq"].min()),
-                    "seq_max": int(part["seq"].max())})
-    return pd.DataFrame(out, columns=["category", "exponent", "r2", "points", "seq_min",
-                                      "seq_max"])
+        fit = stats.loglog_fit_stats(part["seq"].astype(float).tolist(),
+                                     part["ms"].astype(float).tolist())
+        out.append({"category": cat, "exponent": fit["exponent"], "ci_low": fit["ci_low"],
+                    "ci_high": fit["ci_high"], "r2": fit["r2"], "points": len(part),
+                    "seq_min": int(part["seq"].min()), "seq_max": int(part["seq"].max())})
+    return pd.DataFrame(out, columns=["category", "exponent", "ci_low", "ci_high", "r2",
+                                      "points", "seq_min", "seq_max"])
 
 
 def attention_crossover(rows: pd.DataFrame) -> dict[str, Any]:

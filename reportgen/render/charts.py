@@ -18,12 +18,20 @@ import pandas as pd
 
 from reportgen.categories import CATEGORIES
 
-# Fixed colours per category so a category looks the same on every page.
+# The site's one palette. Each category keeps its colour on every chart; series that are
+# not categories (models, machines, implementations) draw from a second, darker set that
+# shares no colour with the categories, and carry a point shape as well, so a colour never
+# means two things on one page.
 CATEGORY_COLOURS: tuple[str, ...] = ("#9c755f", "#4e79a7", "#e15759", "#f28e2b", "#59a14f",
                                      "#edc948", "#b07aa1", "#ff9da7", "#bab0ac", "#76b7b2")
 assert len(CATEGORY_COLOURS) == len(CATEGORIES), "one colour per category"
+SERIES_COLOURS: tuple[str, ...] = ("#1f3b73", "#8c2d04", "#00695c", "#6a1b9a", "#37474f",
+                                   "#827717", "#ad1457", "#004d40")
 _CATEGORY_SCALE = alt.Scale(domain=list(CATEGORIES), range=list(CATEGORY_COLOURS))
+_SERIES_SCALE = alt.Scale(range=list(SERIES_COLOURS))
 WIDTH = 560
+# Axis labels such as "attention-micro forward bf16 s128" are never cut short.
+_CONFIG = {"axis": {"labelLimit": 400}, "legend": {"labelLimit": 300}}
 # Replaced by the real values in _spec; facets need some data at the top level.
 _PLACEHOLDER = alt.InlineData(values=[])
 
@@ -58,31 +66,74 @@ def _spec(chart: alt.TopLevelMixin, values: list[dict[str, Any]]) -> dict[str, A
     """
     spec = chart.to_dict(validate=False)
     spec.pop("$schema", None)  # the bundled Vega-Lite version draws it; keep pages stable
+    _drop_empty_data(spec)
     spec["data"] = {"values": values}
-    return spec
+    return with_config(spec)
+
+
+def with_config(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` with the site's axis and legend settings (its own settings win)."""
+    out = dict(spec)
+    config = {k: dict(v) for k, v in _CONFIG.items()}
+    for key, value in (out.get("config") or {}).items():
+        config[key] = {**config.get(key, {}), **value} if isinstance(value, Mapping) else value
+    out["config"] = config
+    return out
+
+
+def _drop_empty_data(spec: dict[str, Any]) -> None:
+    """Altair gives each layer of an empty ``alt.Chart()`` its own (empty) named dataset,
+    which hides the top-level data: every field reads as undefined. Drop those so layers
+    inherit the values attached at the top."""
+    datasets = spec.pop("datasets", None) or {}
+    empty = {name for name, rows in datasets.items() if not any(rows)}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            data = node.get("data")
+            if isinstance(data, Mapping) and data.get("name") in empty:
+                del node["data"]
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(spec)
+    kept = {name: rows for name, rows in datasets.items() if name not in empty}
+    if kept:
+        spec["datasets"] = kept
 
 
 def shares_chart(long: pd.DataFrame, by: str = "seq", by_title: str = "sequence length",
                  by_type: str = "O") -> dict[str, Any]:
-    """Stacked shares per category, time beside FLOPs, one bar per ``by`` value."""
+    """Stacked shares per category: for each ``by`` value a time bar above a FLOP bar,
+    full width, the category legend in columns underneath."""
+    sort = (sorted(long[by].unique().tolist()) if by_type in ("O", "Q") and not long.empty
+            else None)
     base = alt.Chart(_PLACEHOLDER).mark_bar().encode(
-        x=alt.X("share:Q", stack="zero", title="share", axis=alt.Axis(format="%"),
+        x=alt.X("share:Q", stack="zero", title="share of the forward", axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1])),
-        y=alt.Y(f"{by}:{by_type}", title=by_title),
-        color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category"),
+        y=alt.Y("measure:N", title=None, sort=["time", "FLOPs"]),
+        color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category",
+                        legend=alt.Legend(orient="bottom", columns=5, symbolType="square")),
         order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip(f"{by}:{by_type}", title=by_title),
                  alt.Tooltip("measure:N"), alt.Tooltip("category:N"),
                  alt.Tooltip("share:Q", format=".1%"), alt.Tooltip("ms:Q", format=".3~g")],
-    ).properties(width=WIDTH // 2 - 40, height=alt.Step(18))
-    return _spec(base.facet(column=alt.Column("measure:N", title=None,
-                                              sort=["time", "FLOPs"])), _records(long))
+    ).properties(width=WIDTH - 120, height=alt.Step(22))
+    row_title = by_title if by_type != "N" else None
+    facet = base.facet(row=alt.Row(f"{by}:{by_type}", title=row_title, sort=sort,
+                                   header=alt.Header(labelAngle=0, labelAlign="left",
+                                                     labelFontWeight="bold")))
+    return _spec(facet.configure_facet(spacing=8), _records(long))
 
 
 def scaling_chart(long: pd.DataFrame) -> dict[str, Any]:
     """Milliseconds per category against sequence length, both axes logarithmic."""
     chart = alt.Chart().mark_line(point=True).encode(
-        x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2)),
+        x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2),
+                axis=alt.Axis(values=sorted({int(v) for v in long["seq"]}), format="d")),
         y=alt.Y("ms:Q", title="time per forward (ms)", scale=alt.Scale(type="log")),
         color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category"),
         tooltip=[alt.Tooltip("category:N"), alt.Tooltip("seq:Q", title="sequence length"),
@@ -101,7 +152,7 @@ def attention_chart(comparison: pd.DataFrame) -> dict[str, Any]:
         x2="ci_high:Q", y=alt.Y("attn:N", title=None))
     points = base.mark_point(filled=True, size=60).encode(
         x="median:Q", y=alt.Y("attn:N", title=None),
-        color=alt.Color("attn:N", legend=None),
+        color=alt.Color("attn:N", legend=None, scale=_SERIES_SCALE),
         tooltip=[alt.Tooltip("attn:N", title="implementation"), alt.Tooltip("seq:Q"),
                  alt.Tooltip("median:Q", format=".4~g"), alt.Tooltip("ci_low:Q", format=".4~g"),
                  alt.Tooltip("ci_high:Q", format=".4~g"), alt.Tooltip("ratio:Q", format=".3f")])
@@ -113,30 +164,44 @@ def attention_chart(comparison: pd.DataFrame) -> dict[str, Any]:
         data[["seq", "label", "attn", "median", "ci_low", "ci_high", "ratio"]]))
 
 
-def matrix_chart(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Hardware x model heatmap of attention share; each cell links to its page."""
-    chart = alt.Chart()
-    rect = chart.mark_rect().encode(
-        x=alt.X("model:N", title="model"), y=alt.Y("hardware:N", title="hardware"),
-        color=alt.Color("attention_share:Q", title="attention share",
-                        scale=alt.Scale(scheme="oranges", domain=[0, 1]),
-                        legend=alt.Legend(format="%")),
-        href="href:N",
-        tooltip=[alt.Tooltip("hardware:N"), alt.Tooltip("model:N"),
-                 alt.Tooltip("attention_share:Q", format=".1%", title="attention share"),
-                 alt.Tooltip("seq:Q", title="at sequence length")])
-    text = chart.mark_text(baseline="middle").encode(
-        x="model:N", y="hardware:N", text=alt.Text("attention_share:Q", format=".0%"))
-    return _spec((rect + text).properties(width=alt.Step(90), height=alt.Step(32)),
+def breakdown_chart(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Share of forward time per category (columns) for each model (rows): the whole
+    split at a glance; each cell links to its page."""
+    shade = alt.Scale(scheme="greys", domain=[0, 1])
+    tooltip = [alt.Tooltip("model:N"), alt.Tooltip("hardware:N"), alt.Tooltip("category:N"),
+               alt.Tooltip("share:Q", format=".1%"),
+               alt.Tooltip("share_ci_low:Q", format=".1%", title="95% CI low"),
+               alt.Tooltip("share_ci_high:Q", format=".1%", title="95% CI high"),
+               alt.Tooltip("seq:Q", title="at sequence length")]
+    x = alt.X("category:N", title=None, sort=list(CATEGORIES),
+              axis=alt.Axis(orient="top", labelAngle=-35, labelAlign="left"))
+    y = alt.Y("row:N", title=None)
+    rect = alt.Chart().mark_rect(stroke="#ffffff", strokeWidth=1).encode(
+        x=x, y=y, color=alt.Color("share:Q", scale=shade, legend=None),
+        href="href:N", tooltip=tooltip)
+    text = alt.Chart().mark_text(baseline="middle", fontSize=12).encode(
+        x=x, y=y, text=alt.Text("share:Q", format=".0%"),
+        color=alt.condition("datum.share > 0.45", alt.value("#ffffff"), alt.value("#111111")),
+        tooltip=tooltip)
+    return _spec(alt.layer(rect, text).properties(width=alt.Step(58), height=alt.Step(30)),
                  [dict(c) for c in cells])
 
 
+def data_rows(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The rows a chart draws (its top-level inline values), for its CSV and JSON."""
+    data = spec.get("data")
+    values = data.get("values") if isinstance(data, Mapping) else None
+    return [dict(v) for v in values] if isinstance(values, list) else []
+
+
 def latency_lines(frame: pd.DataFrame, series: str, series_title: str) -> dict[str, Any]:
-    """Median latency against sequence length, one line per ``series`` value, log-log."""
+    """Median latency against sequence length, one line per ``series`` value, log-log;
+    the x axis shows the measured lengths only."""
     chart = alt.Chart().mark_line(point=True).encode(
-        x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2)),
+        x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2),
+                axis=alt.Axis(values=sorted({int(v) for v in frame["seq"]}), format="d")),
         y=alt.Y("median:Q", title="median latency (ms)", scale=alt.Scale(type="log")),
-        color=alt.Color(f"{series}:N", title=series_title),
+        color=alt.Color(f"{series}:N", title=series_title, scale=_SERIES_SCALE),
         tooltip=[alt.Tooltip(f"{series}:N", title=series_title), alt.Tooltip("setting:N"),
                  alt.Tooltip("seq:Q"), alt.Tooltip("median:Q", format=".4~g"),
                  alt.Tooltip("attention_share:Q", format=".1%")],

@@ -161,6 +161,24 @@ def html_attr(value: object) -> Raw:
     return Raw(escape_html(str(value)))
 
 
-FILTERS = {"front_matter_title": front_matter_title, "html_attr": html_attr, "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
+def breakable(value: object) -> Raw:
+    """Escaped text with line-break opportunities after ``.``, ``/`` and ``--``, so long
+    identifiers (run and combination ids, category names) wrap inside a table cell."""
+    text = escape(value)
+    for sep in ("--", "/", "."):
+        text = text.replace(sep, sep + "<wbr>")
+    return Raw(text)
+
+
+_WHEN = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2})(?::\d{2}(?:\.\d+)?)?(?:Z|\+00:00)$")
+
+
+def when(value: object) -> str:
+    """An ISO 8601 UTC time to the minute: ``2026-12-02 14:00 UTC``."""
+    m = _WHEN.match(str(value or ""))
+    return escape(f"{m.group(1)} {m.group(2)} UTC" if m else value)
+
+
+FILTERS = {"breakable": breakable, "when": when, "front_matter_title": front_matter_title, "html_attr": html_attr, "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
            "fixed": fixed, "integer": integer, "nbytes": nbytes, "flops": flops,
            "code_block": code_block, "url": url, "raw": Raw}

@@ -7,6 +7,8 @@ are built from slugs only, so no run data ends up in a file name or a link targe
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import math
 import posixpath
 import re
@@ -16,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.schema import current_runs
-from reportgen.render import analysis, charts, compiled, sections
+from reportgen.render import analysis, charts, cite, compiled, machine, sections
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
 from reportgen.render.templating import environment
@@ -28,6 +31,10 @@ if TYPE_CHECKING:
 
 DATA_DIR = "data"
 """Copies of the run files under docs/, so raw data and traces are linked from the site."""
+ALL_COMBINATIONS = f"{DATA_DIR}/combinations"
+"""One table of every combination (``.csv`` and ``.parquet``), for notebooks."""
+# Columns of the all-combinations table that only locate files inside the site.
+_INTERNAL_COLUMNS = ("json_rel", "trace_rel", "run_rel")
 
 
 @dataclass(frozen=True)
@@ -82,11 +89,41 @@ def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [_row(r) for r in frame.to_dict(orient="records")]
 
 
+# The columns of a page's downloadable tables (the frame has more).
+_COMBINATION_COLUMNS = ("run_id", "combo_id", "status", "reason", "median", "ci_low", "ci_high",
+                        "overhead_ratio")
+_HEADLINE_COLUMNS = ("run_id", "combo_id", "seq", "median", "ci_low", "ci_high", "p25", "p75",
+                     "n", "stop_reason", "attention_share", "overhead_ratio", "peak_alloc",
+                     "pct_peak")
+
+
 def setting_label(setting: Mapping[str, Any]) -> str:
+    scale = ("full-size model" if setting["scale"] == "reference"
+             else f"{setting['scale']} test-size model")
     compiled = setting.get("compile", "none")
     return (f"{setting['mode']}, {setting['dtype']}, {setting['attn']}, "
-            f"batch {setting['batch']}, {setting['scale']} scale"
+            f"batch {setting['batch']}, {scale}"
             + (f", torch.compile {compiled}" if compiled != "none" else ""))
+
+
+def table_csv(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    frame = pd.DataFrame([dict(r) for r in rows])
+    return frame.to_csv(index=False, lineterminator="\n").encode("utf-8")
+
+
+def table_json(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    clean = [{k: _clean(v) for k, v in r.items()} for r in rows]
+    return (json.dumps(clean, indent=1, sort_keys=False, allow_nan=False, default=str)
+            + "\n").encode("utf-8")
+
+
+def all_combinations(frame: pd.DataFrame) -> dict[str, bytes]:
+    """The combinations table as CSV and Parquet (suffix -> bytes)."""
+    table = frame.drop(columns=[c for c in _INTERNAL_COLUMNS if c in frame.columns])
+    buffer = io.BytesIO()
+    table.to_parquet(buffer, index=False, engine="pyarrow")
+    return {".csv": table.to_csv(index=False, lineterminator="\n").encode("utf-8"),
+            ".parquet": buffer.getvalue()}
 
 
 @dataclass
@@ -95,6 +132,7 @@ class SiteModel:
 
     pages: list[Page]
     data_files: list[tuple[str, str]]  # (path under docs/, source path)
+    files: dict[str, bytes] = field(default_factory=dict)  # downloads built from the runs
 
 
 class _Builder:
@@ -107,12 +145,20 @@ class _Builder:
         self._claims = sections.claims_index(self.report) if self.report is not None else {}
         self.bench = bench
         self._embedded: dict[str, list[Chart]] = {}  # charts of pages written elsewhere
+        self.files: dict[str, bytes] = {}  # CSV and JSON behind charts and tables
         self.frame = analysis.combinations_frame(self.current)
         self.records = {(run.hardware, str(c.record.get("id") or c.path.stem)): c.record
                         for run in self.current for c in run.combinations}
         self.runs_by_id = {run.run_id: run for run in self.runs}
         f = self.frame
         self.hw_slugs = unique_slugs(f["hardware"]) if not f.empty else {}
+        self.hw_env: dict[str, Mapping[str, Any]] = {}
+        for run in sorted(self.runs, key=lambda r: (str(r.record.get("updated") or ""), r.run_id)):
+            env = run.record.get("environment")
+            if isinstance(env, Mapping) and env:
+                self.hw_env[run.hardware] = env
+        self.hw_labels = {hw: machine.hardware_label(hw, self.hw_env.get(hw))
+                          for hw in {run.hardware for run in self.runs} | set(self.hw_slugs)}
         self.model_slugs = unique_slugs(f["model"]) if not f.empty else {}
         self._summaries: dict[tuple[str, str], dict[str, Any] | None] = {}
         self._combo_pages = ({} if f.empty else {
@@ -141,7 +187,16 @@ class _Builder:
         stem = posixpath.splitext(posixpath.basename(page))[0]
         svg = f"{posixpath.dirname(page)}/charts/{stem}--{name}.svg".lstrip("/")
         return {"name": name, "title": title, "json": chart.json(), "svg": rel(page, svg),
-                "svg_path": svg}
+                "svg_path": svg,
+                "data": self._table(page, f"{name}-chart", charts.data_rows(spec))}
+
+    def _table(self, page: str, name: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        """CSV and JSON of ``rows`` next to ``page``'s charts; their links from ``page``."""
+        stem = posixpath.splitext(posixpath.basename(page))[0]
+        base = f"{posixpath.dirname(page)}/charts/{stem}--{name}".lstrip("/")
+        self.files[f"{base}.csv"] = table_csv(rows)
+        self.files[f"{base}.json"] = table_json(rows)
+        return {"csv": rel(page, f"{base}.csv"), "json": rel(page, f"{base}.json")}
 
     def _embed_for(self, page: str) -> sections.ChartEmbed:
         """A chart callback for Markdown that another module writes for ``page``."""
@@ -192,8 +247,21 @@ class _Builder:
         core = fits[fits["category"] == "attention.core"]
         return {"setting": setting, "label": setting_label(setting), "rows": sel,
                 "longest": _row(last.to_dict()), "crossover": crossover,
-                "fits": fits,
-                "core_exponent": float(core["exponent"].iloc[0]) if not core.empty else None}
+                "fits": fits, "lengths": sorted(int(x) for x in sel["seq"].unique()),
+                "core_exponent": float(core["exponent"].iloc[0]) if not core.empty else None,
+                "core_fit": _row(core.iloc[0].to_dict()) if not core.empty else None}
+
+    def _run_context(self, page: str, run_ids: Iterable[str]) -> list[dict[str, Any]]:
+        out = []
+        for rid in sorted(set(run_ids)):
+            run = self.runs_by_id[rid]
+            env = run.record.get("environment") or {}
+            out.append({"run_id": rid, "command": run.record.get("command"),
+                        "suite": (run.record.get("suite") or {}).get("name"),
+                        "hardware": self.hw_labels.get(run.hardware, run.hardware),
+                        "environment": env, "facts": machine.environment_facts(env),
+                        "run_json": rel(page, self.data(f"{run.rel}/run.json"))})
+        return out
 
     # pages -------------------------------------------------------------------------------
     def combination_page(self, hw: str, model: str, rows: pd.DataFrame) -> Page:
@@ -201,7 +269,8 @@ class _Builder:
         out: list[Chart] = []
         summary = self._page_summary(rows)
         ctx: dict[str, Any] = {
-            "hardware": hw, "model": model, "hw_link": rel(path, self.hw_page(hw)),
+            "hardware": self.hw_labels[hw], "model": model,
+            "hw_link": rel(path, self.hw_page(hw)),
             "model_link": rel(path, self.model_page(model)),
             "methodology": rel(path, "methodology.md"), "status_link": rel(path, "status.md"),
             "not_ok": self._not_ok(path, rows), "summary": None, "claims": None,
@@ -217,30 +286,50 @@ class _Builder:
         for r in rows.to_dict(orient="records"):
             all_rows.append({**_row(r), "links": self._links(path, r)})
         ctx["all_rows"] = all_rows
+        ctx["all_rows_data"] = self._table(path, "all-combinations", [
+            {k: r[k] for k in _COMBINATION_COLUMNS} for r in all_rows])
         run_ids = sorted(set(rows["run_id"]))
-        ctx["runs"] = [{"run_id": rid,
-                        "command": self.runs_by_id[rid].record.get("command"),
-                        "suite": (self.runs_by_id[rid].record.get("suite") or {}).get("name"),
-                        "environment": self.runs_by_id[rid].record.get("environment") or {},
-                        "run_json": rel(path, self.data(f"{self.runs_by_id[rid].rel}/run.json"))}
-                       for rid in run_ids]
-        commits = sorted({str((self.records[(hw, cid)].get("git") or {}).get("commit"))
-                          for cid in rows["combo_id"]})
+        ctx["runs"] = self._run_context(path, run_ids)
+        gits = [self.records[(hw, cid)].get("git") or {} for cid in rows["combo_id"]]
+        commits = sorted({str(g.get("commit")) for g in gits if g.get("commit")})
         ctx["commits"] = commits
+        ctx["dirty"] = any(bool(g.get("dirty")) for g in gits)
+        measured = sorted(str(r["finished"]) for r in all_rows if r.get("finished"))
+        ctx["cite"] = cite.cite_block(f"{model} on {self.hw_labels[hw]}",
+                                      date=measured[-1] if measured else "",
+                                      run_ids=run_ids, commits=commits)
         if summary is not None:
             sel = summary["rows"]
             longest = summary["longest"]
             record = self.records[(hw, longest["combo_id"])]
+            headline = _rows(sel)
+            categories = [{
+                "category": cat, "ms": longest[f"ms:{cat}"], "share": longest[f"share:{cat}"],
+                "share_ci_low": longest[f"share_ci_low:{cat}"],
+                "share_ci_high": longest[f"share_ci_high:{cat}"],
+                "flops_share": longest[f"flops_share:{cat}"]} for cat in CATEGORIES]
             ctx["summary"] = {
                 "label": summary["label"], "setting": summary["setting"],
-                "headline": _rows(sel), "longest": longest,
-                "fits": _rows(summary["fits"]), "crossover": summary["crossover"],
+                "headline": headline, "longest": longest,
+                "headline_data": self._table(path, "headline", [
+                    {k: r[k] for k in _HEADLINE_COLUMNS} for r in headline]),
+                "categories": categories,
+                "has_share_ci": any(c["share_ci_low"] is not None for c in categories),
+                "categories_data": self._table(path, "categories", categories),
+                "lengths": summary["lengths"], "min_fit_points": stats.MIN_FIT_POINTS,
+                "fits": _rows(summary["fits"]),
+                "fits_data": self._table(path, "fits", _rows(summary["fits"])),
+                "memory_data": self._table(path, "memory", [
+                    {k: r[k] for k in ("seq", "peak_alloc", "peak_reserved", "attn_act_analytic",
+                                       "attn_act_measured")} for r in headline]),
+                "crossover": summary["crossover"],
                 "model_info": record.get("model") or {},
                 "top_ops": analysis.top_ops(record), "op_basis": (record.get("attribution")
                                                                   or {}).get("basis"),
                 "unlinked": {k: (record.get("attribution") or {}).get(k) for k in
                              ("unlinked_device_events", "unlinked_device_ms")},
                 "methods": analysis.attribution_methods(record),
+                "top_ops_data": self._table(path, "top-ops", analysis.top_ops(record)),
                 "flop_notes": list((record.get("flops") or {}).get("notes") or []),
                 "has_peak": bool(sel["pct_peak"].notna().any()),
                 "has_launches": bool(sel["launches"].notna().any()),
@@ -253,6 +342,7 @@ class _Builder:
                     charts.scaling_chart(analysis.category_ms_long(sel)), out)
         comparison = analysis.attention_comparison(rows)
         ctx["attention"] = _rows(comparison)
+        ctx["attention_data"] = self._table(path, "attention", ctx["attention"])
         if not comparison.empty:
             ctx["attention_chart"] = self._chart(
                 path, "attention", "Attention implementations: median latency with 95% CI",
@@ -265,7 +355,10 @@ class _Builder:
         models: list[dict[str, Any]] = []
         shares: list[pd.DataFrame] = []
         lines: list[dict[str, Any]] = []
+        isolated: set[str] = set()  # isolated attention, not whole models: their own chart
         for model, part in rows.groupby("model", sort=True):
+            if (part["architecture"] == "attention").any():
+                isolated.add(str(model))
             s = self._page_summary(part)
             entry: dict[str, Any] = {"model": model, "link": rel(path, self.combo_page(hw, model)),
                                      "summary": None, "not_ok": int((part["status"] != "ok").sum())}
@@ -279,17 +372,31 @@ class _Builder:
                               "median": r["median"], "attention_share": r["attention_share"]}
                              for _, r in s["rows"].iterrows())
             models.append(entry)
-        ctx: dict[str, Any] = {"hardware": hw, "models": models,
+        ctx: dict[str, Any] = {"hardware": self.hw_labels[hw], "models": models,
                                "not_ok": self._not_ok(path, rows),
+                               "models_data": self._table(path, "models", [
+                                   {"model": m["model"], "setting": m["summary"]["label"],
+                                    **{k: m["summary"]["longest"][k] for k in _HEADLINE_COLUMNS},
+                                    "core_exponent": m["summary"]["core_exponent"]}
+                                   for m in models if m["summary"]]),
                                "headline_methods": analysis.headline_methods(rows, self.records)}
         if shares:
             ctx["shares_chart"] = self._chart(
                 path, "shares", "Category shares per model at its longest measured length",
                 charts.shares_chart(pd.concat(shares, ignore_index=True), by="model",
                                     by_title="model", by_type="N"), out)
-            ctx["latency_chart"] = self._chart(
-                path, "latency", "Median latency per model against sequence length",
-                charts.latency_lines(pd.DataFrame(lines), "model", "model"), out)
+            frame = pd.DataFrame(lines)
+            whole = frame[~frame["model"].isin(isolated)]
+            alone = frame[frame["model"].isin(isolated)]
+            if not whole.empty:
+                ctx["latency_chart"] = self._chart(
+                    path, "latency", "Median latency per model against sequence length",
+                    charts.latency_lines(whole, "model", "model"), out)
+            if not alone.empty:
+                ctx["isolated_chart"] = self._chart(
+                    path, "latency-isolated",
+                    "Isolated attention (one attention layer alone): median latency against "
+                    "sequence length", charts.latency_lines(alone, "model", "benchmark"), out)
         return Page(path, "hardware.md.j2", ctx, tuple(out))
 
     def model_page_for(self, model: str, rows: pd.DataFrame) -> Page:
@@ -299,14 +406,16 @@ class _Builder:
         lines: list[dict[str, Any]] = []
         for hw, part in rows.groupby("hardware", sort=True):
             s = self._page_summary(part)
-            entry: dict[str, Any] = {"hardware": hw, "link": rel(path, self.combo_page(hw, model)),
+            entry: dict[str, Any] = {"hardware": self.hw_labels[hw],
+                                     "link": rel(path, self.combo_page(hw, model)),
                                      "summary": None, "headline": [],
                                      "not_ok": int((part["status"] != "ok").sum())}
             if s is not None:
                 entry["summary"] = {"label": s["label"], "crossover": s["crossover"],
                                     "core_exponent": s["core_exponent"]}
                 entry["headline"] = _rows(s["rows"])
-                lines.extend({"hardware": hw, "setting": s["label"], "seq": int(r["seq"]),
+                lines.extend({"hardware": self.hw_labels[hw], "setting": s["label"],
+                              "seq": int(r["seq"]),
                               "median": r["median"], "attention_share": r["attention_share"]}
                              for _, r in s["rows"].iterrows())
             entry["compiled"] = self._compiled_vs_eager(path, str(hw), model, part, out)
@@ -337,45 +446,81 @@ class _Builder:
         path = "index.md"
         out: list[Chart] = []
         f = self.frame
-        hardware = sorted(self.hw_slugs)
         models = sorted(self.model_slugs)
-        cells: dict[tuple[str, str], dict[str, Any]] = {}
+        breakdown: list[dict[str, Any]] = []  # one row per (hardware, model)
+        cells: list[dict[str, Any]] = []  # one per (hardware, model, category), for the chart
         for (hw, model), part in (f.groupby(["hardware", "model"], sort=True)
                                   if not f.empty else []):
             s = self._page_summary(part)
-            share = s["longest"]["attention_share"] if s else None
-            cells[(hw, model)] = {"hardware": hw, "model": model, "attention_share": share,
-                                  "seq": s["longest"]["seq"] if s else None,
-                                  "link": rel(path, self.combo_page(hw, model)),
-                                  "href": f"hardware/{self.hw_slugs[hw]}/{self.model_slugs[model]}/"}
-        matrix = [{"hardware": hw, "link": rel(path, self.hw_page(hw)),
-                   "cells": [cells.get((hw, m)) for m in models]} for hw in hardware]
+            entry: dict[str, Any] = {
+                "hardware": self.hw_labels[hw], "model": model,
+                "link": rel(path, self.combo_page(hw, model)), "summary": None}
+            if s is not None:
+                longest = s["longest"]
+                entry["summary"] = {"seq": longest["seq"], "label": s["label"],
+                                    "attention_share": longest["attention_share"],
+                                    "shares": [{"category": cat,
+                                                "share": longest[f"share:{cat}"],
+                                                "ci_low": longest[f"share_ci_low:{cat}"],
+                                                "ci_high": longest[f"share_ci_high:{cat}"]}
+                                               for cat in CATEGORIES]}
+                href = f"hardware/{self.hw_slugs[hw]}/{self.model_slugs[model]}/"
+                for order, c in enumerate(entry["summary"]["shares"]):
+                    if c["share"] is None:
+                        continue
+                    cells.append({"hardware": self.hw_labels[hw], "model": model,
+                                  "row": f"{model} ({self.hw_labels[hw]})"
+                                  if len(self.hw_slugs) > 1 else model,
+                                  "category": c["category"], "order": order,
+                                  "share": c["share"], "share_ci_low": c["ci_low"],
+                                  "share_ci_high": c["ci_high"], "seq": longest["seq"],
+                                  "href": href})
+            breakdown.append(entry)
+        by_hw: dict[str, list[dict[str, Any]]] = {}
+        for entry in breakdown:
+            by_hw.setdefault(entry["hardware"], []).append(entry)
+        measured = [{"label": self.hw_labels[hw], "link": rel(path, self.hw_page(hw)),
+                     "models": int(f[f["hardware"] == hw]["model"].nunique()),
+                     "ok": int(((f["hardware"] == hw) & (f["status"] == "ok")).sum())}
+                    for hw in sorted(self.hw_slugs)]
         ctx: dict[str, Any] = {
             "models": [{"model": m, "link": rel(path, self.model_page(m))} for m in models],
-            "matrix": matrix, "latest": self._run_rows(path, analysis.latest_runs(self.runs)),
+            "breakdown": [{"hardware": hw, "rows": rows} for hw, rows in by_hw.items()],
+            "has_share_ci": any(c["share_ci_low"] is not None for c in cells),
+            "measured_on": measured,
+            "gpu_measured": any(machine.has_gpu(self.hw_env.get(hw)) for hw in self.hw_slugs),
+            "latest": self._run_rows(path, analysis.latest_runs(self.runs)),
             "counts": {s: int((f["status"] == s).sum()) if not f.empty else 0
                        for s in ("ok", "skipped", "failed")},
             "findings_link": sections.FINDINGS_INDEX if self.report is not None else None,
             "validation_link": sections.VALIDATION if self.bench is not None else None,
             "headline_methods": analysis.headline_methods(f, self.records),
+            "all_combinations": {ext: rel(path, f"{ALL_COMBINATIONS}{ext}")
+                                 for ext in (".csv", ".parquet")} if not f.empty else None,
         }
-        with_share = [c for c in cells.values() if c["attention_share"] is not None]
-        if with_share:
-            ctx["matrix_chart"] = self._chart(path, "matrix", "Attention share, hardware x model",
-                                              charts.matrix_chart(with_share), out)
+        ctx["breakdown_data"] = self._table(path, "breakdown", [
+            {"hardware": c["hardware"], "model": c["model"], "seq": c["seq"],
+             "category": c["category"], "share": c["share"], "share_ci_low": c["share_ci_low"],
+             "share_ci_high": c["share_ci_high"]} for c in cells])
+        if cells:
+            ctx["breakdown_chart"] = self._chart(
+                path, "breakdown", "Share of forward time per category, each model at its "
+                "longest measured sequence length", charts.breakdown_chart(cells), out)
         return Page(path, "home.md.j2", ctx, tuple(out))
 
     def _run_rows(self, page: str, runs: Iterable[Run]) -> list[dict[str, Any]]:
         out = []
         for run in runs:
             statuses = [str(c.record.get("status")) for c in run.combinations]
-            out.append({"run_id": run.run_id, "hardware": run.hardware,
+            out.append({"run_id": run.run_id,
+                        "hardware": self.hw_labels.get(run.hardware, run.hardware),
                         "hw_link": (rel(page, self.hw_page(run.hardware))
                                     if run.hardware in self.hw_slugs else None),
                         "suite": (run.record.get("suite") or {}).get("name"),
                         "command": run.record.get("command"),
                         "updated": run.record.get("updated") or run.record.get("started"),
                         "environment": run.record.get("environment") or {},
+                        "facts": machine.environment_facts(run.record.get("environment")),
                         "ok": statuses.count("ok"), "skipped": statuses.count("skipped"),
                         "failed": statuses.count("failed"),
                         "run_json": rel(page, self.data(f"{run.rel}/run.json"))})
@@ -392,19 +537,21 @@ class _Builder:
             for model, part in f.groupby("model", sort=True):
                 pages.append(self.model_page_for(str(model), part))
         pages.append(Page("hardware/index.md", "hardware_index.md.j2", {"hardware": [
-            {"hardware": hw, "link": rel("hardware/index.md", self.hw_page(hw)),
+            {"hardware": self.hw_labels[hw], "link": rel("hardware/index.md", self.hw_page(hw)),
              "models": sorted(set(f[f["hardware"] == hw]["model"]))}
             for hw in sorted(self.hw_slugs)]}))
         pages.append(Page("models/index.md", "models_index.md.j2", {"models": [
             {"model": m, "link": rel("models/index.md", self.model_page(m)),
-             "hardware": sorted(set(f[f["model"] == m]["hardware"]))}
+             "hardware": sorted({self.hw_labels[h] for h in f[f["model"] == m]["hardware"]})}
             for m in sorted(self.model_slugs)]}))
         pages.append(Page("status.md", "status.md.j2", {"rows": [
-            {**r, "page": rel("status.md", self.combo_page(r["hardware"], r["model"]))}
+            {**r, "page": rel("status.md", self.combo_page(r["hardware"], r["model"])),
+             "hardware": self.hw_labels[r["hardware"]]}
             for r in self._not_ok("status.md", f)] if not f.empty else []}))
-        pages.append(Page("runs.md", "runs.md.j2",
-                          {"runs": self._run_rows("runs.md", sorted(self.runs,
-                                                                    key=lambda r: r.run_id))}))
+        pages.append(Page("runs.md", "runs.md.j2", {
+            "runs": self._run_rows("runs.md", sorted(self.runs, key=lambda r: r.run_id)),
+            "all_combinations": {ext: rel("runs.md", f"{ALL_COMBINATIONS}{ext}")
+                                 for ext in (".csv", ".parquet")} if not f.empty else None}))
         from reportgen.render.changes import series_pages
 
         pages += series_pages(self.runs, slug=slugify, data=self.data, page_type=Page)
@@ -424,7 +571,11 @@ class _Builder:
                 if c.trace is not None:
                     data_files.append((self.data(
                         f"{run.rel}/{c.trace.relative_to(run.path).as_posix()}"), str(c.trace)))
-        return SiteModel(pages=pages, data_files=sorted(data_files))
+        files = dict(self.files)
+        if not f.empty:
+            files.update({f"{ALL_COMBINATIONS}{ext}": data
+                          for ext, data in all_combinations(f).items()})
+        return SiteModel(pages=pages, data_files=sorted(data_files), files=files)
 
 
 def site_model(runs: Sequence[Run], *, report: CheckReport | None = None,

@@ -159,6 +159,8 @@ def write_site(model: SiteModel, docs: Path, *, svg: bool = True,
             writer.text(path, text)
     for rel, source in model.data_files:
         writer.copy(rel, Path(source))
+    for rel, data in sorted(model.files.items()):
+        writer.bytes(rel, data)
     assets = resources.files("reportgen.render") / "assets"
     for name in _STATIC_ASSETS:
         writer.bytes(f"{ASSET_DIR}/{name}", (assets / name).read_bytes())
