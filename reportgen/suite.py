@@ -514,7 +514,11 @@ def apply_overrides(suite: Suite, overrides: Mapping[str, Any]) -> Suite:
     changed = dataclasses.replace(suite, settings=settings, matrix=matrix)
     # Flags that replace what is measured make another suite: named and described for
     # what it measured, never as the suite it started from.
-    measured = {k: v for k, v in overrides.items() if k in MATRIX_KEYS or k == "scale"}
+    # A flag that repeats what every entry already says (`--compile none` on an eager
+    # suite) changes nothing and keeps the suite's name.
+    measured = {k: v for k, v in overrides.items()
+                if (k in MATRIX_KEYS or k == "scale")
+                and any(entry.get(k) != v for entry in suite.matrix)}
     if measured:
         flags = " ".join(f"{OVERRIDE_FLAGS[k]} {','.join(map(str, v)) if isinstance(v, list) else v}"
                          for k, v in measured.items())

@@ -39,8 +39,9 @@ def pairs(page: pd.DataFrame) -> pd.DataFrame:
             "compiled_median": row["median"], "compiled_ci_low": row["ci_low"],
             "compiled_ci_high": row["ci_high"], "compiled_combo": row["combo_id"],
             "speedup": float(twin["median"] / row["median"]) if row["median"] > 0 else math.nan,
-            "significant": stats.significantly_different((twin["ci_low"], twin["ci_high"]),
-                                                         (row["ci_low"], row["ci_high"])),
+            "significant": stats.difference(
+                None, None, interval_a=(twin["ci_low"], twin["ci_high"]),
+                interval_b=(row["ci_low"], row["ci_high"])).significant,
             "compile_s": row["compile_s"], "recompiles": row["recompiles"],
             "graph_breaks": row["graph_breaks"], "compiled_share": row["share:compiled"],
             "eager_basis": twin["basis"], "compiled_basis": row["basis"],
