@@ -98,5 +98,5 @@ def test_slurm_tasks_of_one_forced_submission_share_a_new_run(tmp_path: Path) ->
     b = RunStore(tmp_path, "host", _suite()).forced_run(submitted)
     assert a.name == b.name == f"{first.store.base}-20261202T130005"
     assert run_dirs(tmp_path, first.store.base) == [first.store.run_dir]
-    a.write_run({"kind": "reportgen.run"})
+    a.write_run(json.loads((first.store.run_dir / "run.json").read_text()))
     assert run_dirs(tmp_path, first.store.base) == [a.run_dir]  # the watcher follows the new run

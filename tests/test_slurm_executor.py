@@ -135,13 +135,17 @@ def test_a_job_array_measures_the_suite(cluster: SlurmCluster, monkeypatch: pyte
     # submitit's pickles and logs stay out of the run directories, and out of git
     assert (out / ".slurm" / run_dir.name).is_dir() and (out / ".slurm" / ".gitignore").is_file()
 
-    # --force: the two tasks measure every combination again, each exactly once
+    # --force: the two tasks measure every combination again, each exactly once, into a
+    # new run; the finished one is left as it was
     fake.use_log(tmp_path / "force.log")
     assert run_cli([*argv, "--force"], cluster) == 0
     assert sorted(fake.calls()) == sorted(found)
-    again = records(run_dir)
+    (new_dir,) = [r.path for r in iter_runs(out) if r.path != run_dir]
+    again = records(new_dir)
+    assert sorted(again) == sorted(found)
     assert all(again[i]["started"] > found[i]["started"] for i in found)
-    assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+    assert records(run_dir) == found
+    assert json.loads((new_dir / "run.json").read_text())["status"] == "complete"
 
 
 @pytest.mark.slow
