@@ -75,7 +75,12 @@ class CDP:
     def wait_for(self, expression: str, what: str) -> Any:
         deadline = time.monotonic() + TIMEOUT_S
         while time.monotonic() < deadline:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+            except RuntimeError as exc:  # the page is navigating (a reload): ask again
+                if "navigated" not in str(exc) and "context" not in str(exc):
+                    raise
+                value = None
             if value:
                 return value
             time.sleep(0.1)
