@@ -117,14 +117,14 @@ def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float = 
     ``min_samples`` on, and only once the interval reaches its confidence), ``budget``
     when ``budget_s`` of timed iterations is spent (never before min(min_samples, 3)
     samples), or ``max_samples``. Warm-up is separate, capped at ``max_warmup_s``
-    (default half the budget), and kept as ``warmup_samples``.
+    (default a quarter of the budget), and kept as ``warmup_samples``.
     """
     if budget_s <= 0:
         raise ValueError("budget_s must be positive")
     if min_samples < 1 or max_samples < min_samples:
         raise ValueError("need 1 <= min_samples <= max_samples")
     timer = timer or default_timer(step)
-    warmup = warm_up(step, timer, max_warmup_s=budget_s / 2 if max_warmup_s is None else max_warmup_s,
+    warmup = warm_up(step, timer, max_warmup_s=budget_s / 4 if max_warmup_s is None else max_warmup_s,
                      wall=wall)
 
     samples: list[float] = []
