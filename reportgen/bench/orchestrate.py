@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     t_start = time.perf_counter()
-    created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     p = plan(args.quick)
     environment = environment_summary("cpu")
     environment["load_average_at_start"] = _load()
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             # other processes on a 2-core host move every timing figure: record the load
             fig["load_average"] = {"before": load_before, "after": _load()}
             fig["other_cpu_busy_before"] = busy_before
-            fig["measured_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            fig["measured_at"] = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         figures.update(got)
         save()
         log(f"{name} done in {time.perf_counter() - t0:.0f} s: "
@@ -296,7 +296,13 @@ def _coverage(suite: Any) -> dict[str, Any]:
 
 
 def _suite_figures(suite: Any, p: Plan) -> dict[str, dict[str, Any]]:
-    from reportgen.bench import attribution_check, efficiency, flops_check, overhead, trace_check
+    from reportgen.bench import (
+        attribution_check,
+        efficiency,
+        flops_check,
+        overhead,
+        trace_check,
+    )
 
     runs = SCRATCH / "runs"
     if runs.exists():

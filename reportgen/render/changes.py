@@ -8,7 +8,7 @@ Page models only: the statistics are `reportgen.render.compare`'s, the Markdown 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reportgen import schema
@@ -23,12 +23,35 @@ def _rel(page: str, target: str) -> str:
     return posixpath.relpath(target, posixpath.dirname(page) or ".")
 
 
+def host_drift(bench: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """How far the bench's re-measurement of a suite moved its medians, by hardware: the
+    drift between two runs of the same code on the same host, which no interval inside
+    one run can show. From the bench's interval-coverage rows (``rel_shift``)."""
+    if not bench:
+        return {}
+    figure = (bench.get("figures") or {}).get("interval_coverage") or {}
+    shifts = [abs(float(r["rel_shift"])) for r in figure.get("rows") or []
+              if r.get("rel_shift") is not None]
+    hardware = (bench.get("environment") or {}).get("hardware")
+    if not shifts or not hardware:
+        return {}
+    ordered = sorted(shifts)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {str(hardware): {"median": median, "max": ordered[-1], "combinations": len(ordered),
+                            "measured": bench.get("created")}}
+
+
 def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Callable[[str], str],
-                 page_type: type) -> list[Any]:
+                 page_type: type, bench: Mapping[str, Any] | None = None,
+                 validation: str | None = None) -> list[Any]:
     """``page_type(path, template, context)`` for the index and one page per series.
 
-    ``slug`` makes a file name of a series label, ``data`` the docs/ path of a run file.
+    ``slug`` makes a file name of a series label, ``data`` the docs/ path of a run file;
+    ``bench`` (the Validation page's results, at docs/``validation``) gives the host's
+    run-to-run drift shown beside each comparison.
     """
+    drift = host_drift(bench)
     groups = schema.series(runs)
     current = {r.run_id for r in schema.current_runs(runs)}
     entries = []
@@ -51,8 +74,9 @@ def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Calla
             items.append(item)
         items.reverse()  # newest first
         latest = next((i["comparison"] for i in items if i["comparison"] is not None), None)
-        pages.append(page_type(path, "changes.md.j2", {"hardware": hardware, "suite": suite,
-                                                       "runs": items}))
+        pages.append(page_type(path, "changes.md.j2", {
+            "hardware": hardware, "suite": suite, "runs": items, "drift": drift.get(hardware),
+            "validation": _rel(path, validation) if validation and hardware in drift else None}))
         entries.append({"hardware": hardware, "suite": suite, "link": _rel(INDEX, path),
                         "runs": len(group), "latest": latest})
     pages.append(page_type(INDEX, "changes_index.md.j2", {"series": entries}))

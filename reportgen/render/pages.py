@@ -554,7 +554,8 @@ class _Builder:
                                  for ext in (".csv", ".parquet")} if not f.empty else None}))
         from reportgen.render.changes import series_pages
 
-        pages += series_pages(self.runs, slug=slugify, data=self.data, page_type=Page)
+        pages += series_pages(self.runs, slug=slugify, data=self.data, page_type=Page, bench=self.bench,
+                              validation=sections.VALIDATION)
         generated: list[sections.Generated] = []
         if self.report is not None:
             generated += sections.findings(self.report, self._embed_for, self._combo_page_of)
