@@ -375,3 +375,12 @@ def test_instrumentation_verdict() -> None:
     assert instrumentation_summary(rows, rounds=4, budget_s=0.5)["status"] == "pass"
     rows.append(row(1.08, 1.05, 1.1))  # significantly over the goal
     assert instrumentation_summary(rows, rounds=4, budget_s=0.5)["status"] == "fail"
+
+
+def test_render_scaling_copy_of_the_config_finds_the_repositorys_hooks(tmp_path: Path) -> None:
+    from reportgen.bench.render_scaling import _absolute_hooks
+
+    config = "site_name: x\nhooks:\n  - reportgen/render/mkdocs_hooks.py\nnav:\n  - index.md\n"
+    out = _absolute_hooks(config, tmp_path)
+    assert f"  - {(tmp_path / 'reportgen/render/mkdocs_hooks.py').resolve()}\n" in out
+    assert "nav:\n  - index.md\n" in out  # only the hooks section is rewritten

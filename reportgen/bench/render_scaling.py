@@ -42,6 +42,20 @@ def _unavailable(repo: Path) -> str | None:
     return None
 
 
+def _absolute_hooks(config: str, repo: Path) -> str:
+    """``mkdocs.yml`` with its ``hooks:`` paths made absolute: mkdocs resolves them against
+    the config file's folder, which for the copy is the scratch site, not the repository."""
+    out, in_hooks = [], False
+    for line in config.splitlines(keepends=True):
+        stripped = line.strip()
+        if not line.startswith((" ", "-")) and stripped:
+            in_hooks = stripped == "hooks:"
+        elif in_hooks and stripped.startswith("- ") and not Path(stripped[2:]).is_absolute():
+            line = line.replace(stripped[2:], str((repo / stripped[2:]).resolve()), 1)
+        out.append(line)
+    return "".join(out)
+
+
 def measure_size(n: int, repo: Path, scratch: Path, *, timeout_s: float = 900.0) -> dict[str, Any]:
     from reportgen.render import synthetic
 
@@ -49,7 +63,7 @@ def measure_size(n: int, repo: Path, scratch: Path, *, timeout_s: float = 900.0)
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    shutil.copy2(repo / "mkdocs.yml", work / "mkdocs.yml")
+    (work / "mkdocs.yml").write_text(_absolute_hooks((repo / "mkdocs.yml").read_text(), repo))
     if (repo / "docs").is_dir():
         shutil.copytree(repo / "docs", work / "docs", ignore=shutil.ignore_patterns("__pycache__"))
     else:
