@@ -36,6 +36,15 @@ def _best(run: Any, repeats: int, deadline: float) -> list[float]:
     return samples
 
 
+def _copy_seconds(n_elements: int, repeats: int, deadline: float) -> list[float]:
+    """Timed copies between two fp32 tensors, freed on return."""
+    import torch
+
+    src = torch.rand(n_elements, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    return _best(lambda: dst.copy_(src), repeats, deadline)
+
+
 def cpu_probe(*, copy_mib: int = COPY_MIB, matmul_n: int = MATMUL_N, repeats: int = REPEATS,
               budget_s: float = BUDGET_S) -> dict[str, Any]:
     """Copy bandwidth (bytes/s) and fp32 matmul rate (FLOP/s) of this CPU, best of
@@ -43,13 +52,9 @@ def cpu_probe(*, copy_mib: int = COPY_MIB, matmul_n: int = MATMUL_N, repeats: in
     import torch
 
     began = time.perf_counter()
-    deadline = began + budget_s / 2
     n_elements = copy_mib * 2**20 // 4
-    src = torch.rand(n_elements, dtype=torch.float32)
-    dst = torch.empty_like(src)
-    copy_s = _best(lambda: dst.copy_(src), repeats, deadline)
+    copy_s = _copy_seconds(n_elements, repeats, began + budget_s / 2)
     moved = 2 * n_elements * 4  # every byte read once and written once
-    del src, dst
     gen = torch.Generator().manual_seed(0)
     a = torch.rand((matmul_n, matmul_n), generator=gen, dtype=torch.float32)
     b = torch.rand((matmul_n, matmul_n), generator=gen, dtype=torch.float32)
