@@ -5,6 +5,7 @@ branch with and without a probe, and the pages that show them."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ import pytest
 from reportgen import traffic
 from reportgen.render import render, roofline
 from reportgen.render.roofline_pages import PAGE
+from reportgen.shares import method_section
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "runs_fixture"
@@ -70,21 +72,38 @@ def test_bandwidth_intensity_and_fraction_of_peak() -> None:
     assert "head" not in rows and "overhead" not in rows
 
 
+def with_iterations(rec: dict[str, Any], shares: dict[str, float], n: int = 12) -> dict[str, Any]:
+    """``rec`` with a hooks method section of ``n`` iterations whose category times vary
+    by a few percent around ``shares`` (so the shares have bootstrap intervals)."""
+    rng = random.Random(1)
+    per_iteration = [{c: s * 10.0 * rng.uniform(0.97, 1.03) for c, s in shares.items()}
+                     for _ in range(n)]
+    section = method_section(per_iteration, [sum(row.values()) for row in per_iteration])
+    return {**rec, "attribution": {"categories": section["categories"], "headline_method": "hooks",
+                                   "methods": {"hooks": section}}}
+
+
 def test_attention_against_the_rest_is_called_higher_only_when_the_intervals_part() -> None:
-    shares = {"attention.qkv": 0.01, "attention.core": 0.01, "attention.out": 0.01, "mlp": 0.5,
-              "embeddings": 0.1, "norm": 0.1, "other": 0.1}
-    out = roofline.attention_vs_rest(record(shares))
+    shares = {"attention.qkv": 0.01, "attention.core": 0.01, "attention.out": 0.01, "mlp": 0.57,
+              "embeddings": 0.1, "norm": 0.1, "other": 0.2}
+    out = roofline.attention_vs_rest(with_iterations(record(shares), shares))
     assert out is not None
     a, r = out["attention"], out["rest"]
     assert a["bytes"] == 384 + 480 + 160 and r["bytes"] == 2432 - a["bytes"]
     assert a["bytes_share"] == pytest.approx(a["bytes"] / 2432)
     assert a["flops_share"] == pytest.approx(480 / 864)
+    assert a["interval"].startswith("share") and a["bandwidth_low"] < a["bandwidth"] < a["bandwidth_high"]
     assert out["higher"] is True and out["lower"] is False
+    # without share intervals the two bandwidths would differ by their point shares alone
+    untested = roofline.attention_vs_rest(record(shares))
+    assert untested is not None and untested["higher"] is None and untested["lower"] is None
     # the same bandwidth on both sides: no significant difference either way
-    even = {c: 0.0 for c in shares}
-    even.update({"attention.qkv": a["bytes"] / 2432, "mlp": r["bytes"] / 2432})
-    out = roofline.attention_vs_rest(record(even))
+    even = {"attention.qkv": a["bytes"] / 2432, "mlp": r["bytes"] / 2432}
+    out = roofline.attention_vs_rest(with_iterations(record(even), even))
     assert out is not None and out["higher"] is False and out["lower"] is False
+    # the isolated attention has no rest to compare
+    micro = {**record(shares), "model": {**INFO, "architecture": "attention"}}
+    assert roofline.attention_vs_rest(micro) is None
 
 
 def test_roof_polyline_bends_at_the_ridge() -> None:

@@ -218,7 +218,9 @@ def attention_vs_rest(record: Mapping[str, Any], roof: Roof | None = None) -> di
     """Attention (its three categories) beside the rest of the forward: shares of bytes,
     FLOPs and time, and achieved bandwidth of each with intervals; ``higher`` says whether
     attention's bandwidth is significantly above the rest's (``stats.difference`` on the
-    two intervals), ``lower`` the reverse."""
+    two intervals), ``lower`` the reverse; both None when untested: no rest to compare
+    (the isolated attention micro-benchmark) or no share interval recorded (older records,
+    whose two bandwidths differ by their point shares alone)."""
     moved = record_bytes(record)
     if moved is None or latency(record) is None:
         return None
@@ -237,11 +239,16 @@ def attention_vs_rest(record: Mapping[str, Any], roof: Roof | None = None) -> di
         sides[label] = row
     a, r = sides[ATTENTION], sides[REST]
     higher = lower = None
-    if a["bandwidth"] is not None and r["bandwidth"] is not None:
+    # both bandwidths scale with the same latency: only the shares' own intervals can
+    # tell them apart, so without those nothing is tested
+    tested = all(str(side["interval"] or "").startswith("share") for side in (a, r))
+    if tested and a["bandwidth"] is not None and r["bandwidth"] is not None:
         diff = stats.difference(None, None, interval_a=(a["bandwidth_low"], a["bandwidth_high"]),
                                 interval_b=(r["bandwidth_low"], r["bandwidth_high"]))
         higher = diff.significant and a["bandwidth"] > r["bandwidth"]
         lower = diff.significant and a["bandwidth"] < r["bandwidth"]
+    if not r["bytes"]:
+        return None
     return {"attention": a, "rest": r, "higher": higher, "lower": lower}
 
 
