@@ -5,6 +5,7 @@ through the page builder's helpers, so each has its CSV and JSON."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -58,6 +59,8 @@ def measured(b: _Builder, hw: str, rows: pd.DataFrame) -> list[dict[str, Any]]:
         record = b.records[(hw, str(r["combo_id"]))]
         env = b.runs_by_id[str(r["run_id"])].record.get("environment") or {}
         roof = roofline.roof_for(record, env, hw, lambda: probe)
+        if roof.kind == "cpu":
+            roof = replace(roof, device=b.hw_labels[hw])
         cats = roofline.category_rows(record, roof)
         if not cats:
             continue
