@@ -187,7 +187,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_findings_page_scopes_the_claim_and_names_its_peaks(site: Path) -> None:
     text = (site / PAGE).read_text(encoding="utf-8")
-    assert text.startswith("---\ntitle: Memory traffic and roofline")
+    assert text.startswith('---\ntitle: "Memory traffic and roofline"')
     assert "No GPU run is on record" not in text  # the fixture has a GPU run
     assert "recorded with run `cpu-synthetic-epyc-2c/synthetic-543e5456`" in text
     assert "context for the GPU sentence, not a verdict" in text
