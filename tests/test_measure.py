@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import torch
 
-from reportgen import stats
+from reportgen import stats, traffic
 from reportgen.categories import CATEGORIES
 from reportgen.errors import Skip
 from reportgen.schema import COMBINATION_KIND, json_schema
@@ -79,6 +79,20 @@ def test_measure_end_to_end(tmp_path: Path, model: str, mode: str, impl: str) ->
     assert fl["achieved_flops_per_s"] == pytest.approx(fl["total_analytic"] / (timing["median"] / 1e3))
     assert fl["peak_flops_per_s"] is None and fl["percent_of_peak"] is None
     assert fl["notes"][0] == "attention.core counts the full Lq x Lk score matrix, not halved for causal masks"
+    # the bytes moved, stored with the record, are what the render side recomputes from it
+    assert fl["bytes_per_element"] == 4 and fl["total_analytic_bytes"] > 0
+    assert set(fl["analytic_bytes"]) == set(CATEGORIES) - {"overhead"}
+    assert fl["total_analytic_bytes"] == pytest.approx(sum(fl["analytic_bytes"].values()))
+    assert fl["analytic_bytes"]["mlp"] > 0 and fl["analytic_bytes"]["attention.core"] > 0
+    scores = fl["analytic_bytes_parts"]["attention.core"]["scores"]
+    assert (scores > 0) == (impl == "eager")
+    assert (fl["analytic_bytes_parts"]["attention.core"]["kv_cache_read"] > 0) == (mode == "decode")
+    assert traffic.NOTE_MODEL in fl["notes"]
+    without = {**record, "flops": {k: v for k, v in fl.items()
+                                   if k not in ("analytic_bytes", "analytic_bytes_parts",
+                                                "total_analytic_bytes", "bytes_per_element")}}
+    recomputed = traffic.record_bytes({**without, "combination": dict(vars(c))})
+    assert recomputed is not None and recomputed["analytic_bytes"] == fl["analytic_bytes"]
 
     # both attribution methods, the headline (module-boundary clocks on a CPU) in categories
     attribution = record["attribution"]

@@ -2,7 +2,8 @@
 
 :func:`collect` returns a JSON-safe dict: host, python, libraries, torch (versions,
 threads, numerics flags, SDPA backends), gpus (torch properties plus NVML readings),
-driver, device, git, environment_variables, time. The caller adds ``seeds``.
+driver, device, git, environment_variables, time, and on a CPU ``cpu_probe`` (its
+attainable peaks, ``reportgen.profile.probe``). The caller adds ``seeds``.
 
 Rule 12: the hostname is stored only as a hash, environment variables are an allowlist
 of performance-relevant names, and anything that looks like a credential (by name or by
@@ -523,8 +524,11 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def collect(device: str = "auto", *, nvml_raw: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The full environment record; ``nvml_raw`` replaces a live NVML read (tests)."""
+def collect(device: str = "auto", *, nvml_raw: Mapping[str, Any] | None = None,
+            probe: bool = True) -> dict[str, Any]:
+    """The full environment record; ``nvml_raw`` replaces a live NVML read (tests). On a
+    CPU it includes ``cpu_probe`` (``reportgen.profile.probe``: the CPU's attainable
+    bandwidth and fp32 matmul rate for the roofline) unless ``probe`` is false."""
     resolved = resolve_device(device)
     raw = nvml.read_raw() if nvml_raw is None else nvml_raw
     host = host_info()
@@ -541,6 +545,10 @@ def collect(device: str = "auto", *, nvml_raw: Mapping[str, Any] | None = None) 
         "git": git_info(),
         "environment_variables": filter_environment(),
     }
+    if resolved == "cpu" and probe:
+        from reportgen.profile.probe import cpu_probe
+
+        record["cpu_probe"] = cpu_probe()
     scrubbed: dict[str, Any] = scrub_hostname(record)
     return scrubbed
 

@@ -1,6 +1,6 @@
 """FLOPs per category two ways (METHOD.md rule 10): analytic from the config dims and
-shapes, and counted by ``torch.utils.flop_counter`` over one step; plus the peak dense
-FLOP/s table the percent-of-peak figures divide by.
+shapes, and counted by ``torch.utils.flop_counter`` over one step. The bytes each category
+moves are ``reportgen.traffic``'s, the device peaks ``reportgen.peaks``'.
 
 Conventions: one multiply-add is 2 FLOPs; norms, activations, softmax and embeddings
 count 0 (neither way counts them); ``attention.core`` counts the full Lq x Lk score matrix
@@ -16,33 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.traffic import cfg, gated, shapes
 
 CORE_NOTE = "attention.core counts the full Lq x Lk score matrix, not halved for causal masks"
 
 
 def _zero() -> dict[str, float]:
     return {c: 0.0 for c in CATEGORIES}
-
-
-def _cfg(info: Mapping[str, Any], *names: str) -> Any:
-    config = info.get("config") or {}
-    for name in names:
-        value = config.get(name)
-        if value is not None:
-            return value
-    return None
-
-
-def _gated(info: Mapping[str, Any]) -> bool:
-    """Fallback when the structure is unknown: T5's gated-* projections, or a SiLU MLP
-    (the Llama family's SwiGLU)."""
-    proj = _cfg(info, "feed_forward_proj")
-    if isinstance(proj, str) and proj.startswith("gated"):
-        return True
-    if _cfg(info, "is_gated_act"):
-        return True
-    act = _cfg(info, "hidden_act", "activation_function", "hidden_activation")
-    return act in ("silu", "swish", "swiglu")
 
 
 def _attention(out: dict[str, float], *, b: int, tq: int, tk: int, lq: int, lk: int, d: int, h: int, kvh: int,
@@ -76,14 +56,10 @@ def analytic(info: Mapping[str, Any], combo: Any, hints: Mapping[str, Any] | Non
     if hints.get("mlp_weight_elements"):
         mlp_per_token = 2 * int(hints["mlp_weight_elements"])
     else:
-        mlp_per_token = 2 * d * ff * (3 if _gated(info) else 2)
+        mlp_per_token = 2 * d * ff * (3 if gated(info) else 2)
 
-    if arch == "decoder" and mode == "decode":
-        t, lq, lk, head_tokens = b, 1, length + 1, b
-    else:
-        t, lq, lk = b * length, length, length
-        # prefill keeps the logits of the last position only (models.make_step)
-        head_tokens = b if mode == "prefill" else t
+    s = shapes(arch, mode, b, length)
+    t, lq, lk, head_tokens = s["t"], s["lq"], s["lk"], s["head_tokens"]
     dims = {"d": d, "h": h, "kvh": kvh, "hd": hd}
 
     _attention(out, b=b, tq=t, tk=t, lq=lq, lk=lk, calls=layers, **dims)
@@ -92,7 +68,7 @@ def analytic(info: Mapping[str, Any], combo: Any, hints: Mapping[str, Any] | Non
         return out
     out["mlp"] += layers * t * mlp_per_token
     if arch == "encoder-decoder":
-        dec_layers = int(_cfg(info, "num_decoder_layers", "decoder_layers") or layers)
+        dec_layers = int(cfg(info, "num_decoder_layers", "decoder_layers") or layers)
         _attention(out, b=b, tq=t, tk=t, lq=lq, lk=lk, calls=dec_layers, **dims)  # decoder self
         _attention(out, b=b, tq=t, tk=t, lq=lq, lk=lk, calls=dec_layers, **dims)  # cross
         out["mlp"] += dec_layers * t * mlp_per_token
@@ -214,72 +190,3 @@ def counted(model: Any, step: Any, module_categories: Mapping[str, str], *,
                 why = f" (ops without a formula: {', '.join(missing)})" if missing else ""
                 notes.append(f"flop_counter counted no FLOPs in {category} (analytic {a:.4g}){why}")
     return out, notes
-
-
-# --- peak ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Peak:
-    gpu: str
-    match: str  # regex over the lower-cased device name
-    tflops: Mapping[str, float | None]  # dense (no sparsity), by reportgen dtype name
-    source: str
-
-
-# Dense tensor-core peaks (the "with sparsity" figures halved); fp32 is the non-tensor
-# FP32 rate, since PyTorch does not use TF32 for fp32 matmuls by default. More specific
-# rows come first (H100 PCIe before H100 SXM, H200 NVL before H200).
-PEAK_FLOPS: tuple[Peak, ...] = (
-    Peak("H200 NVL", r"h200\s*nvl", {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5},
-         "NVIDIA H200 product page (H200 NVL column), https://www.nvidia.com/en-us/data-center/h200/"),
-    Peak("H200 SXM", r"h200", {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
-         "NVIDIA H200 product page (H200 SXM column), https://www.nvidia.com/en-us/data-center/h200/"),
-    Peak("H100 PCIe", r"h100.*pcie", {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0},
-         "NVIDIA H100 Tensor Core GPU datasheet (PCIe column), "
-         "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"),
-    Peak("H100 SXM", r"h100", {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
-         "NVIDIA H100 Tensor Core GPU datasheet (SXM column), "
-         "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"),
-    Peak("A100 80GB SXM", r"a100.*(sxm.*80|80.*sxm)", {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
-         "NVIDIA A100 Tensor Core GPU datasheet, https://www.nvidia.com/content/dam/en-zz/Solutions/"
-         "Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
-    Peak("A100 40GB", r"a100.*40", {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
-         "NVIDIA A100 Tensor Core GPU datasheet, https://www.nvidia.com/content/dam/en-zz/Solutions/"
-         "Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
-    Peak("A100", r"a100", {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
-         "NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe has the same dense rates), "
-         "https://www.nvidia.com/content/dam/en-zz/Solutions/"
-         "Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
-    Peak("L4", r"\bl4\b", {"fp32": 30.3, "tf32": 60.0, "fp16": 121.0, "bf16": 121.0},
-         "NVIDIA L4 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/l4/"),
-    Peak("RTX 4090", r"rtx\s*4090", {"fp32": 82.6, "tf32": 82.6, "fp16": 165.2, "bf16": 165.2},
-         "NVIDIA Ada GPU Architecture whitepaper, Appendix A (FP16/BF16 tensor with FP32 accumulate), "
-         "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"),
-    Peak("V100 SXM2", r"v100.*sxm", {"fp32": 15.7, "tf32": None, "fp16": 125.0, "bf16": None},
-         "NVIDIA Tesla V100 datasheet, https://images.nvidia.com/content/technologies/volta/pdf/"
-         "tesla-volta-v100-datasheet-letter-fnl-web.pdf"),
-    Peak("V100 PCIe", r"v100", {"fp32": 14.0, "tf32": None, "fp16": 112.0, "bf16": None},
-         "NVIDIA Tesla V100 datasheet, https://images.nvidia.com/content/technologies/volta/pdf/"
-         "tesla-volta-v100-datasheet-letter-fnl-web.pdf"),
-)
-
-
-def peak_row(gpu_name: str | None) -> Peak | None:
-    if not gpu_name:
-        return None
-    name = gpu_name.lower()
-    for row in PEAK_FLOPS:
-        if re.search(row.match, name):
-            return row
-    return None
-
-
-def peak_flops(gpu_name: str | None, dtype: str) -> float | None:
-    """Peak dense FLOP/s (not TFLOP/s) of ``gpu_name`` (as torch/NVML report it) in
-    ``dtype``; None for an unknown GPU or a dtype it has no tensor-core rate for."""
-    row = peak_row(gpu_name)
-    if row is None:
-        return None
-    tflops = row.tflops.get(dtype)
-    return None if tflops is None else tflops * 1e12

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from reportgen import peaks, traffic
 from reportgen.profile import compiling
 from reportgen.profile import flops as flops_mod
 from reportgen.profile import models
@@ -21,9 +22,6 @@ from reportgen.profile.timing import time_step
 
 __all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
 
-_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-# implementations that hold the whole Lq x Lk score matrix (and its softmax) at once
-_MATERIALISING = {"eager": 2, "sdpa-math": 2, "naive": 2, "naive-inplace": 1}
 
 
 class OutOfMemory(RuntimeError):
@@ -38,13 +36,13 @@ def attention_activation_bytes(info: dict[str, Any], combo: Any) -> int:
     sdpa, which picks a fused kernel where one applies) keep O(L) state per row and no
     score matrix, counted here as 0.
     """
-    copies = _MATERIALISING.get(combo.attn_implementation, 0)
+    copies = traffic.MATERIALISING.get(combo.attn_implementation, 0)
     heads = info.get("num_heads")
     if not copies or not heads:
         return 0
     length = int(combo.seq_len)
     lq, lk = (1, length + 1) if combo.mode == "decode" else (length, length)
-    return int(combo.batch_size) * int(heads) * lq * lk * _BYTES[combo.dtype] * copies
+    return int(combo.batch_size) * int(heads) * lq * lk * traffic.DTYPE_BYTES[combo.dtype] * copies
 
 
 def _reset_peak(device: torch.device) -> None:
@@ -90,9 +88,12 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
     achieved = total / (median_ms / 1e3) if median_ms > 0 else None
     peak = None
     if device.type == "cuda":
-        peak = flops_mod.peak_flops(torch.cuda.get_device_name(device), combo.dtype)
+        peak = peaks.peak_flops(torch.cuda.get_device_name(device), combo.dtype)
         if peak is None:
             notes.append(f"no peak FLOP/s on record for {torch.cuda.get_device_name(device)} in {combo.dtype}")
+    moved = traffic.analytic_bytes(built.info, combo, mlp_weight_elements=hints.get("mlp_weight_elements"),
+                                   pooler=bool(hints.get("pooler")))
+    notes += moved.pop("notes")
     return {
         "analytic": analytic,
         "counted": counted,
@@ -101,6 +102,7 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
         "achieved_flops_per_s": achieved,
         "peak_flops_per_s": peak,
         "percent_of_peak": 100.0 * achieved / peak if peak and achieved is not None else None,
+        **moved,
         "notes": notes,
     }
 

@@ -187,6 +187,36 @@ def breakdown_chart(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                  [dict(c) for c in cells])
 
 
+def roofline_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Roofline, log-log: each panel's roof (the device's compute roof and its bandwidth
+    slope) as a grey line, each category as a point at its arithmetic intensity and
+    achieved FLOP/s, with the interval of its attributed time as a vertical bar."""
+    x = alt.X("intensity:Q", title="arithmetic intensity (FLOPs per byte, analytic)",
+              scale=alt.Scale(type="log"), axis=alt.Axis(format="~g"))
+    y = alt.Y("flops_per_s:Q", title="FLOP/s", scale=alt.Scale(type="log"),
+              axis=alt.Axis(format="~s"))
+    roof = alt.Chart().mark_line(color="#555555", strokeDash=[6, 3]).encode(
+        x=x, y=y, tooltip=[alt.Tooltip("intensity:Q", format=".3~g"),
+                           alt.Tooltip("flops_per_s:Q", format=".3~s", title="attainable FLOP/s")],
+    ).transform_filter(alt.datum.kind == "roof")
+    bars = alt.Chart().mark_rule().encode(
+        x=x, y="flops_per_s_low:Q", y2="flops_per_s_high:Q",
+        color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category"),
+    ).transform_filter(alt.datum.kind == "category")
+    points = alt.Chart().mark_point(filled=True, size=70).encode(
+        x=x, y=y, color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category"),
+        tooltip=[alt.Tooltip("category:N"), alt.Tooltip("intensity:Q", format=".3~g"),
+                 alt.Tooltip("flops_per_s:Q", format=".3~s", title="achieved FLOP/s"),
+                 alt.Tooltip("bandwidth:Q", format=".3~s", title="achieved bytes/s"),
+                 alt.Tooltip("ms:Q", format=".3~g", title="attributed ms")],
+    ).transform_filter(alt.datum.kind == "category")
+    chart = alt.layer(roof, bars, points).properties(width=WIDTH - 140, height=260).facet(
+        row=alt.Row("panel:N", title=None, header=alt.Header(labelOrient="top", labelAnchor="start",
+                                                             labelFontWeight="bold")),
+        data=_PLACEHOLDER)
+    return _spec(chart, [dict(r) for r in rows])
+
+
 def data_rows(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The rows a chart draws (its top-level inline values), for its CSV and JSON."""
     data = spec.get("data")

@@ -118,14 +118,29 @@ def nbytes(x: Any) -> str:
     return f"{int(f)} B"
 
 
-def flops(x: Any) -> str:
+def _decimal(x: Any, units: tuple[tuple[str, float], ...], base: str) -> str:
     f = _finite(x)
     if f is None:
         return DASH
-    for unit, size in (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6)):
+    for unit, size in units:
         if abs(f) >= size:
             return f"{num(f / size)} {unit}"
-    return f"{num(f)} FLOP/s"
+    return f"{num(f)} {base}"
+
+
+def flops(x: Any) -> str:
+    return _decimal(x, (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6)),
+                    "FLOP/s")
+
+
+def bandwidth(x: Any) -> str:
+    """Bytes per second in decimal units, as datasheets state bandwidth (1 GB/s = 10^9)."""
+    return _decimal(x, (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)), "B/s")
+
+
+def quantity(x: Any) -> str:
+    """A FLOP or byte count in decimal units (G = 10^9)."""
+    return _decimal(x, (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)), "").strip()
 
 
 def code_block(value: Any, lang: str = "json", indent: int = 0) -> Raw:
@@ -181,4 +196,5 @@ def when(value: object) -> str:
 
 FILTERS = {"breakable": breakable, "when": when, "front_matter_title": front_matter_title, "html_attr": html_attr, "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
            "fixed": fixed, "integer": integer, "nbytes": nbytes, "flops": flops,
+           "bandwidth": bandwidth, "quantity": quantity,
            "code_block": code_block, "url": url, "raw": Raw}

@@ -21,7 +21,7 @@ import pandas as pd
 from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.schema import current_runs
-from reportgen.render import analysis, charts, cite, compiled, machine, sections
+from reportgen.render import analysis, charts, cite, compiled, machine, roofline_pages, sections
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
 from reportgen.render.templating import environment
@@ -161,6 +161,7 @@ class _Builder:
                           for hw in {run.hardware for run in self.runs} | set(self.hw_slugs)}
         self.model_slugs = unique_slugs(f["model"]) if not f.empty else {}
         self._summaries: dict[tuple[str, str], dict[str, Any] | None] = {}
+        self.probes: dict[str, Any] = {}  # hardware -> (run id, CPU probe) or None
         self._combo_pages = ({} if f.empty else {
             (str(r), str(c)): self.combo_page(str(h), str(m))
             for r, c, h, m in zip(f["run_id"], f["combo_id"], f["hardware"], f["model"])})
@@ -340,6 +341,7 @@ class _Builder:
                 ctx["summary"]["scaling_chart"] = self._chart(
                     path, "scaling", "Time per category against sequence length (log-log)",
                     charts.scaling_chart(analysis.category_ms_long(sel)), out)
+        ctx["roofline"] = roofline_pages.combination_section(self, path, hw, rows, out)
         comparison = analysis.attention_comparison(rows)
         ctx["attention"] = _rows(comparison)
         ctx["attention_data"] = self._table(path, "attention", ctx["attention"])
@@ -552,6 +554,9 @@ class _Builder:
             "runs": self._run_rows("runs.md", sorted(self.runs, key=lambda r: r.run_id)),
             "all_combinations": {ext: rel("runs.md", f"{ALL_COMBINATIONS}{ext}")
                                  for ext in (".csv", ".parquet")} if not f.empty else None}))
+        traffic_page = roofline_pages.findings_page(self)
+        if traffic_page is not None:
+            pages.append(traffic_page)
         from reportgen.render.changes import series_pages
 
         pages += series_pages(self.runs, slug=slugify, data=self.data, page_type=Page, bench=self.bench,
