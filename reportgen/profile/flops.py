@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.vocabulary import DECODE_NOCACHE
 
 CORE_NOTE = "attention.core counts the full Lq x Lk score matrix, not halved for causal masks"
 
@@ -80,6 +81,9 @@ def analytic(info: Mapping[str, Any], combo: Any, hints: Mapping[str, Any] | Non
 
     if arch == "decoder" and mode == "decode":
         t, lq, lk, head_tokens = b, 1, length + 1, b
+    elif arch == "decoder" and mode == DECODE_NOCACHE:
+        # the whole prefix and the new token, without a cache; logits of the last position
+        t, lq, lk, head_tokens = b * (length + 1), length + 1, length + 1, b
     else:
         t, lq, lk = b * length, length, length
         # prefill keeps the logits of the last position only (models.make_step)

@@ -552,6 +552,9 @@ class _Builder:
             "runs": self._run_rows("runs.md", sorted(self.runs, key=lambda r: r.run_id)),
             "all_combinations": {ext: rel("runs.md", f"{ALL_COMBINATIONS}{ext}")
                                  for ext in (".csv", ".parquet")} if not f.empty else None}))
+        from reportgen.render.payoff_pages import payoff_page, speedups_page
+
+        pages += [speedups_page(self, Page), payoff_page(self, Page)]
         from reportgen.render.changes import series_pages
 
         pages += series_pages(self.runs, slug=slugify, data=self.data, page_type=Page)
