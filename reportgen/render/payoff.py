@@ -92,7 +92,8 @@ def _setting(row: Mapping[str, Any], column: str) -> str:
 
 def pairs(frame: pd.DataFrame, gains: Sequence[Gain] = GAINS) -> pd.DataFrame:
     """Every (base, new) pair of combinations that differ in exactly one axis, along one of
-    ``gains`` in its direction: all of ``PAIR_KEYS`` but the gain's column are equal."""
+    ``gains`` in its direction: all of ``PAIR_KEYS`` but the gain's column are equal. Pairs
+    with a skipped side, or with neither side measured, are left out."""
     out: list[dict[str, Any]] = []
     if frame.empty:
         return pd.DataFrame(out, columns=PAIR_COLUMNS)
@@ -105,8 +106,11 @@ def pairs(frame: pd.DataFrame, gains: Sequence[Gain] = GAINS) -> pd.DataFrame:
         for by_value in groups.values():
             for old, new in gain.switches(by_value):
                 a, b = by_value[old], by_value[new]
-                if "ok" not in (a.get("status", "ok"), b.get("status", "ok")):
-                    continue  # neither side ran here (a backend this device lacks): no gain to show
+                statuses = (a.get("status", "ok"), b.get("status", "ok"))
+                if "skipped" in statuses or "ok" not in statuses:
+                    # a side that cannot run here (a backend this device lacks) has no gain to
+                    # show; a failed side beside a measured one is shown as not comparable
+                    continue
                 out.append({"gain": gain.name, "gain_title": gain.title, "column": gain.column,
                             "base_value": old, "new_value": new, "hardware": a["hardware"],
                             "model": a["model"], "setting": _setting(a, gain.column),
