@@ -187,6 +187,12 @@ def test_pairs_differ_in_exactly_one_axis_in_the_gains_direction() -> None:
     assert precision["setting"] == "prefill, eager, batch 1"
 
 
+def test_compiled_attention_switches_are_not_predicted() -> None:
+    matched = payoff.pairs(pd.DataFrame([_row(compile="default"), _row(compile="default", attn="sdpa")]))
+    assert list(matched["gain"]) == ["attention"]
+    assert payoff.amdahl_rows(matched, {}, {}) == []  # no attention boundary in a compiled graph
+
+
 def test_pairs_leave_out_what_ran_on_neither_side_and_the_attention_benchmark() -> None:
     rows = [_row(status="skipped", attn="sdpa-cudnn"), _row(status="skipped", attn="sdpa-cudnn", dtype="bf16"),
             _row(status="skipped", attn="sdpa-efficient"),

@@ -59,7 +59,6 @@ GAINS: tuple[Gain, ...] = (
     Gain("kv-cache", "KV cache", "mode", steps=((DECODE_NOCACHE, "decode"),), decoder_only=True),
     Gain("compile", "torch.compile", "compile", base=COMPILE_NONE),
 )
-GAIN_BY_NAME = {g.name: g for g in GAINS}
 PAIR_KEYS: tuple[str, ...] = ("hardware", "model", "scale", "mode", "dtype", "attn", "batch", "seq",
                               "compile")
 """What identifies a combination on one hardware: a pair agrees in all but one of these."""
@@ -67,7 +66,7 @@ PART: tuple[str, ...] = ("attention.core",)
 """The part a change of attention implementation replaces, for Amdahl's law: the attention
 call less its projections (the projections are the same module in every implementation)."""
 PAIR_COLUMNS = ["gain", "gain_title", "column", "base_value", "new_value", *PAIR_KEYS[:2],
-                "setting", "seq", "base_combo", "base_run", "new_combo", "new_run"]
+                "setting", "seq", "compile", "base_combo", "base_run", "new_combo", "new_run"]
 
 
 def _models_only(frame: pd.DataFrame) -> pd.DataFrame:
@@ -114,7 +113,7 @@ def pairs(frame: pd.DataFrame, gains: Sequence[Gain] = GAINS) -> pd.DataFrame:
                 out.append({"gain": gain.name, "gain_title": gain.title, "column": gain.column,
                             "base_value": old, "new_value": new, "hardware": a["hardware"],
                             "model": a["model"], "setting": _setting(a, gain.column),
-                            "seq": int(a["seq"]), "base_combo": a["combo_id"],
+                            "seq": int(a["seq"]), "compile": a["compile"], "base_combo": a["combo_id"],
                             "base_run": a["run_id"], "new_combo": b["combo_id"],
                             "new_run": b["run_id"]})
     frame_out = pd.DataFrame(out, columns=PAIR_COLUMNS)
@@ -374,7 +373,8 @@ def amdahl_row(pair: Mapping[str, Any], base: Mapping[str, Any], new: Mapping[st
 
 def amdahl_rows(matched: pd.DataFrame, records: Records,
                 traces: Mapping[tuple[str, str], Path | None]) -> list[dict[str, Any]]:
-    """``amdahl_row`` for every attention-implementation pair in ``matched``."""
+    """``amdahl_row`` for every attention-implementation pair in ``matched`` run without
+    ``torch.compile``."""
     out = []
     cache: dict[tuple[str, str], Series | None] = {}  # eager is the base of several pairs
 
@@ -383,7 +383,10 @@ def amdahl_rows(matched: pd.DataFrame, records: Records,
             cache[key] = iteration_series(records[key], traces.get(key))
         return cache[key]
 
-    for pair in matched[matched["gain"] == "attention"].to_dict(orient="records"):
+    # a compiled forward keeps no attention boundary for the attribution to read (fused
+    # kernels are `compiled`), so only eager-executed pairs have an attention.core to predict from
+    eager = matched[(matched["gain"] == "attention") & (matched["compile"] == COMPILE_NONE)]
+    for pair in eager.to_dict(orient="records"):
         hw = str(pair["hardware"])
         keys = (hw, str(pair["base_combo"])), (hw, str(pair["new_combo"]))
         out.append(amdahl_row(pair, records[keys[0]], records[keys[1]], series(keys[0]), series(keys[1])))
