@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import shlex
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -195,7 +196,7 @@ def command_for(gain: Gain, model: str, device: str, setting: Mapping[str, Any],
              "--dtypes": str(setting["dtype"]), "--attn": str(setting["attn"]),
              "--compile": str(setting["compile"])}
     fixed[flag] = values
-    parts = [f"reportgen profile --device {device} --models {model} --scale {setting['scale']}",
+    parts = [f"reportgen profile --device {device} --models {shlex.quote(model)} --scale {setting['scale']}",
              f"--seq-lens {int(setting['seq'])} --batch-sizes {int(setting['batch'])}",
              *(f"{k} {v}" for k, v in fixed.items())]
     return " ".join(parts)
@@ -345,9 +346,10 @@ def amdahl_row(pair: Mapping[str, Any], base: Mapping[str, Any], new: Mapping[st
     records' attributed iterations ``sb``, ``sn``: `iteration_series`) against the measured
     one (from their timing samples)."""
     row: dict[str, Any] = {**pair, **measured_gain(base, new)}
-    row.update(predicted=None, predicted_low=None, predicted_high=None, agree=None, moved=[],
-               method=None, iterations=None, source=None, measured_over_predicted=None, gap=None,
-               moved_outside=None)
+    row.update({f"{name}{end}": None for name in ("a", "s", "predicted", "attributed")
+                for end in ("", "_low", "_high")})
+    row.update(agree=None, moved=[], method=None, iterations=None, source=None,
+               measured_over_predicted=None, gap=None, moved_outside=None, why=None)
     if sb is None or sn is None:
         row["why"] = "no per-iteration attribution on " + " and ".join(
             side for side, s in (("the base", sb), ("the new side", sn)) if s is None)
