@@ -193,7 +193,8 @@ def gain_chart(rows: Sequence[Mapping[str, Any]], *, series_title: str, x_title:
     at 1 (no change). Rows: ``label``, ``series``, ``gain``, ``gain_low``, ``gain_high``,
     ``href`` (the combination page)."""
     base = alt.Chart()
-    scale = alt.Scale(type="log")
+    # log axis over the data alone (not padded out to powers of ten)
+    scale = alt.Scale(type="log", nice=False, padding=12)
     y = alt.Y("label:N", title=None, sort=None)
     offset = alt.YOffset("series:N")
     colour = alt.Color("series:N", title=series_title, scale=_SERIES_SCALE,
@@ -206,10 +207,10 @@ def gain_chart(rows: Sequence[Mapping[str, Any]], *, series_title: str, x_title:
         color=colour, tooltip=tooltip)
     points = base.mark_point(filled=True, size=55).encode(
         x=alt.X("gain:Q", scale=scale), y=y, yOffset=offset, color=colour,
-        shape=alt.Shape("series:N", title=series_title, legend=alt.Legend(orient="bottom", columns=2)),
+        shape=alt.Shape("series:N", legend=None),
         href="href:N", tooltip=tooltip)
     unity = base.mark_rule(strokeDash=[4, 3], color="#888888").encode(x=alt.datum(1.0))
-    chart = alt.layer(unity, rules, points).properties(width=WIDTH - 180, height=alt.Step(22))
+    chart = alt.layer(unity, rules, points).properties(width=WIDTH - 180, height=alt.Step(12))
     return _spec(chart, [dict(r) for r in rows])
 
 
