@@ -65,7 +65,7 @@ def test_nocache_end_to_end(tmp_path: Path) -> None:
     # the whole prefix and the new token attend to each other: (S+1)^2 scores per head
     assert fl["analytic"]["attention.core"] == layers * 4 * 1 * heads * (SEQ + 1) ** 2 * hd
     assert fl["analytic"]["head"] == 2 * 1 * d * info["vocab_size"]  # last position's logits only
-    for category in ("attention.qkv", "attention.out", "mlp", "head"):
+    for category in ("attention.qkv", "attention.out", "mlp"):
         assert fl["counted"][category] == pytest.approx(fl["analytic"][category]), category
     assert record["memory"]["attention_activation_bytes"]["analytic"] == 1 * heads * (SEQ + 1) ** 2 * 4 * 2
     attribution = record["attribution"]
