@@ -650,3 +650,21 @@ def analyse_trace(trace: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any
             f"the profiled iterations (no matching correlation id, flow event or External "
             f"id), so device time cannot be attributed")
     return _device_result(parsed, found, cpu_ms, layer_cpu, iteration_ms)
+
+
+def profiler_iterations(trace: dict[str, Any] | list[dict[str, Any]]) -> list[tuple[float, dict[str, float]]]:
+    """(forward ms, category ms) of each profiled iteration, each attributed alone by
+    ``analyse_trace`` on the trace with only that iteration's range kept. Pure: the
+    profile side stores it as the profiler method, the render side reads it from the
+    traces of records written before per-iteration series were stored."""
+    events = trace if isinstance(trace, list) else list(trace.get("traceEvents", []))
+    marker = [i for i, e in enumerate(events) if e.get("name") == ITERATION_LABEL
+              and e.get("cat") == "user_annotation" and e.get("ph") == "X"]
+    out = []
+    for keep in marker:
+        dropped = set(marker) - {keep}
+        alone = [e for i, e in enumerate(events) if i not in dropped]
+        result = analyse_trace({"traceEvents": alone})
+        cats = {c: float(v["ms"]) for c, v in result["categories"].items()}
+        out.append((float(result["forward_ms"]), cats))
+    return out

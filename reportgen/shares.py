@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +171,28 @@ def share_interval(category_ms: Sequence[float], forward_ms: Sequence[float], *,
                                            [rng.randrange(n) for _ in range(n)])
                              for _ in range(reps)], confidence)
     return point, min(low, point), max(high, point)
+
+
+def two_sample_intervals(n_a: int, n_b: int,
+                         statistic: Callable[[Sequence[int], Sequence[int]], Mapping[str, float]], *,
+                         reps: int = BOOTSTRAP_REPS, confidence: float = CONFIDENCE,
+                         seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Percentile-bootstrap intervals of statistics of two independent sets of iterations
+    (two combinations' attributed iterations): each replicate draws ``n_a`` indices into
+    the first set and ``n_b`` into the second, with replacement, and evaluates
+    ``statistic(indices_a, indices_b)``, a mapping of named values; a non-finite value
+    (a zero denominator in a draw) is left out of its name's interval."""
+    if n_a < 1 or n_b < 1:
+        raise ValueError("two_sample_intervals needs iterations on both sides")
+    rng = random.Random(seed)
+    draws: dict[str, list[float]] = defaultdict(list)
+    for _ in range(reps):
+        values = statistic([rng.randrange(n_a) for _ in range(n_a)],
+                           [rng.randrange(n_b) for _ in range(n_b)])
+        for name, value in values.items():
+            if math.isfinite(value):
+                draws[name].append(value)
+    return {name: percentiles(values, confidence) for name, values in draws.items()}
 
 
 def method_section(per_iteration: Sequence[Mapping[str, float]], iteration_ms: Sequence[float],

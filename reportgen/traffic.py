@@ -33,6 +33,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.vocabulary import DECODE_NOCACHE
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
 PARTS: tuple[str, ...] = ("weights", "activations_read", "activations_written", "scores",
@@ -84,6 +85,9 @@ def shapes(arch: str, mode: str, batch: int, length: int) -> dict[str, int]:
     """Tokens per step ``t``, query and key lengths, and the tokens the head sees."""
     if arch == "decoder" and mode == "decode":
         return {"t": batch, "lq": 1, "lk": length + 1, "head_tokens": batch}
+    if arch == "decoder" and mode == DECODE_NOCACHE:
+        # the whole prefix and the new token, without a cache; logits of the last position
+        return {"t": batch * (length + 1), "lq": length + 1, "lk": length + 1, "head_tokens": batch}
     t = batch * length
     # prefill keeps the logits of the last position only (models.make_step)
     return {"t": t, "lq": length, "lk": length, "head_tokens": batch if mode == "prefill" else t}

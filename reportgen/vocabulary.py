@@ -3,7 +3,18 @@ implementations. Torch-free; the profile side maps these names to torch objects.
 
 from __future__ import annotations
 
-MODES: tuple[str, ...] = ("forward", "prefill", "decode")
+# ``decode`` generates one token against a KV cache of ``seq_len`` tokens; ``decode-nocache``
+# generates the same token by recomputing the whole prefix (``seq_len + 1`` tokens, no
+# cache): the pair measures what the KV cache saves.
+MODES: tuple[str, ...] = ("forward", "prefill", "decode", "decode-nocache")
+DECODE_NOCACHE = "decode-nocache"
+# Modes that produce token ``seq_len + 1``: the model needs that many positions.
+NEXT_TOKEN_MODES: tuple[str, ...] = ("decode", DECODE_NOCACHE)
+
+
+def positions_needed(mode: str, seq_len: int) -> int:
+    """The longest sequence a combination's model sees (its position tables must fit it)."""
+    return int(seq_len) + (1 if mode in NEXT_TOKEN_MODES else 0)
 DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
 SCALES: tuple[str, ...] = ("tiny", "reference")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")

@@ -169,9 +169,11 @@ def test_tiny_build_every_mode(name: str, arch: str, cls: str, mode: str) -> Non
     built.step.sync()
     tensor = out.logits if hasattr(out, "logits") else out.last_hidden_state
     assert torch.isfinite(tensor).all()
-    expected_positions = {"forward": c.seq_len, "prefill": 1, "decode": 1}[mode]
+    expected_positions = {"forward": c.seq_len, "prefill": 1, "decode": 1, "decode-nocache": 1}[mode]
     assert tensor.shape[:2] == (c.batch_size, expected_positions)
-    shape = [c.batch_size, 1] if mode == "decode" else [c.batch_size, c.seq_len]
+    # decode-nocache reads the prefix and the new token, without a cache
+    shape = {"decode": [c.batch_size, 1],
+             "decode-nocache": [c.batch_size, c.seq_len + 1]}.get(mode, [c.batch_size, c.seq_len])
     assert built.step.inputs_info == {"seed": 0, "input_shape": shape, "tokens": shape[0] * shape[1],
                                       "kv_len": c.seq_len if mode == "decode" else None}
 

@@ -17,7 +17,7 @@ from reportgen import peaks, traffic
 from reportgen.profile import compiling
 from reportgen.profile import flops as flops_mod
 from reportgen.profile import models
-from reportgen.vocabulary import COMPILE_NONE
+from reportgen.vocabulary import COMPILE_NONE, DECODE_NOCACHE
 from reportgen.profile.timing import time_step
 
 __all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
@@ -41,7 +41,12 @@ def attention_activation_bytes(info: dict[str, Any], combo: Any) -> int:
     if not copies or not heads:
         return 0
     length = int(combo.seq_len)
-    lq, lk = (1, length + 1) if combo.mode == "decode" else (length, length)
+    if combo.mode == "decode":
+        lq, lk = 1, length + 1
+    elif combo.mode == DECODE_NOCACHE:
+        lq = lk = length + 1
+    else:
+        lq = lk = length
     return int(combo.batch_size) * int(heads) * lq * lk * traffic.DTYPE_BYTES[combo.dtype] * copies
 
 

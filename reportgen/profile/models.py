@@ -25,11 +25,13 @@ from reportgen.profile.structure import is_attention, is_projection
 from reportgen.vocabulary import (
     ATTENTION_MICRO,
     ATTN_IMPLEMENTATIONS,
+    DECODE_NOCACHE,
     DTYPES,
     MICRO_ONLY,
     MODES,
     SCALES,
     SDPA_BACKENDS,
+    positions_needed,
 )
 
 MICRO = ATTENTION_MICRO
@@ -402,6 +404,25 @@ def _forward_params(model: nn.Module) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
+def _nocache_step(model: nn.Module, params: set[str], prefix: torch.Tensor, new_ids: torch.Tensor, *,
+                  seed: int, **common: Any) -> Step:
+    """``decode-nocache``: the token ``decode`` generates (the same prefix and new token,
+    drawn in the same order from the same seed), computed from the whole sequence without
+    a cache, as generation without a KV cache does at every step: ``seq_len + 1`` tokens
+    in, the last position's logits out."""
+    ids = torch.cat([prefix, new_ids], dim=1)
+    batch_size, length = int(ids.shape[0]), int(ids.shape[1])
+    kwargs: dict[str, Any] = {"input_ids": ids}
+    if "attention_mask" in params:
+        kwargs["attention_mask"] = torch.ones((batch_size, length), dtype=torch.long, device=ids.device)
+    if "use_cache" in params:
+        kwargs["use_cache"] = False
+    if "logits_to_keep" in params:
+        kwargs["logits_to_keep"] = 1
+    info = {"seed": seed, "input_shape": [batch_size, length], "tokens": batch_size * length, "kv_len": None}
+    return Step(model, kwargs, inputs_info=info, **common)
+
+
 def make_step(model: nn.Module, config: Any, arch: str, mode: str, *, batch_size: int, seq_len: int,
               device: torch.device, backend: Any | None, seed: int, name: str) -> Step:
     if mode not in MODES:
@@ -425,6 +446,9 @@ def make_step(model: nn.Module, config: Any, arch: str, mode: str, *, batch_size
         if "use_cache" in params:
             kwargs["use_cache"] = False
         return Step(model, kwargs, inputs_info=info, **common)
+    if mode == DECODE_NOCACHE:
+        return _nocache_step(model, params, ids, random_ids((batch_size, 1), vocab, gen).to(device),
+                             seed=seed, **common)
     kwargs["use_cache"] = True
     if mode == "prefill":
         # generation computes logits for the last position only; so do we
@@ -630,7 +654,7 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     dtype = torch_dtype(combo.dtype)
     check_dtype(dtype, dev)
     impl, backend = attn_backend(combo.attn_implementation, dev, dtype)
-    needed = combo.seq_len + (1 if combo.mode == "decode" else 0)
+    needed = positions_needed(combo.mode, combo.seq_len)
     config = spec.make_config(getattr(combo, "scale", "reference"), min_positions=needed)
     arch = architecture(config)
     if combo.mode != "forward" and arch != "decoder":

@@ -21,7 +21,7 @@ The estimate comes from the config alone:
   so building briefly holds the bytes of each duplicate too: the parameter bytes counted
   with duplicates (``named_parameters(remove_duplicate=False)``) less those without.
   Measured on this CPU: GPT-2 +147 MiB, T5-small +188 MiB, exactly this figure.
-* **kv_cache** (prefill, decode; a causal LM's only) =
+* **kv_cache** (prefill, decode; a causal LM's only; decode-nocache keeps none) =
   ``2 (K, V) x (layers + 1) x kv_heads x head_dim x (seq_len + 1) x batch x bytes``; the
   extra layer is the transient copy while a layer's cache grows by concatenation. An
   encoder-decoder's decoder adds its cross-attention cache, ``seq_len`` long.
@@ -46,7 +46,7 @@ The estimate comes from the config alone:
   1.35x the live tensors for bert-base eager s512 and llama-small eager s1024 (1.64x for
   attention-micro naive-inplace before the extra score tensor was counted). Tokens per
   forward: seq_len for forward and prefill; for decode too, because building a decode
-  step runs the prefill first.
+  step runs the prefill first; seq_len + 1 for decode-nocache (prefix and new token).
 * **attention_scores**: exactly `measure.attention_activation_bytes` (eager, sdpa-math
   and naive hold scores and probabilities, ``B x H x Lq x Lk x bytes x 2``; naive-inplace
   x1; fused backends 0). For decode the larger of the decode step's and the prefill's
@@ -85,7 +85,7 @@ import torch
 
 from reportgen.errors import Skip, UserError
 from reportgen.profile import models
-from reportgen.vocabulary import ATTENTION_MICRO
+from reportgen.vocabulary import ATTENTION_MICRO, DECODE_NOCACHE, positions_needed
 
 __all__ = ["SAFETY_MARGIN", "available", "check", "estimate", "format_gib"]
 
@@ -167,7 +167,7 @@ def _micro_model(combo: Any) -> tuple[int, int, dict[str, Any]]:
 def _meta_model(combo: Any) -> tuple[torch.nn.Module, Any, str, str]:
     """(model on meta, config, architecture, spec name): `models.build`'s config path."""
     spec = models.spec_of(combo)
-    needed = int(combo.seq_len) + (1 if combo.mode == "decode" else 0)
+    needed = positions_needed(str(combo.mode), int(combo.seq_len))
     config = spec.make_config(_field(combo, "scale", "reference"), min_positions=needed)
     arch = models.architecture(config)
     cls = models._auto_class(config, arch)
@@ -226,7 +226,9 @@ def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]
         if encoder_decoder:
             kv += per_token_layer * layers * length  # cross-attention keys/values
 
-    tokens = length  # decode builds its cache with a full-length prefill first
+    # decode builds its cache with a full-length prefill first; decode-nocache reads the
+    # prefix and the new token at once
+    tokens = length + 1 if mode == DECODE_NOCACHE else length
     stacks = 2 if encoder_decoder else 1
     working = batch * tokens * nbytes * (ACT_HIDDEN_TENSORS * width + ACT_FF_TENSORS * ff)
     working += INPUT_TENSORS * stacks * batch * tokens * 8

@@ -10,8 +10,9 @@ iteration's timed calls into the categories (``attention.core`` = the attention 
 its projections, norms and position-bias embeddings; ``other`` = the model's and blocks'
 own time; ``overhead`` = the iteration outside the model's forward).
 
-It also times the profiler method per iteration (``profiler_iterations``: each profiled
-iteration attributed alone), so both methods give share intervals from repetition.
+It also gives the profiler method per iteration (``reportgen.attribution.profiler_iterations``:
+each profiled iteration attributed alone), so both methods give share intervals from
+repetition.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from torch import nn
 
 from reportgen import shares
-from reportgen.attribution import ITERATION_LABEL, analyse_trace
+from reportgen.attribution import profiler_iterations
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import classify, module_categories
 
@@ -218,22 +219,6 @@ def _paired_ratio(a: Sequence[float], b: Sequence[float], reps: int = 1000,
         draws.append(_median([a[i] for i in idx]) / _median([b[i] for i in idx]))
     low, high = shares.percentiles(draws)
     return point, min(point, low), max(point, high)
-
-
-def profiler_iterations(trace: dict[str, Any] | list[dict[str, Any]]) -> list[tuple[float, dict[str, float]]]:
-    """(forward ms, category ms) of each profiled iteration, each attributed alone by
-    ``analyse_trace`` on the trace with only that iteration's range kept."""
-    events = trace if isinstance(trace, list) else list(trace.get("traceEvents", []))
-    marker = [i for i, e in enumerate(events) if e.get("name") == ITERATION_LABEL
-              and e.get("cat") == "user_annotation" and e.get("ph") == "X"]
-    out = []
-    for keep in marker:
-        dropped = set(marker) - {keep}
-        alone = [e for i, e in enumerate(events) if i not in dropped]
-        result = analyse_trace({"traceEvents": alone})
-        cats = {c: float(v["ms"]) for c, v in result["categories"].items()}
-        out.append((float(result["forward_ms"]), cats))
-    return out
 
 
 def profiler_method(rows: Sequence[tuple[float, dict[str, float]]], basis: str) -> dict[str, Any]:

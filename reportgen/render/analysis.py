@@ -22,7 +22,7 @@ SETTING = ["scale", "mode", "dtype", "attn", "batch", "compile"]
 
 # Preferred order when choosing a page's reference setting (the one its charts show).
 _ATTN_PREFERENCE = ("sdpa", "flash_attention_2", "eager")
-_MODE_PREFERENCE = ("forward", "prefill", "decode", "train")
+_MODE_PREFERENCE = ("forward", "prefill", "decode", "decode-nocache", "train")
 
 
 def _get(record: Mapping[str, Any] | None, *keys: str) -> Any:

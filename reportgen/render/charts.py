@@ -217,6 +217,33 @@ def roofline_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return _spec(chart, [dict(r) for r in rows])
 
 
+def gain_chart(rows: Sequence[Mapping[str, Any]], *, series_title: str, x_title: str) -> dict[str, Any]:
+    """End-to-end gains (base / new, log axis) with their 95% intervals: one row per
+    ``label``, one coloured point and interval per ``series`` within it, and a dashed line
+    at 1 (no change). Rows: ``label``, ``series``, ``gain``, ``gain_low``, ``gain_high``,
+    ``href`` (the combination page)."""
+    base = alt.Chart()
+    # log axis over the data alone (not padded out to powers of ten)
+    scale = alt.Scale(type="log", nice=False, padding=12)
+    y = alt.Y("label:N", title=None, sort=None)
+    offset = alt.YOffset("series:N")
+    colour = alt.Color("series:N", title=series_title, scale=_SERIES_SCALE,
+                       legend=alt.Legend(orient="bottom", columns=2))
+    tooltip = [alt.Tooltip("label:N", title="pair"), alt.Tooltip("series:N", title=series_title),
+               alt.Tooltip("gain:Q", format=".3f"), alt.Tooltip("gain_low:Q", format=".3f", title="95% CI low"),
+               alt.Tooltip("gain_high:Q", format=".3f", title="95% CI high")]
+    rules = base.mark_rule(strokeWidth=2).encode(
+        x=alt.X("gain_low:Q", title=x_title, scale=scale), x2="gain_high:Q", y=y, yOffset=offset,
+        color=colour, tooltip=tooltip)
+    points = base.mark_point(filled=True, size=55).encode(
+        x=alt.X("gain:Q", scale=scale), y=y, yOffset=offset, color=colour,
+        shape=alt.Shape("series:N", legend=None),
+        href="href:N", tooltip=tooltip)
+    unity = base.mark_rule(strokeDash=[4, 3], color="#888888").encode(x=alt.datum(1.0))
+    chart = alt.layer(unity, rules, points).properties(width=WIDTH - 180, height=alt.Step(12))
+    return _spec(chart, [dict(r) for r in rows])
+
+
 def data_rows(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The rows a chart draws (its top-level inline values), for its CSV and JSON."""
     data = spec.get("data")

@@ -557,6 +557,9 @@ class _Builder:
         traffic_page = roofline_pages.findings_page(self)
         if traffic_page is not None:
             pages.append(traffic_page)
+        from reportgen.render.payoff_pages import payoff_page, speedups_page
+
+        pages += [speedups_page(self, Page), payoff_page(self, Page)]
         from reportgen.render.changes import series_pages
 
         pages += series_pages(self.runs, slug=slugify, data=self.data, page_type=Page, bench=self.bench,
