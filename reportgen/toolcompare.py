@@ -141,7 +141,7 @@ def parse_nvtx_gpu_proj_sum(text: str) -> list[dict[str, Any]]:
     rows = []
     for row in reader:
         name = row["Range"] or ""
-        rows.append({"range": name[1:] if name.startswith(":") else name,
+        rows.append({"range": name.removeprefix(":"),
                      "style": row["Style"],
                      "proj_ns": float(row["Total Proj Time (ns)"].replace(",", "")),
                      "range_ns": float(row["Total Range Time (ns)"].replace(",", "")),
@@ -179,7 +179,7 @@ def explanations(tool: str, *, basis: str, reportgen: Mapping[str, Any],
         gaps = dict(evidence.get("gaps") or {})
         parts += _reason("HTA counts a range's whole duration: the time in it between ops "
                          "(Python, hooks, dispatch) is reportgen's overhead", gaps)
-        parts += _reason("HTA truncates every event to whole microseconds",
+        parts += _reason("HTA rounds every event inward to whole microseconds",
                          dict(evidence.get("rounding") or {}))
     return parts
 

@@ -136,10 +136,10 @@ def key_averages_tool(averages: Any, module_category: Mapping[str, str], iterati
                            f"{ITERATION_LABEL} ranges, expected {iterations}")
     folded = toolcompare.fold_ranges(totals, module_category, iterations=iterations,
                                      self_times=selfs)
-    notes = ["per rg| range: CPU time total less the nested module ranges is the module's "
-             "exclusive time; its self CPU time (outside every op and range in it) is "
-             "overhead, the rest its category; the iteration's exclusive time less its self "
-             "time (ops outside every module range) is other"]
+    notes = [("per rg| range: CPU time total less the nested module ranges is the module's "
+              "exclusive time; its self CPU time (outside every op and range in it) is "
+              "overhead, the rest its category; the iteration's exclusive time less its self "
+              "time (ops outside every module range) is other")]
     if folded["negative"]:
         notes.append(f"ranges holding less than their nested ranges: {folded['negative']}")
     entry = _tool("measured", version=torch.__version__, basis="cpu", totals=folded["totals"],
@@ -148,20 +148,23 @@ def key_averages_tool(averages: Any, module_category: Mapping[str, str], iterati
 
 
 # HTA -------------------------------------------------------------------------------------
-def _annotation_totals(trace: dict[str, Any], truncate: bool) -> dict[str, float]:
-    """ms summed per host ``rg|`` range name, durations whole microseconds if ``truncate``."""
+def _annotation_totals(trace: dict[str, Any], whole_us: bool) -> dict[str, float]:
+    """ms summed per host ``rg|`` range name; with ``whole_us`` each range rounded inward
+    to whole microseconds (start up, end down) as HTA's parser does."""
     out: dict[str, float] = {}
     for e in trace.get("traceEvents", []):
         name = str(e.get("name", ""))
         if e.get("ph") == "X" and e.get("cat") == "user_annotation" and name.startswith("rg|"):
-            dur = float(e.get("dur", 0.0))
-            out[name] = out.get(name, 0.0) + (math.floor(dur) if truncate else dur) / 1000.0
+            start = float(e["ts"])
+            end = start + float(e.get("dur", 0.0))
+            dur = math.floor(end) - math.ceil(start) if whole_us else end - start
+            out[name] = out.get(name, 0.0) + dur / 1000.0
     return out
 
 
 def truncation_effect(trace: dict[str, Any], module_category: Mapping[str, str],
                       iterations: int) -> dict[str, float]:
-    """What truncating every range to whole microseconds changes per category (ms)."""
+    """What rounding every range inward to whole microseconds changes per category (ms)."""
     exact = toolcompare.fold_ranges(_annotation_totals(trace, False), module_category,
                                     iterations=iterations)["totals"]
     whole = toolcompare.fold_ranges(_annotation_totals(trace, True), module_category,
@@ -314,10 +317,10 @@ def nsys_entry(rows: list[dict[str, Any]], module_category: Mapping[str, str], i
                      reason=f"the report holds {count} {ITERATION_LABEL} ranges, "
                             f"expected {iterations}")
     folded = toolcompare.fold_ranges(totals, module_category, iterations=iterations)
-    notes = ["nvtx_gpu_proj_sum: each NVTX range projected on the GPU, from its first to "
-             "its last GPU operation (idle gaps inside count to it); Total Proj Time less "
-             "the nested module ranges, folded by module; a fresh process built the same "
-             "model with the same seed, so these are other forwards than the trace's"]
+    notes = [("nvtx_gpu_proj_sum: each NVTX range projected on the GPU, from its first to "
+              "its last GPU operation (idle gaps inside count to it); Total Proj Time less "
+              "the nested module ranges, folded by module; a fresh process built the same "
+              "model with the same seed, so these are other forwards than the trace's")]
     if folded["negative"]:
         notes.append(f"ranges holding less than their nested ranges: {folded['negative']}")
     return _tool("measured", version=version, basis="device", totals=folded["totals"],

@@ -20,12 +20,12 @@ import pandas as pd
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
-from reportgen.schema import current_runs
 from reportgen.render import analysis, charts, cite, compiled, machine, sections
 from reportgen.render import tools as tools_page
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
 from reportgen.render.templating import environment
+from reportgen.schema import current_runs
 
 if TYPE_CHECKING:
     from reportgen.claims import CheckReport
