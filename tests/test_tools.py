@@ -96,6 +96,46 @@ def test_nsys_is_not_applicable_on_a_cpu_and_missing_without_nsys() -> None:
     assert exe == "/opt/nsys/bin/nsys" and entry is None
 
 
+FAKE_NSYS = """#!/bin/sh
+# stands in for nsys: records its arguments, writes the recorded report for "stats"
+echo "$@" >> "$(dirname "$0")/calls.log"
+case "$1" in
+  --version) echo "NVIDIA Nsight Systems version 2025.3.1.90-253135822126v0";;
+  profile) exit 0;;
+  stats)
+    while [ "$#" -gt 0 ]; do
+      if [ "$1" = "--output" ]; then out="$2"; fi
+      shift
+    done
+    cp "$(dirname "$0")/report.csv" "${out}_nvtx_gpu_proj_sum.csv";;
+esac
+"""
+
+
+def test_nsys_runs_the_forward_under_nsys_and_reads_its_report(tmp_path: Path) -> None:
+    from reportgen.profile.tools import nsys_tool
+
+    fake = tmp_path / "nsys"
+    fake.write_text(FAKE_NSYS, encoding="utf-8")
+    fake.chmod(0o755)
+    shutil.copyfile(NSYS_FIXTURE, tmp_path / "report.csv")
+    combo = SimpleNamespace(**{**vars(_combo("bert")), "device": "cuda"})
+    entry = nsys_tool(combo, BERT_MODULES, 2, seed=7, which=lambda _: str(fake))
+    assert entry["status"] == "measured", entry["reason"]
+    assert entry["version"].endswith("2025.3.1.90-253135822126v0")
+    assert entry["totals"]["attention.qkv"] == pytest.approx(0.15)
+    calls = (tmp_path / "calls.log").read_text(encoding="utf-8").splitlines()
+    profile = next(c for c in calls if c.startswith("profile"))
+    assert "--trace=cuda,nvtx" in profile and "-m reportgen.profile.tools --nsys-child" in profile
+    assert '"model": "bert"' in profile and "--iterations 2 --seed 7" in profile
+    stats = next(c for c in calls if c.startswith("stats"))
+    assert "--report nvtx_gpu_proj_sum --format csv" in stats
+    (tmp_path / "report.csv").write_text("Range,Style\n", encoding="utf-8")
+    broken = nsys_tool(combo, BERT_MODULES, 2, seed=7, which=lambda _: str(fake))
+    assert broken["status"] == "failed" and "lacks the columns" in broken["reason"]
+    assert broken["totals"] is None
+
+
 def test_fold_ranges_with_self_times_moves_them_to_overhead() -> None:
     totals = {"rg|iteration": 20.0, "rg|norm|ln": 4.0, "rg|attn|a": 10.0,
               "rg|proj|a.q": 3.0, "ProfilerStep#1": 99.0}

@@ -279,7 +279,8 @@ def nsys_tool(combo: Any, module_category: Mapping[str, str], iterations: int, *
     assert exe is not None
     version_run = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
     version = version_run.stdout.strip() or None
-    spec = {**combo.as_dict(), "source": getattr(combo, "source", None)}
+    fields = combo.as_dict() if hasattr(combo, "as_dict") else dict(vars(combo))
+    spec = {**fields, "source": getattr(combo, "source", None)}
     with tempfile.TemporaryDirectory(prefix="reportgen-nsys-") as tmp:
         base = Path(tmp) / "forward"
         profile_cmd = [exe, "profile", "--trace=cuda,nvtx", "--sample=none",
@@ -303,7 +304,10 @@ def nsys_tool(combo: Any, module_category: Mapping[str, str], iterations: int, *
         if not report.is_file():
             return _tool("failed", version=version,
                          reason="nsys stats wrote no nvtx_gpu_proj_sum report")
-        rows = toolcompare.parse_nvtx_gpu_proj_sum(report.read_text(encoding="utf-8"))
+        try:
+            rows = toolcompare.parse_nvtx_gpu_proj_sum(report.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            return _tool("failed", version=version, reason=str(exc))
     return nsys_entry(rows, module_category, iterations, version=version)
 
 
