@@ -317,7 +317,7 @@ def test_tools_page_from_a_record(bert_study: tuple[dict[str, Any], Path],
     docs = tmp_path / "docs"
     render(root, docs, svg=False)
     page = (docs / "tools.md").read_text(encoding="utf-8")
-    assert page.startswith("---\ntitle: Compared with other tools")
+    assert page.startswith("---\ntitle: \"Compared with other tools\"\n---\n# Compared with other tools")
     assert "| Nsight Systems | not applicable |" in page
     assert "Nsight Systems projects CUDA work" in page
     assert f"| {fmt.escape('torch key_averages')} | measured |" in page

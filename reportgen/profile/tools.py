@@ -203,7 +203,8 @@ def hta_tool(trace_path: Path, module_category: Mapping[str, str], iterations: i
         shutil.copyfile(trace_path, Path(tmp) / "rank-0.trace.json.gz")
         try:
             with _quiet():
-                analysis = TraceAnalysis(trace_dir=tmp)
+                # by default HTA drops the last profiler step: every forward counts here
+                analysis = TraceAnalysis(trace_dir=tmp, include_last_profiler_step=True)
                 frame = analysis.get_gpu_user_annotation_breakdown(
                     use_gpu_annotation=on_device, visualize=False, num_kernels=10**9,
                     duration_ratio=1.0)
