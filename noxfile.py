@@ -26,7 +26,8 @@ def install(session: nox.Session, *groups: str, extras: str = "") -> None:
 @nox.session(venv_params=VENV)
 def tests(session: nox.Session) -> None:
     """Run the test suite (CPU only; tiny models built in-process)."""
-    install(session, "test", extras="profile")
+    # tools: the tools study's HolisticTraceAnalysis is tested for real, not as missing
+    install(session, "test", extras="profile,tools")
     # python -m: a pytest on the host (seen through the system site) would not see the venv
     session.run("python", "-m", "pytest", *session.posargs)
 

@@ -24,7 +24,7 @@ from reportgen.profile.step import StepLike
 from reportgen.profile.structure import install_hooks
 from reportgen.store import atomic_write_bytes
 
-__all__ = ["profile_step", "write_gzip_atomic"]
+__all__ = ["profile_step", "record_pass", "write_gzip_atomic"]
 
 
 
@@ -37,8 +37,10 @@ def write_gzip_atomic(path: Path, data: bytes) -> int:
     return len(packed)
 
 
-def _record(step: StepLike, model: nn.Module, iterations: int, warmup: int, out: Path,
-            label_modules: bool = True) -> None:
+def record_pass(step: StepLike, model: nn.Module, iterations: int, warmup: int, out: Path,
+                label_modules: bool = True) -> profile:
+    """Run the profiled forwards, export their Chrome trace to ``out`` and return the
+    profiler (its ``key_averages()`` covers the same ``iterations``)."""
     activities = [ProfilerActivity.CPU]
     if step.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -55,6 +57,7 @@ def _record(step: StepLike, model: nn.Module, iterations: int, warmup: int, out:
                 step.reset()
                 prof.step()
     prof.export_chrome_trace(str(out))
+    return prof
 
 
 def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmup: int = 1,
@@ -78,7 +81,7 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        _record(step, model, iterations, warmup, tmp, label_modules)
+        record_pass(step, model, iterations, warmup, tmp, label_modules)
         raw = tmp.read_bytes()
     finally:
         tmp.unlink(missing_ok=True)

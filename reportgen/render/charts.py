@@ -244,6 +244,21 @@ def gain_chart(rows: Sequence[Mapping[str, Any]], *, series_title: str, x_title:
     return _spec(chart, [dict(r) for r in rows])
 
 
+def tools_chart(long: pd.DataFrame, tools: Sequence[str]) -> dict[str, Any]:
+    """Per category one bar per tool (``ms`` per forward), grouped; ``tools`` in order."""
+    chart = alt.Chart().mark_bar().encode(
+        y=alt.Y("category:N", title=None, sort=list(CATEGORIES)),
+        yOffset=alt.YOffset("tool:N", sort=list(tools)),
+        x=alt.X("ms:Q", title="time per forward (ms)"),
+        color=alt.Color("tool:N", sort=list(tools), scale=alt.Scale(
+            domain=list(tools), range=list(SERIES_COLOURS[:len(tools)])),
+            legend=alt.Legend(orient="bottom", title="tool")),
+        tooltip=[alt.Tooltip("category:N"), alt.Tooltip("tool:N"),
+                 alt.Tooltip("ms:Q", format=".4~g")],
+    ).properties(width=WIDTH - 120, height=alt.Step(9))
+    return _spec(chart, _records(long))
+
+
 def data_rows(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The rows a chart draws (its top-level inline values), for its CSV and JSON."""
     data = spec.get("data")

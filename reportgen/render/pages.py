@@ -20,11 +20,12 @@ import pandas as pd
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
-from reportgen.schema import current_runs
 from reportgen.render import analysis, charts, cite, compiled, machine, roofline_pages, sections
+from reportgen.render import tools as tools_page
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
 from reportgen.render.templating import environment
+from reportgen.schema import current_runs
 
 if TYPE_CHECKING:
     from reportgen.claims import CheckReport
@@ -510,6 +511,56 @@ class _Builder:
                 "longest measured sequence length", charts.breakdown_chart(cells), out)
         return Page(path, "home.md.j2", ctx, tuple(out))
 
+    def tools(self) -> Page | None:
+        """"Compared with other tools": every current combination with a tools study,
+        grouped by hardware; None when no record has one."""
+        path = tools_page.PAGE
+        out: list[Chart] = []
+        by_hw: dict[str, list[dict[str, Any]]] = {}
+        found = sorted(((run.hardware, str(c.record.get("id") or c.path.stem), run, c)
+                        for run in self.current for c in run.combinations),
+                       key=lambda item: item[:2])
+        for hw, combo_id, run, c in found:
+            record = c.record
+            study = tools_page.study_of(record)
+            if study is None or hw not in self.hw_slugs:
+                continue
+            trace = tools_page.trace_path(run.path, study)
+            model = str((record.get("combination") or {}).get("model"))
+            entry: dict[str, Any] = {
+                "combo_id": combo_id, "model": model, "status": study.get("status"),
+                "reason": study.get("reason"), "iterations": study.get("iterations"),
+                "link": (rel(path, self.combo_page(hw, model))
+                         if model in self.model_slugs else None),
+                "trace": (rel(path, self.data(f"{run.rel}/{study['trace']}"))
+                          if trace is not None else None),
+                "tools": tools_page.tool_rows(study), "rows": [], "comparison": None}
+            if study.get("comparison"):
+                rows = tools_page.table_rows(study)
+                comparison = study["comparison"]
+                entry.update(rows=rows, comparison={
+                    "basis": comparison.get("basis"), "forward_ms": comparison.get("forward_ms"),
+                    "threshold": comparison.get("threshold"),
+                    "threshold_ms": comparison.get("threshold_ms")})
+                entry["present"] = [k for k in tools_page.TOOL_ORDER
+                                    if any(r.get(k) is not None for r in rows)]
+                entry["table"] = self._table(path, f"{self.hw_slugs[hw]}-{slugify(combo_id)}",
+                                             tools_page.flat_rows(rows))
+                long = tools_page.chart_long(rows)
+                if not long.empty:
+                    names = [tools_page.TOOL_NAMES[k] for k in entry["present"]]
+                    entry["chart"] = self._chart(
+                        path, f"tools-{self.hw_slugs[hw]}-{slugify(combo_id)}",
+                        f"{combo_id}: time per category by tool (ms per forward)",
+                        charts.tools_chart(long, names), out)
+            by_hw.setdefault(hw, []).append(entry)
+        if not by_hw:
+            return None
+        sections_ = [{"hardware": self.hw_labels[hw], "hw_link": rel(path, self.hw_page(hw)),
+                      "combinations": entries} for hw, entries in sorted(by_hw.items())]
+        return Page(path, "tools.md.j2", {"sections": sections_, "names": tools_page.TOOL_NAMES,
+                                          "title": tools_page.TITLE}, tuple(out))
+
     def _run_rows(self, page: str, runs: Iterable[Run]) -> list[dict[str, Any]]:
         out = []
         for run in runs:
@@ -560,6 +611,9 @@ class _Builder:
         from reportgen.render.payoff_pages import payoff_page, speedups_page
 
         pages += [speedups_page(self, Page), payoff_page(self, Page)]
+        tools = self.tools()
+        if tools is not None:
+            pages.append(tools)
         from reportgen.render.changes import series_pages
 
         pages += series_pages(self.runs, slug=slugify, data=self.data, page_type=Page, bench=self.bench,
@@ -580,6 +634,10 @@ class _Builder:
                 if c.trace is not None:
                     data_files.append((self.data(
                         f"{run.rel}/{c.trace.relative_to(run.path).as_posix()}"), str(c.trace)))
+                extra = tools_page.trace_path(run.path, tools_page.study_of(c.record))
+                if extra is not None:
+                    data_files.append((self.data(
+                        f"{run.rel}/{extra.relative_to(run.path).as_posix()}"), str(extra)))
         files = dict(self.files)
         if not f.empty:
             files.update({f"{ALL_COMBINATIONS}{ext}": data
