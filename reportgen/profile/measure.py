@@ -1,7 +1,8 @@
 """One combination end to end: build, unprofiled timing, profiled pass, FLOPs, memory.
 
 Returns the record's measurement sections (ARCHITECTURE.md): model, inputs, timing,
-profile, attribution, ops, memory, flops. A combination that cannot run here raises
+profile, attribution, ops, memory, flops, and ``studies`` when the suite asks for any
+(``reportgen.profile.studies``). A combination that cannot run here raises
 `reportgen.errors.Skip`; anything else propagates and the runner records ``failed``.
 """
 
