@@ -90,7 +90,7 @@ def test_bad_studies_in_a_suite_exit_2_with_one_line(tmp_path: Path, capsys: pyt
 
 def test_bad_studies_flag_exits_2_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["profile", "--suite", "tiny", "--studies", "instrumentation,nope", "--list"]) == 2
-    assert _one_line(capsys.readouterr().err).startswith("--studies: unknown study 'nope'")
+    assert "--studies: unknown study 'nope'; valid: instrumentation, tools" in _one_line(capsys.readouterr().err)
     with pytest.raises(UserError, match="--studies"):
         parse_overrides({"studies": "bogus"})
 
@@ -233,36 +233,48 @@ def test_the_study_record_matches_the_schema(bert_study: dict[str, Any]) -> None
 
 
 def test_an_instrument_that_costs_time_shows_a_significant_ratio() -> None:
-    """A known cost (a 4 ms sleep at the model's entry) must come out as a ratio whose
-    interval lies above 1 and near the expected size."""
+    """A known cost (a 4 ms sleep at the model's entry, on a forward that sleeps 2 ms) must
+    come out as a ratio whose interval lies above 1 and near the expected size (sleeps:
+    robust on a busy host)."""
     import contextlib
 
     import torch
 
     from reportgen.profile import instrumentation as inst
-    from reportgen.profile import models
     from reportgen.profile.timing import default_timer
 
-    built = models.build(_tiny("gpt2"), torch.device("cpu"), seed=0)
-    try:
-        @contextlib.contextmanager
-        def sleeping(ctx: inst.Context) -> Any:
-            handle = ctx.model.register_forward_pre_hook(lambda _m, _a: time.sleep(0.004))
-            try:
-                yield None
-            finally:
-                handle.remove()
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
 
-        ctx = inst.Context(model=built.model, step=built.step, cuda=False, compiled=False)
-        timer = default_timer(built.step)
-        bare = sorted(timer.time(built.step) for _ in range(5))[2]
-        row = inst.compare(inst.Variant("sleep", sleeping, ()), ctx, timer, forwards=2, budget_s=0.0)
-        assert row["n_pairs"] == inst.MIN_PAIRS
-        assert row["ci_low"] > 1.0
-        assert row["instrumented_ms"] - row["bare_ms"] == pytest.approx(4.0, abs=3.0)
-        assert row["bare_ms"] == pytest.approx(bare, rel=1.0)
-    finally:
-        models.free(built)
+    class Step:
+        device = torch.device("cpu")
+        inputs_info: dict[str, Any] = {}  # noqa: RUF012 - read-only, unused here
+
+        def __call__(self) -> Any:
+            time.sleep(0.002)
+            return model(x)
+
+        def reset(self) -> None:
+            return None
+
+        def sync(self) -> None:
+            return None
+
+    @contextlib.contextmanager
+    def sleeping(ctx: inst.Context) -> Any:
+        handle = ctx.model.register_forward_pre_hook(lambda _m, _a: time.sleep(0.004))
+        try:
+            yield None
+        finally:
+            handle.remove()
+
+    step = Step()
+    ctx = inst.Context(model=model, step=step, cuda=False, compiled=False)
+    row = inst.compare(inst.Variant("sleep", sleeping, ()), ctx, default_timer(step), forwards=2, budget_s=0.0)
+    assert row["n_pairs"] == inst.MIN_PAIRS
+    assert 1.0 < row["ci_low"] <= row["ratio"] <= row["ci_high"]
+    assert row["instrumented_ms"] - row["bare_ms"] == pytest.approx(4.0, abs=2.0)
+    assert row["ratio"] == pytest.approx(3.0, rel=0.5)
 
 
 def test_hook_variants_do_not_apply_to_a_compiled_forward() -> None:
@@ -355,7 +367,7 @@ def test_page_from_records(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     render(runs, docs, svg=False)
     page = (docs / "instrumentation.md").read_text()
-    assert page.startswith("---\ntitle: Instrumentation trade-offs\n---\n# Instrumentation trade-offs\n")
+    assert page.startswith("---\ntitle: \"Instrumentation trade-offs\"\n---\n# Instrumentation trade-offs\n")
     assert "[Instrumentation trade-offs](instrumentation.md)" in (docs / "index.md").read_text()
     # every measured variant: its ratio, interval, verdict and what it gives
     page = html.unescape(page)
