@@ -32,6 +32,7 @@ from reportgen.vocabulary import (
     DTYPES,
     MODES,
     SCALES,
+    STUDIES,
 )
 
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -51,7 +52,7 @@ MATRIX_DEFAULTS: dict[str, list[Any]] = {
 }
 TOP_LEVEL_KEYS: tuple[str, ...] = ("name", "description", "settings", "matrix")
 SETTINGS_KEYS: tuple[str, ...] = ("budget_s", "profile_iterations", "seed", "scale", "device", "rounds",
-                                  "trust_remote_code")
+                                  "trust_remote_code", "studies")
 
 # The CLI flag that overrides each key, so a bad flag value names the flag.
 OVERRIDE_FLAGS: dict[str, str] = {
@@ -66,6 +67,7 @@ OVERRIDE_FLAGS: dict[str, str] = {
     "device": "--device",
     "budget_s": "--budget-s",
     "trust_remote_code": "--trust-remote-code",
+    "studies": "--studies",
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -117,6 +119,10 @@ class Combination:
         return data
 
 
+# A study's budget per combination, in timing budgets (``Settings.study_budget_s``).
+STUDY_BUDGET_FACTOR = 10.0
+
+
 @dataclass(frozen=True)
 class Settings:
     budget_s: float = 3.0
@@ -128,6 +134,15 @@ class Settings:
     # visiting the combinations in a shuffled order; ``budget_s`` is split between them.
     rounds: int = 1
     trust_remote_code: bool = False
+    # Studies (vocabulary.STUDIES) run in each combination's profiled round, after its
+    # attribution; each gets ``study_budget_s``.
+    studies: tuple[str, ...] = ()
+
+    @property
+    def study_budget_s(self) -> float:
+        """Each study's time budget per combination: STUDY_BUDGET_FACTOR timing budgets
+        (a study compares several ways of running the forward, each against bare ones)."""
+        return STUDY_BUDGET_FACTOR * self.budget_s
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -135,6 +150,10 @@ class Settings:
             del out["rounds"]  # the one-round default keeps the hash suites had before rounds
         if not self.trust_remote_code:  # absent unless set: suites without it keep their hash
             del out["trust_remote_code"]
+        if self.studies:  # absent unless asked for: suites without studies keep their hash
+            out["studies"] = list(self.studies)
+        else:
+            del out["studies"]
         return out
 
 
@@ -382,6 +401,10 @@ def _check_setting(key: str, value: Any, label: str) -> Any:
         if not isinstance(value, bool):
             raise UserError(f"{label}: expected true or false, got {_type_name(value)} {value!r}")
         return value
+    if key == "studies":
+        if not isinstance(value, list):
+            raise UserError(f"{label}: expected a list of study names, got {_type_name(value)} {value!r}")
+        return tuple(dict.fromkeys(_choice(item, STUDIES, "study", label) for item in value))
     raise AssertionError(key)
 
 
@@ -480,6 +503,8 @@ def parse_overrides(raw: Mapping[str, str | float | None]) -> dict[str, Any]:
             parsed[key] = _choice(str(value).strip(), SCALES if key == "scale" else DEVICES, key, flag)
         elif key == "budget_s":
             parsed[key] = _check_setting(key, _number(value, flag), flag)
+        elif key == "studies":
+            parsed[key] = _check_setting(key, [t.strip() for t in str(value).split(",") if t.strip()], flag)
         else:
             texts = [item.strip() for item in str(value).split(",") if item.strip()]
             items: list[Any] = texts

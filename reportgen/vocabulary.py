@@ -38,3 +38,8 @@ ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("eager", "sdpa", *SDPA_BACKENDS, "flash
 # torch.compile's own ``mode`` names.
 COMPILE_NONE = "none"
 COMPILE_MODES: tuple[str, ...] = (COMPILE_NONE, "default", "reduce-overhead", "max-autotune")
+
+# Studies a suite can ask for (``studies = [...]`` in ``[settings]``): extra
+# measurements run in a combination's profiled round, each recorded under
+# ``studies.<name>`` (reportgen.profile.studies maps a name to its code).
+STUDIES: tuple[str, ...] = ("instrumentation", "tools")

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from reportgen.bench import results as R
-from reportgen.bench.common import interleave
 from reportgen.bench.page import chart_specs, render_validation
 from reportgen.bench.trace_check import (
     compare_totals,
@@ -19,6 +18,7 @@ from reportgen.bench.trace_check import (
     op_totals,
     ops_table_totals,
 )
+from reportgen.paired import bootstrap_ratio, interleave
 
 
 def _doc(**figures: dict[str, Any]) -> dict[str, Any]:
@@ -107,12 +107,12 @@ def test_results_refused(tmp_path: Path, change: dict[str, Any], message: str) -
 def test_bootstrap_ratio_and_diff() -> None:
     a = [10.0, 10.2, 9.9, 10.1, 10.0, 10.3]
     b = [x / 1.02 for x in a]  # a constant 2% apart, round by round
-    point, lo, hi = R.bootstrap_ratio(a, b, paired=True)
+    point, lo, hi = bootstrap_ratio(a, b, paired=True)
     assert point == pytest.approx(1.02)
     assert lo == pytest.approx(1.02) and hi == pytest.approx(1.02)  # pairing removes drift
     d, dlo, dhi = R.bootstrap_diff([5.0, 6.0, 7.0], [1.0, 2.0, 3.0])
     assert d == 4.0 and dlo <= d <= dhi
-    assert all(math.isnan(x) for x in R.bootstrap_ratio([], [1.0]))
+    assert all(math.isnan(x) for x in bootstrap_ratio([], [1.0]))
 
 
 def test_interleave_alternates_order() -> None:
@@ -212,7 +212,11 @@ def _device_record(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_trace_reader_reads_every_thread_and_stream(tmp_path: Path) -> None:
-    from reportgen.bench.trace_check import check_record, device_totals, iteration_window
+    from reportgen.bench.trace_check import (
+        check_record,
+        device_totals,
+        iteration_window,
+    )
 
     record = _device_record(tmp_path)
     totals = device_totals(load_trace(tmp_path / "traces" / "t.trace.json.gz"),

@@ -29,11 +29,11 @@ from reportgen.bench.common import (
     build,
     combo_label,
     each_combo,
-    interleave,
     stopwatch,
     time_median,
 )
 from reportgen.bench.results import bootstrap_diff, figure, median
+from reportgen.paired import interleave
 from reportgen.shares import METHODS
 
 # Encoders, decoders, encoder-decoders; fused (gpt2, gpt_neox, falcon, bloom, phi's dense

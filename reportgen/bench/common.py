@@ -1,30 +1,19 @@
 """Shared pieces of the measuring bench modules (profile side: torch is imported lazily).
 
-Interleaving: every comparison alternates its variants within one process, in ABBA order
-(A,B then B,A), so slow drift of the host (thermal state, a noisy neighbour) falls on both
-sides alike; the rounds stay paired for the bootstrap in ``results.bootstrap_ratio``.
+Interleaving (``interleave``, from ``reportgen.paired``): every comparison alternates its
+variants within one process, in ABBA order, so slow drift of the host falls on both sides
+alike; the rounds stay paired for the bootstrap in ``paired.bootstrap_ratio``.
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from reportgen.stats import median
-
-
-def interleave(variants: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
-    """Run each variant once per round, alternating the order; returns values per variant."""
-    names = list(variants)
-    out: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        order = names if r % 2 == 0 else list(reversed(names))
-        for name in order:
-            out[name].append(float(variants[name]()))
-    return out
 
 
 def build(combo: Any, device: str = "cpu") -> Any:

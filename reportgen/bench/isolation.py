@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.bench.efficiency import SuiteRun
-from reportgen.bench.results import bootstrap_ratio, figure
+from reportgen.bench.results import figure
+from reportgen.paired import bootstrap_ratio
 
 ISOLATION_QUESTION = (
     "What does measuring every combination in a supervised worker process (so a crash, hang "

@@ -14,7 +14,6 @@ from reportgen.bench.common import (
     build,
     combo_label,
     each_combo,
-    interleave,
     reset_cost_ms,
     stopwatch,
     time_median,
@@ -22,6 +21,7 @@ from reportgen.bench.common import (
 )
 from reportgen.bench.results import bootstrap_median, figure, median
 from reportgen.intervals import achieved_confidence
+from reportgen.paired import interleave
 from reportgen.stats import median_ci
 
 GOAL = 0.03

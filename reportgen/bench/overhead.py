@@ -16,12 +16,12 @@ from reportgen.bench.common import (
     build,
     combo_label,
     each_combo,
-    interleave,
     stopwatch,
     time_median,
 )
 from reportgen.bench.latency import describe_ratio
-from reportgen.bench.results import bootstrap_median, bootstrap_ratio, figure, median
+from reportgen.bench.results import bootstrap_median, figure, median
+from reportgen.paired import bootstrap_ratio, interleave
 
 INSTRUMENTATION_GOAL = 0.03
 # time_step stops at a 2% CI by default; a comparison of ~1% effects spends its budget

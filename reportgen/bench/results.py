@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from reportgen.paired import percentiles
 from reportgen.stats import median
 from reportgen.store import atomic_write_bytes
 
@@ -137,33 +138,6 @@ def verdict(goal_spec: Mapping[str, Any] | None, value: float | None,
 # ---------------------------------------------------------------- statistics (pure)
 
 
-def bootstrap_ratio(a: Sequence[float], b: Sequence[float], *, paired: bool = True,
-                    reps: int = 2000, confidence: float = 0.95, seed: int = 0
-                    ) -> tuple[float, float, float]:
-    """median(a) / median(b) with a percentile-bootstrap interval.
-
-    ``paired``: a[i] and b[i] come from the same interleaved round, so rounds are resampled
-    together (drift between rounds cancels); otherwise each side is resampled alone.
-    """
-    if not a or not b:
-        return (float("nan"),) * 3  # type: ignore[return-value]
-    point = median(a) / median(b)
-    rng = random.Random(seed)
-    stats: list[float] = []
-    for _ in range(reps):
-        if paired and len(a) == len(b):
-            idx = [rng.randrange(len(a)) for _ in a]
-            ra = [a[i] for i in idx]
-            rb = [b[i] for i in idx]
-        else:
-            ra = [a[rng.randrange(len(a))] for _ in a]
-            rb = [b[rng.randrange(len(b))] for _ in b]
-        den = median(rb)
-        if den:
-            stats.append(median(ra) / den)
-    return point, *_percentiles(stats, confidence)
-
-
 def bootstrap_diff(a: Sequence[float], b: Sequence[float], *, paired: bool = True,
                    reps: int = 2000, confidence: float = 0.95, seed: int = 0
                    ) -> tuple[float, float, float]:
@@ -181,7 +155,7 @@ def bootstrap_diff(a: Sequence[float], b: Sequence[float], *, paired: bool = Tru
         else:
             stats.append(median([a[rng.randrange(len(a))] for _ in a])
                          - median([b[rng.randrange(len(b))] for _ in b]))
-    return point, *_percentiles(stats, confidence)
+    return point, *percentiles(stats, confidence)
 
 
 def bootstrap_median(values: Sequence[float], *, reps: int = 2000, confidence: float = 0.95,
@@ -191,16 +165,7 @@ def bootstrap_median(values: Sequence[float], *, reps: int = 2000, confidence: f
         return (float("nan"),) * 3  # type: ignore[return-value]
     rng = random.Random(seed)
     stats = [median([values[rng.randrange(len(values))] for _ in values]) for _ in range(reps)]
-    return median(values), *_percentiles(stats, confidence)
-
-
-def _percentiles(stats: list[float], confidence: float) -> tuple[float, float]:
-    if not stats:
-        return float("nan"), float("nan")
-    stats.sort()
-    lo = stats[int(math.floor((1 - confidence) / 2 * (len(stats) - 1)))]
-    hi = stats[int(math.ceil((1 + confidence) / 2 * (len(stats) - 1)))]
-    return lo, hi
+    return median(values), *percentiles(stats, confidence)
 
 
 # ---------------------------------------------------------------- file I/O

@@ -17,6 +17,7 @@ from reportgen.suite import (
     DTYPES,
     MODES,
     SCALES,
+    STUDIES,
     default_suite_name,
     load_suite,
     parse_overrides,
@@ -37,6 +38,8 @@ _OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
      f"torch.compile modes: {', '.join(COMPILE_MODES)} (none: eager; default: none)"),
     ("--device", "device", "DEVICE", f"device: {' | '.join(DEVICES)} (default: the suite's)"),
     ("--budget-s", "budget_s", "SECONDS", "timing budget per combination"),
+    ("--studies", "studies", "LIST",
+     f"studies run in each combination's profiled round: {', '.join(STUDIES)} (replaces the suite's)"),
 )
 
 # --executor slurm only: (flag, dest, metavar or None for a switch, help). Values are

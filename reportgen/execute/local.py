@@ -39,9 +39,13 @@ class Job:
     records: list[dict[str, Any]] = field(default_factory=list)
 
     def task(self, combo: Combination) -> dict[str, Any]:
-        return {"combo": combo, "combo_id": combo.id, "run_dir": self.store.run_dir,
-                "budget_s": self.settings.budget_s, "seed": self.settings.seed,
-                "profile_iterations": self.settings.profile_iterations}
+        out = {"combo": combo, "combo_id": combo.id, "run_dir": self.store.run_dir,
+               "budget_s": self.settings.budget_s, "seed": self.settings.seed,
+               "profile_iterations": self.settings.profile_iterations}
+        if self.settings.studies:  # only when asked: a measure without studies keeps its call
+            out["options"] = {"studies": list(self.settings.studies),
+                              "study_budget_s": self.settings.study_budget_s}
+        return out
 
     def still_wanted(self, combo: Combination) -> bool:
         """Re-checked after claiming: another process may have finished it meanwhile."""

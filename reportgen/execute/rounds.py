@@ -104,7 +104,7 @@ def task(job: Job, unit: Unit) -> dict[str, Any]:
     out = job.task(unit.combo)
     if unit.rounds > 1:
         out["budget_s"] = job.settings.budget_s / unit.rounds
-        out["options"] = {"profiled": unit.profiled}
+        out["options"] = {**out.get("options", {}), "profiled": unit.profiled}
         out["round"] = unit.round
     return out
 

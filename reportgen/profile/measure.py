@@ -1,13 +1,15 @@
 """One combination end to end: build, unprofiled timing, profiled pass, FLOPs, memory.
 
 Returns the record's measurement sections (ARCHITECTURE.md): model, inputs, timing,
-profile, attribution, ops, memory, flops. A combination that cannot run here raises
+profile, attribution, ops, memory, flops, and ``studies`` when the suite asks for any
+(``reportgen.profile.studies``). A combination that cannot run here raises
 `reportgen.errors.Skip`; anything else propagates and the runner records ``failed``.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +115,8 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
 
 
 def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
-             profile_iterations: int, holder: list[models.BuiltModel], profiled: bool = True) -> dict[str, Any]:
+             profile_iterations: int, holder: list[models.BuiltModel], profiled: bool = True,
+             studies: Sequence[str] = (), study_budget_s: float | None = None) -> dict[str, Any]:
     from reportgen.profile.profiling import profile_step
     from reportgen.profile.regions import attribute
 
@@ -171,20 +174,30 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     }
     if compiled is not None:
         result["compile"] = compiling.finish_record(compiled)
+    if studies:
+        from reportgen.profile.studies import run_studies
+
+        # after attribution, on the warm model; a study that fails is recorded, never raised
+        result["studies"] = run_studies(studies, built, combo, run_dir=Path(run_dir), combo_id=combo_id,
+                                        budget_s=study_budget_s or budget_s, reset=built.step.reset)
     return result
 
 
 def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int = 0,
-            profile_iterations: int = 3, profiled: bool = True) -> dict[str, Any]:
+            profile_iterations: int = 3, profiled: bool = True, studies: Sequence[str] = (),
+            study_budget_s: float | None = None) -> dict[str, Any]:
     """Measure one combination; see the module docstring. Out-of-memory becomes
     `OutOfMemory` ("out of memory: ..."), raised after the model is freed. With
     ``profiled`` False only the unprofiled timing pass runs (``model``, ``inputs`` and
-    ``timing``): the later rounds of a combination measured in rounds."""
+    ``timing``): the later rounds of a combination measured in rounds. ``studies``
+    (``reportgen.profile.studies``) run in the profiled pass only, each with
+    ``study_budget_s`` (default ``budget_s``), into the ``studies`` section."""
     holder: list[models.BuiltModel] = []
     oom: str | None = None
     try:
         return _measure(combo, run_dir=run_dir, combo_id=combo_id, budget_s=budget_s, seed=seed,
-                        profile_iterations=profile_iterations, holder=holder, profiled=profiled)
+                        profile_iterations=profile_iterations, holder=holder, profiled=profiled,
+                        studies=studies, study_budget_s=study_budget_s)
     except torch.OutOfMemoryError as exc:
         # only the message leaves this block: the traceback's frames pin the tensors
         oom = "out of memory: " + (str(exc).strip().splitlines() or ["(no message)"])[0]

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -30,8 +31,8 @@ from reportgen.attribution import profiler_iterations
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import classify, module_categories
 
-__all__ = ["attribute", "attribution_section", "hooks_method", "profiler_iterations",
-           "profiler_method"]
+__all__ = ["attribute", "attribution_section", "clocked", "device_clock", "hooks_method",
+           "profiler_iterations", "profiler_method"]
 
 _ITERATION = -1
 
@@ -146,6 +147,29 @@ class _Recorder:
         return times[-1], shares.categorise(calls, sources), len(log) // 2
 
 
+def device_clock(step: StepLike) -> Any:
+    """The method's clock for ``step``'s device: CUDA events on a GPU, else the host clock."""
+    on_cuda = getattr(getattr(step, "device", None), "type", None) == "cuda"
+    return _EventClock() if on_cuda else _HostClock()
+
+
+@contextmanager
+def clocked(model: nn.Module, clock: Any, proj_category: dict[str, str]) -> Iterator[Callable[[], None]]:
+    """The method's clock hooks installed on ``model`` (``proj_category`` from
+    ``module_categories``), for running forwards under them; yields a callable that readies
+    them for the next forward (its clock readings cleared, the event pool reused)."""
+    recorder = _Recorder(model, clock, proj_category)
+
+    def ready() -> None:
+        recorder.log.clear()
+        clock.begin()
+
+    try:
+        yield ready
+    finally:
+        recorder.remove()
+
+
 def _bare(step: StepLike, clock: Any) -> float:
     clock.begin()
     start = clock.mark()
@@ -165,8 +189,7 @@ def hooks_method(model: nn.Module, step: StepLike, *, min_iterations: int = 6,
     the per-iteration category times, the pairs give the hooks' own cost.
     """
     if clock is None:
-        on_cuda = getattr(getattr(step, "device", None), "type", None) == "cuda"
-        clock = _EventClock() if on_cuda else _HostClock()
+        clock = device_clock(step)
     proj_category = module_categories(model, step)  # qkv or out: one recorded forward
     per_iteration: list[dict[str, float]] = []
     walls: list[float] = []

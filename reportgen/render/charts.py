@@ -164,6 +164,30 @@ def attention_chart(comparison: pd.DataFrame) -> dict[str, Any]:
         data[["seq", "label", "attn", "median", "ci_low", "ci_high", "ratio"]]))
 
 
+def overhead_chart(frame: pd.DataFrame) -> dict[str, Any]:
+    """Instrumented / bare forward time per instrument with its interval, one panel per
+    combination; the rule at 1 is the bare forward."""
+    base = alt.Chart()
+    variant = alt.Y("variant:N", title=None, sort=list(dict.fromkeys(frame["variant"])))
+    x = alt.X("ci_low:Q", title="instrumented / bare forward time (95% CI)",
+              scale=alt.Scale(zero=False))
+    one = base.mark_rule(color="#888888", strokeDash=[4, 3]).encode(x=alt.X("baseline:Q"))
+    rules = base.mark_rule().encode(x=x, x2="ci_high:Q", y=variant)
+    points = base.mark_point(filled=True, size=60).encode(
+        x="ratio:Q", y=variant, color=alt.value(SERIES_COLOURS[0]),
+        tooltip=[alt.Tooltip("combination:N"), alt.Tooltip("variant:N"),
+                 alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("ci_low:Q", format=".3f"),
+                 alt.Tooltip("ci_high:Q", format=".3f"), alt.Tooltip("n_pairs:Q", title="pairs"),
+                 alt.Tooltip("bare_ms:Q", format=".4~g", title="bare ms"),
+                 alt.Tooltip("instrumented_ms:Q", format=".4~g", title="instrumented ms"),
+                 alt.Tooltip("gives:N")])
+    chart = alt.layer(one, rules, points).properties(width=WIDTH - 160, height=alt.Step(16)).facet(
+        row=alt.Row("combination:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left",
+                                                                 labelFontWeight="bold")),
+        data=_PLACEHOLDER)
+    return _spec(chart, _records(frame))
+
+
 def breakdown_chart(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Share of forward time per category (columns) for each model (rows): the whole
     split at a glance; each cell links to its page."""

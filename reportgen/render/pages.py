@@ -20,7 +20,7 @@ import pandas as pd
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
-from reportgen.render import analysis, charts, cite, compiled, machine, roofline_pages, sections
+from reportgen.render import analysis, charts, cite, compiled, machine, roofline_pages, sections, studies
 from reportgen.render import tools as tools_page
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
@@ -166,6 +166,11 @@ class _Builder:
         self._combo_pages = ({} if f.empty else {
             (str(r), str(c)): self.combo_page(str(h), str(m))
             for r, c, h, m in zip(f["run_id"], f["combo_id"], f["hardware"], f["model"])})
+        self.instrumentation = studies.instrumentation_page(
+            self.current, labels=self.hw_labels, page_type=Page,
+            chart=self._chart, table=lambda page, name, rows: self._table(page, slugify(name), rows),
+            combination_page=lambda hw, model: (rel(studies.PATH, self.combo_page(hw, model))
+                                                if hw in self.hw_slugs and model in self.model_slugs else None))
 
     # paths -----------------------------------------------------------------------------
     def combo_page(self, hw: str, model: str) -> str:
@@ -497,6 +502,7 @@ class _Builder:
                        for s in ("ok", "skipped", "failed")},
             "findings_link": sections.FINDINGS_INDEX if self.report is not None else None,
             "validation_link": sections.VALIDATION if self.bench is not None else None,
+            "instrumentation_link": studies.PATH if self.instrumentation is not None else None,
             "headline_methods": analysis.headline_methods(f, self.records),
             "all_combinations": {ext: rel(path, f"{ALL_COMBINATIONS}{ext}")
                                  for ext in (".csv", ".parquet")} if not f.empty else None,
@@ -618,6 +624,8 @@ class _Builder:
 
         pages += series_pages(self.runs, slug=slugify, data=self.data, page_type=Page, bench=self.bench,
                               validation=sections.VALIDATION)
+        if self.instrumentation is not None:
+            pages.append(self.instrumentation)
         generated: list[sections.Generated] = []
         if self.report is not None:
             generated += sections.findings(self.report, self._embed_for, self._combo_page_of)
