@@ -137,6 +137,8 @@ def test_a_failing_study_is_recorded_and_the_combination_kept(tmp_path: Path,
     from reportgen.suite import Combination
 
     monkeypatch.setitem(studies.REGISTRY, "instrumentation", f"{__name__}:_raising_study")
+    # an install without the tools study's code: recorded as not available
+    monkeypatch.delitem(studies.REGISTRY, "tools")
     STUDY_CALLS.clear()
     sections = measure(_tiny(mode="decode"), run_dir=tmp_path, combo_id="c", budget_s=0.2, profile_iterations=1,
                        studies=["instrumentation", "tools"], study_budget_s=1.0)
