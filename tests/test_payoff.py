@@ -307,3 +307,14 @@ def test_both_pages_rendered(tmp_path: Path) -> None:
     assert all(math.isfinite(g["speedup"]) for g in gains)
     chart = pd.read_csv(docs / "findings" / "charts" / "payoff--payoff-cpu-x-chart.csv")
     assert set(chart["series"]) == {"attention implementation", "lower precision", "KV cache"}
+
+
+def test_a_pair_measured_in_one_run_is_taken_from_that_run() -> None:
+    # sdpa measured by two runs; eager only by run-a: the pair comes from run-a alone
+    frame = pd.DataFrame([_row(attn="sdpa", run_id="cpu-x/run-b"), _row(attn="eager"),
+                          _row(attn="sdpa")])
+    got = payoff.pairs(frame)
+    assert list(got["base_run"]) == ["cpu-x/run-a"] and list(got["new_run"]) == ["cpu-x/run-a"]
+    # measured only in different runs: still paired, across them
+    split = payoff.pairs(pd.DataFrame([_row(attn="eager"), _row(attn="sdpa", run_id="cpu-x/run-b")]))
+    assert list(split["new_run"]) == ["cpu-x/run-b"]

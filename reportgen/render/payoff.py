@@ -90,6 +90,18 @@ def _setting(row: Mapping[str, Any], column: str) -> str:
     return ", ".join(parts)
 
 
+def _same_run_first(bases: Sequence[Mapping[str, Any]],
+                    news: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """The two sides of a pair where a combination was measured by more than one run: both
+    from one run where one run measured both (measured in one sitting, the machine's drift
+    between runs stays out of the gain), else the first of each."""
+    for a in bases:
+        for b in news:
+            if a["run_id"] == b["run_id"]:
+                return a, b
+    return bases[0], news[0]
+
+
 def pairs(frame: pd.DataFrame, gains: Sequence[Gain] = GAINS) -> pd.DataFrame:
     """Every (base, new) pair of combinations that differ in exactly one axis, along one of
     ``gains`` in its direction: all of ``PAIR_KEYS`` but the gain's column are equal. Pairs
@@ -100,12 +112,13 @@ def pairs(frame: pd.DataFrame, gains: Sequence[Gain] = GAINS) -> pd.DataFrame:
     records = _models_only(frame).to_dict(orient="records")
     for gain in gains:
         others = [k for k in PAIR_KEYS if k != gain.column]
-        groups: dict[tuple[Any, ...], dict[str, Mapping[str, Any]]] = {}
+        groups: dict[tuple[Any, ...], dict[str, list[Mapping[str, Any]]]] = {}
         for row in records:
-            groups.setdefault(tuple(row[k] for k in others), {})[str(row[gain.column])] = row
+            groups.setdefault(tuple(row[k] for k in others), {}).setdefault(
+                str(row[gain.column]), []).append(row)
         for by_value in groups.values():
             for old, new in gain.switches(by_value):
-                a, b = by_value[old], by_value[new]
+                a, b = _same_run_first(by_value[old], by_value[new])
                 statuses = (a.get("status", "ok"), b.get("status", "ok"))
                 if "skipped" in statuses or "ok" not in statuses:
                     # a side that cannot run here (a backend this device lacks) has no gain to
