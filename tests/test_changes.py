@@ -67,7 +67,8 @@ def _bench(shifts: list[float]) -> dict:
              for i in range(len(shifts))]
     again = [{"id": f"c{i}", "status": "ok", "timing": {"median": 100.0 * (1 + s)}}
              for i, s in enumerate(shifts)]
-    figures = {"interval_coverage": coverage.summarise(coverage.rows(first, again))}
+    figures = {"interval_coverage": {**coverage.summarise(coverage.rows(first, again)),
+                                     "measured_at": "2026-12-03T08:20:00Z"}}
     return results_document(figures, environment={"hardware": "cpu-amd-epyc-2c"},
                             created="2026-12-03T08:30:00Z", quick=False, duration_s=1.0,
                             command="python scripts/bench.py")
@@ -86,8 +87,9 @@ def test_changes_page_states_the_hosts_drift_beside_the_comparison(tmp_path: Pat
     runs = load_runs(_tree(tmp_path))
     pages = {p.path: p for p in site_model(runs, bench=_bench([0.05, 0.15, -0.25])).pages}
     text = render_page(environment(), pages["changes/cpu-amd-epyc-2c-cpu-default.md"])
-    assert "the medians moved by 15.0%" in text and "largest 25.0%" in text
+    assert "its medians moved by 15.0%" in text and "largest 25.0%" in text
     assert "(../validation.md)" in text
+    assert "measured 2026-12-03T08:20:00Z" in text  # when the re-measurement ran, not the file
     plain = render_page(environment(), {p.path: p for p in site_model(runs).pages}[
         "changes/cpu-amd-epyc-2c-cpu-default.md"])
     assert "the machine's own drift" not in plain

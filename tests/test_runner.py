@@ -276,7 +276,9 @@ def test_sigkill_then_rerun_resumes(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sigint_stops_cleanly_with_exit_130(tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    with _start(tmp_path, out, delay=1.0, log=tmp_path / "first.log") as child:
+    # 3 s per combination: on a loaded host the whole suite must not finish before the
+    # first record is seen and the signal sent
+    with _start(tmp_path, out, delay=3.0, log=tmp_path / "first.log") as child:
         _wait_for_first_record(out, child)
         child.send_signal(signal.SIGINT)
         _, err = child.communicate(timeout=120)

@@ -39,7 +39,7 @@ def host_drift(bench: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     mid = len(ordered) // 2
     median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
     return {str(hardware): {"median": median, "max": ordered[-1], "combinations": len(ordered),
-                            "measured": bench.get("created")}}
+                            "measured": figure.get("measured_at") or bench.get("created")}}
 
 
 def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Callable[[str], str],
