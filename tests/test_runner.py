@@ -232,6 +232,9 @@ def _start(tmp_path: Path, out: Path, delay: float, log: Path) -> subprocess.Pop
         [sys.executable, str(script), str(Path(__file__).parent), str(delay), str(log), "profile", *SMALL,
          "--out", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        # a test run started in the background inherits SIGINT ignored (POSIX, no job
+        # control), and Python then never raises KeyboardInterrupt: Ctrl-C as a terminal sends it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
