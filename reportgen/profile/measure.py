@@ -19,7 +19,7 @@ from reportgen import peaks, traffic
 from reportgen.profile import compiling
 from reportgen.profile import flops as flops_mod
 from reportgen.profile import models
-from reportgen.vocabulary import COMPILE_NONE, DECODE_NOCACHE
+from reportgen.vocabulary import COMPILE_NONE
 from reportgen.profile.timing import time_step
 
 __all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
@@ -42,14 +42,10 @@ def attention_activation_bytes(info: dict[str, Any], combo: Any) -> int:
     heads = info.get("num_heads")
     if not copies or not heads:
         return 0
-    length = int(combo.seq_len)
-    if combo.mode == "decode":
-        lq, lk = 1, length + 1
-    elif combo.mode == DECODE_NOCACHE:
-        lq = lk = length + 1
-    else:
-        lq = lk = length
-    return int(combo.batch_size) * int(heads) * lq * lk * traffic.DTYPE_BYTES[combo.dtype] * copies
+    # query and key lengths per mode: the same shapes the analytic FLOPs and bytes use
+    s = traffic.shapes(str(info.get("architecture") or "decoder"), str(combo.mode),
+                       int(combo.batch_size), int(combo.seq_len))
+    return int(combo.batch_size) * int(heads) * s["lq"] * s["lk"] * traffic.DTYPE_BYTES[combo.dtype] * copies
 
 
 def _reset_peak(device: torch.device) -> None:
