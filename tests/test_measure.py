@@ -138,14 +138,17 @@ def test_measure_composition_with_fake_profile(tmp_path: Path, monkeypatch: pyte
     calls = _fake_profile(monkeypatch)
     seen: dict[str, Any] = {}
 
-    def fake_time_step(step: Any, *, budget_s: float) -> dict[str, Any]:
+    def fake_time_step(step: Any, *, budget_s: float, prior_warmup: list[float]) -> dict[str, Any]:
         seen["budget_s"] = budget_s
+        seen["prior_warmup"] = prior_warmup
         return {"median": 10.0, "samples": [10.0], "n": 1, "stop_reason": "budget"}
 
     monkeypatch.setattr(measure_mod, "time_step", fake_time_step)
     c = combo("llama", impl="eager")
     record = measure(c, run_dir=tmp_path, combo_id="abc", budget_s=1.5, profile_iterations=4)
     assert seen["budget_s"] == 1.5
+    # the build's trial iteration, timed, is the warm-up's first sample
+    assert len(seen["prior_warmup"]) == 1 and seen["prior_warmup"][0] > 0
     assert calls == [{"iterations": 4, "trace_path": tmp_path / "traces" / "abc.trace.json.gz"}]
     assert record["profile"]["overhead_ratio"] == pytest.approx(1.2)
     assert record["memory"]["by_category_bytes"] == {"mlp": 5}

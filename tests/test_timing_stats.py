@@ -229,6 +229,30 @@ def test_warmup_cap() -> None:
     assert len(result["warmup_samples"]) == 4  # each iteration: its duration + 100 ms reset
 
 
+def test_no_target_spends_the_budget() -> None:
+    # a constant step would converge at min_samples; with no target only the budget stops it
+    result, _ = _run(_cycle(2.0), budget_s=0.5, target_rel_halfwidth=None, max_warmup_s=0.01)
+    assert result["stop_reason"] == "budget"
+    assert result["target_rel_halfwidth"] is None
+    # each iteration costs 2 ms + the 100 ms reset on the fake wall clock: 0.5 s is 5 of them
+    assert result["n"] == 5 > 3
+
+
+def test_prior_warmup_samples_count_towards_settling() -> None:
+    # the build's trial (one slow first call) plus five steady ones settle the warm-up:
+    # five more iterations, not six
+    result, step = _run(_cycle(2.0), min_samples=12, prior_warmup=[9.0])
+    assert result["warmup_samples"] == [9.0] + [2.0] * 5
+    assert step.calls == 5 + 12
+
+
+def test_prior_warmup_counts_against_the_cap() -> None:
+    # a trial longer than the cap ends the warm-up before any further iteration
+    result, step = _run(_cycle(2.0), min_samples=12, prior_warmup=[500.0], max_warmup_s=0.25)
+    assert result["warmup_samples"] == [500.0]
+    assert step.calls == 12
+
+
 def test_convergence_needs_tight_interval() -> None:
     # 1% jitter around 10 ms converges at 2%; the median's CI is inside the spread
     rng = np.random.default_rng(0)

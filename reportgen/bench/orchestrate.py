@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", action="store_true",
                         help="with --only: keep the other figures of an existing results file")
     parser.add_argument("--suite", default="cpu-default", help="suite measured (default cpu-default)")
-    parser.add_argument("--time-limit", type=float, default=3000.0, metavar="S",
-                        help="stop starting new measurements after S seconds (default 3000: the "
-                             "suite is measured twice in five rounds; the bench must finish "
+    parser.add_argument("--time-limit", type=float, default=3300.0, metavar="S",
+                        help="stop starting new measurements after S seconds (default 3300: the "
+                             "suite is measured twice in eight rounds; the bench must finish "
                              "within an hour on 2 cores)")
     parser.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
                         help="before each figure wait up to S seconds for other processes to use "

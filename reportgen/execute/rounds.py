@@ -104,7 +104,9 @@ def task(job: Job, unit: Unit) -> dict[str, Any]:
     out = job.task(unit.combo)
     if unit.rounds > 1:
         out["budget_s"] = job.settings.budget_s / unit.rounds
-        out["options"] = {**out.get("options", {}), "profiled": unit.profiled}
+        # a round spends its budget: the interval is built across rounds, and rounds of
+        # equal length weigh alike in it
+        out["options"] = {**out.get("options", {}), "profiled": unit.profiled, "converge": False}
         out["round"] = unit.round
     return out
 

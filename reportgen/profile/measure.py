@@ -112,7 +112,8 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
 
 def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
              profile_iterations: int, holder: list[models.BuiltModel], profiled: bool = True,
-             studies: Sequence[str] = (), study_budget_s: float | None = None) -> dict[str, Any]:
+             studies: Sequence[str] = (), study_budget_s: float | None = None,
+             converge: bool = True) -> dict[str, Any]:
     from reportgen.profile.profiling import profile_step
     from reportgen.profile.regions import attribute
 
@@ -127,7 +128,11 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     # after the build: the peak covers weights and the steady-state forward, not
     # transients of random initialisation
     _reset_peak(device)
-    timing = time_step(built.step, budget_s=budget_s)
+    # the build's trial iteration is the first warm-up sample (a compiled step's warm-up
+    # is its own: the trial ran before compilation)
+    prior = [built.trial_ms] if built.trial_ms is not None and compiled is None else []
+    timing = time_step(built.step, budget_s=budget_s, prior_warmup=prior,
+                       **({} if converge else {"target_rel_halfwidth": None}))
     peak_allocated, peak_reserved = _peaks(device)
     if not profiled:
         # a later round of a combination measured in rounds: its timing only
@@ -181,19 +186,21 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
 
 def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int = 0,
             profile_iterations: int = 3, profiled: bool = True, studies: Sequence[str] = (),
-            study_budget_s: float | None = None) -> dict[str, Any]:
+            study_budget_s: float | None = None, converge: bool = True) -> dict[str, Any]:
     """Measure one combination; see the module docstring. Out-of-memory becomes
     `OutOfMemory` ("out of memory: ..."), raised after the model is freed. With
     ``profiled`` False only the unprofiled timing pass runs (``model``, ``inputs`` and
     ``timing``): the later rounds of a combination measured in rounds. ``studies``
     (``reportgen.profile.studies``) run in the profiled pass only, each with
-    ``study_budget_s`` (default ``budget_s``), into the ``studies`` section."""
+    ``study_budget_s`` (default ``budget_s``), into the ``studies`` section. With
+    ``converge`` False the timing pass spends its whole budget (one round of several:
+    ``reportgen.profile.timing.time_step``)."""
     holder: list[models.BuiltModel] = []
     oom: str | None = None
     try:
         return _measure(combo, run_dir=run_dir, combo_id=combo_id, budget_s=budget_s, seed=seed,
                         profile_iterations=profile_iterations, holder=holder, profiled=profiled,
-                        studies=studies, study_budget_s=study_budget_s)
+                        studies=studies, study_budget_s=study_budget_s, converge=converge)
     except torch.OutOfMemoryError as exc:
         # only the message leaves this block: the traceback's frames pin the tensors
         oom = "out of memory: " + (str(exc).strip().splitlines() or ["(no message)"])[0]

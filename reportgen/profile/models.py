@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -474,6 +475,9 @@ class BuiltModel:
     model: nn.Module
     info: dict[str, Any]
     step: StepLike
+    # the build's trial iteration, host-clocked around the call and its sync (ms): the
+    # timing pass counts it as its first warm-up sample
+    trial_ms: float | None = None
 
 
 def _json_safe(value: Any) -> Any:
@@ -623,12 +627,16 @@ def _instantiate(config: Any, arch: str, impl: str, dtype: torch.dtype, device: 
 _SKIP_RUNTIME = ("No available kernel", "not implemented for", "No viable backend")
 
 
-def _trial(step: StepLike) -> None:
-    """One untimed iteration: lazy initialisation stays out of the samples, and a
-    backend the shapes/dtype/device cannot use surfaces as a Skip, not a failure."""
+def _trial(step: StepLike) -> float:
+    """One iteration outside the samples: lazy initialisation stays out of them, and a
+    backend the shapes/dtype/device cannot use surfaces as a Skip, not a failure.
+    Returns its milliseconds (host clock around the call and its sync)."""
     try:
+        step.sync()
+        start = time.perf_counter_ns()
         step()
         step.sync()
+        elapsed = (time.perf_counter_ns() - start) / 1e6
     except RuntimeError as exc:
         if isinstance(exc, torch.OutOfMemoryError):
             raise
@@ -637,6 +645,7 @@ def _trial(step: StepLike) -> None:
             raise Skip(message.strip().splitlines()[0]) from exc
         raise
     step.reset()
+    return elapsed
 
 
 def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0) -> BuiltModel:
@@ -672,8 +681,8 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
         info["source"] = _json_safe(spec.hub)
     built_step: StepLike = make_step(model, model.config, arch, combo.mode, batch_size=combo.batch_size, seq_len=combo.seq_len,
                                       device=dev, backend=backend, seed=seed, name=spec.name)
-    _trial(built_step)
-    return BuiltModel(model, info, built_step)
+    trial_ms = _trial(built_step)
+    return BuiltModel(model, info, built_step, trial_ms)
 
 
 def free(result: BuiltModel | None) -> None:

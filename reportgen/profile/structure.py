@@ -15,6 +15,7 @@ holding module of a block outside attention), ``act`` (activation leaves in a bl
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -232,7 +233,23 @@ def module_categories(model: nn.Module, step: StepLike) -> dict[str, str]:
     Structure decides most modules; one hooked forward (``step()``, then
     ``step.reset()``) settles attention projections (qkv or out: before or after the
     core ops) and the ops after an attention or MLP call's output projection (other).
+    The answer is kept for the model and step it was found for: the attribution and
+    the FLOP count of one combination ask for it with the same pair, and the forward
+    is not run twice.
     """
+    known = _CATEGORIES.get(model)
+    if known is not None and known[0] is step:
+        return dict(known[1])
+    categories = _module_categories(model, step)
+    _CATEGORIES[model] = (step, dict(categories))
+    return categories
+
+
+# model -> (step, its module_categories): weak, so a freed model takes its entry along
+_CATEGORIES: weakref.WeakKeyDictionary[nn.Module, tuple[Any, dict[str, str]]] = weakref.WeakKeyDictionary()
+
+
+def _module_categories(model: nn.Module, step: StepLike) -> dict[str, str]:
     roles = classify(model)
     modules = dict(model.named_modules())
     recorder = _Recorder()

@@ -11,7 +11,7 @@ on a CPU with fakes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from reportgen import stats
@@ -96,11 +96,16 @@ def _settled(samples: list[float]) -> bool:
 
 
 def warm_up(step: StepLike, timer: Timer, *, max_warmup_s: float,
-            wall: Callable[[], float] = time.monotonic) -> list[float]:
+            wall: Callable[[], float] = time.monotonic, prior: Sequence[float] = ()) -> list[float]:
     """Iterate until the median of the last window is within 5% of the window before
-    (compilation, allocator growth and lazy init settle), or the time/iteration cap."""
-    samples: list[float] = []
-    start = wall()
+    (compilation, allocator growth and lazy init settle), or the time/iteration cap.
+
+    ``prior``: iterations of this step already run and timed (the build's trial
+    iteration), counted as the first warm-up samples and against the time cap."""
+    samples: list[float] = [float(x) for x in prior]
+    start = wall() - sum(samples) / 1e3
+    if samples and (_settled(samples) or wall() - start >= max_warmup_s):
+        return samples
     while True:
         samples.append(timer.time(step))
         step.reset()
@@ -108,16 +113,21 @@ def warm_up(step: StepLike, timer: Timer, *, max_warmup_s: float,
             return samples
 
 
-def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float = 0.02, min_samples: int = 10,
-              max_samples: int = 10000, max_warmup_s: float | None = None, timer: Timer | None = None,
-              wall: Callable[[], float] = time.monotonic, confidence: float = 0.95) -> dict[str, Any]:
+def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float | None = 0.02,
+              min_samples: int = 10, max_samples: int = 10000, max_warmup_s: float | None = None,
+              timer: Timer | None = None, wall: Callable[[], float] = time.monotonic,
+              confidence: float = 0.95, prior_warmup: Sequence[float] = ()) -> dict[str, Any]:
     """Time ``step`` and return the record's ``timing`` section.
 
     Stops ``converged`` when the median's CI half-width <= target * median (checked from
     ``min_samples`` on, and only once the interval reaches its confidence), ``budget``
     when ``budget_s`` of timed iterations is spent (never before min(min_samples, 3)
-    samples), or ``max_samples``. Warm-up is separate, capped at ``max_warmup_s``
-    (default a quarter of the budget), and kept as ``warmup_samples``.
+    samples), or ``max_samples``. A target of None never converges: one round of a
+    combination measured in rounds spends its budget, because the interval quoted is
+    built across the rounds (``reportgen.intervals``), not inside one. Warm-up is
+    separate, capped at ``max_warmup_s`` (default a quarter of the budget), starts from
+    ``prior_warmup`` (iterations already run and timed, e.g. the build's trial) and is
+    kept as ``warmup_samples``.
     """
     if budget_s <= 0:
         raise ValueError("budget_s must be positive")
@@ -125,7 +135,7 @@ def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float = 
         raise ValueError("need 1 <= min_samples <= max_samples")
     timer = timer or default_timer(step)
     warmup = warm_up(step, timer, max_warmup_s=budget_s / 4 if max_warmup_s is None else max_warmup_s,
-                     wall=wall)
+                     wall=wall, prior=prior_warmup)
 
     samples: list[float] = []
     floor = min(min_samples, BUDGET_FLOOR)
@@ -135,7 +145,7 @@ def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float = 
         samples.append(timer.time(step))
         step.reset()
         n = len(samples)
-        if n >= next_check:
+        if target_rel_halfwidth is not None and n >= next_check:
             if stats.rel_halfwidth(samples, confidence) <= target_rel_halfwidth:
                 stop = "converged"
                 break
