@@ -12,7 +12,9 @@ forward outside every module range.
 
 ``compare`` puts each tool beside reportgen per category and explains every difference
 over ``THRESHOLD`` of the forward by named parts computed from the same pass; what they
-leave over that threshold is shown as ``unexplained``.
+leave over that threshold is shown as ``unexplained``. ``aggregate`` does so for several
+passes of the same forward: the median pass's figures, each figure and each difference
+with the interval of its median over the passes.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from typing import Any
 from reportgen.attribution import ITERATION_LABEL, ROLE_CATEGORY, parse_label
 from reportgen.categories import CATEGORIES
 
-__all__ = ["NSYS_COLUMNS", "THRESHOLD", "TOOLS", "compare", "fold_ranges", "label_category",
-           "parse_nvtx_gpu_proj_sum"]
+__all__ = ["NSYS_COLUMNS", "PASSES", "THRESHOLD", "TOOLS", "aggregate", "compare", "fold_ranges",
+           "label_category", "parse_nvtx_gpu_proj_sum"]
 
 THRESHOLD = 0.02  # a difference over this share of the forward must be explained
 TOOLS = ("key_averages", "hta", "nsys")
@@ -220,3 +222,75 @@ def compare(reportgen: Mapping[str, Any], tools: Mapping[str, Mapping[str, Any]]
         rows.append(row)
     return {"basis": basis, "forward_ms": forward, "threshold": THRESHOLD,
             "threshold_ms": limit, "rows": rows}
+
+
+# passes ---------------------------------------------------------------------------------
+PASSES = 6  # the fewest whose order-statistic interval of the median reaches 95% ([min, max])
+NOT_RUN = "not run"  # a tool's status in the passes it is not run in
+
+
+def _median_ci(values: Sequence[float]) -> dict[str, Any]:
+    from reportgen import stats
+    from reportgen.intervals import achieved_confidence
+
+    median, low, high = stats.median_ci(values, 0.95)
+    return {"median": median, "low": low, "high": high,
+            "confidence": achieved_confidence(len(values), 0.95)}
+
+
+def aggregate(passes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several passes of the same forward, each read by every tool, summarised.
+
+    Each pass is ``{"tools": {name: entry}, "evidence": {...}}`` (entries as ``compare``
+    takes them, ``reportgen`` among them). The figures shown are those of the median pass
+    (by reportgen's forward time; the lower middle of an even count), so within it every
+    relation between tools and categories holds exactly, and its evidence explains its
+    differences. Each measured tool's entry gets ``passes`` and, per category and for its
+    forward, the interval of the median over the passes (``stats.median_ci``, with the
+    confidence it achieves); each row of the comparison the tools' intervals, each
+    difference the interval of the per-pass difference (tool minus reportgen, paired by
+    pass). A tool run in one pass only (its status ``NOT_RUN`` in the others) keeps that
+pass's figures, with one-pass intervals (confidence 0). Returns ``{"pass": index,
+"tools", "evidence", "comparison"}``."""
+    if not passes:
+        raise ValueError("no passes")
+    forwards = [float(p["tools"]["reportgen"]["forward_ms"]) for p in passes]
+    index = sorted(range(len(passes)), key=lambda i: (forwards[i], i))[(len(passes) - 1) // 2]
+    chosen = passes[index]
+    per_tool: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
+    tools: dict[str, dict[str, Any]] = {}
+    for name, entry in chosen["tools"].items():
+        if entry.get("status") == NOT_RUN:
+            # a tool run once (in a process of its own), not in every pass: its one result
+            entry = next((p["tools"][name] for p in passes
+                          if (p["tools"].get(name) or {}).get("status") != NOT_RUN), entry)
+        entry = dict(entry)
+        if entry.get("status") == "measured":
+            seen = [(i, p["tools"][name]) for i, p in enumerate(passes)
+                    if (p["tools"].get(name) or {}).get("status") == "measured"]
+            per_tool[name] = seen
+            totals = [dict(t.get("totals") or {}) for _, t in seen]
+            entry["passes"] = len(seen)
+            entry["intervals"] = {c: _median_ci([float(t[c]) for t in totals if t.get(c) is not None])
+                                  for c in CATEGORIES if any(t.get(c) is not None for t in totals)}
+            forward = [float(t["forward_ms"]) for _, t in seen if t.get("forward_ms") is not None]
+            if forward:
+                entry["forward_interval"] = _median_ci(forward)
+        tools[name] = entry
+    comparison = compare(tools["reportgen"], tools, evidence=chosen["evidence"])
+    ours = dict(per_tool.get("reportgen") or [])
+    for row in comparison["rows"]:
+        category = row["category"]
+        row["intervals"] = {name: tools[name]["intervals"].get(category)
+                            for name in ("reportgen", *TOOLS)
+                            if name in tools and "intervals" in tools[name]}
+        for d in row["differences"]:
+            paired = [float((t.get("totals") or {})[category])
+                      - float((ours[i].get("totals") or {})[category])
+                      for i, t in per_tool.get(d["tool"]) or []
+                      if i in ours and (t.get("totals") or {}).get(category) is not None
+                      and (ours[i].get("totals") or {}).get(category) is not None]
+            d["interval"] = _median_ci(paired) if paired else None
+    comparison["passes"] = len(passes)
+    return {"pass": index, "tools": tools, "evidence": dict(chosen["evidence"]),
+            "comparison": comparison}

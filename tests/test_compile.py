@@ -45,7 +45,7 @@ def test_eager_ids_and_suite_hashes_are_what_they_were() -> None:
     committed = [p.name for p in (ROOT / "runs" / "cpu-amd-epyc-2c").iterdir()
                  if p.name.startswith("cpu-default-")]
     suite = load_suite("cpu-default").with_device("cpu")
-    # (cpu-default then timed for 3 s in one round; it now takes five rounds of 3 s)
+    # (cpu-default then timed for 3 s in one round; it now takes eight rounds of 2.5 s)
     one_round = dataclasses.replace(suite, settings=dataclasses.replace(suite.settings, rounds=1,
                                                                         budget_s=3.0))
     assert f"cpu-default-{one_round.hash[:8]}" in committed

@@ -306,6 +306,25 @@ def test_coverage_counts_remeasured_medians_inside_the_first_interval() -> None:
     assert coverage.summarise([])["status"] == "not measured"
 
 
+def test_coverage_names_a_shift_common_to_every_combination() -> None:
+    from reportgen.bench import coverage
+
+    # the host 10% slower in the second run: each combination is outside, yet each
+    # falls inside once the others' shift is divided out
+    table = [{"combination": c, "median_ms": m, "ci_low_ms": 0.95 * m, "ci_high_ms": 1.05 * m,
+              "remeasured_ms": 1.1 * m * (1 + e), "inside": False, "rel_shift": 1.1 * (1 + e) - 1}
+             for c, m, e in (("a", 10.0, 0.0), ("b", 20.0, 0.01), ("c", 30.0, -0.01), ("d", 40.0, 0.2))]
+    shift = coverage.common_shift(table)
+    assert shift is not None and shift["lower"] == 0 and shift["higher"] == 4
+    assert shift["median_shift"] == pytest.approx(0.1, abs=0.012)
+    # d moved 20% more than the rest: the common shift does not explain it
+    assert shift["inside_without_shift"] == 3
+    fig = coverage.summarise(table)
+    assert fig["common_shift"] == shift
+    assert "3 of 4 re-measured medians fall inside" in " ".join(fig["notes"])
+    assert coverage.common_shift(table[:2]) is None
+
+
 def test_latency_interval_states_what_its_rounds_give() -> None:
     from reportgen.bench.latency import paired_ratio_interval
 

@@ -180,6 +180,54 @@ def test_comparison_explains_what_it_can_and_shows_the_rest() -> None:
     assert rows["mlp"]["nsys"] is None  # a missing tool has no figures
 
 
+def _pass(forward: float, core: float, ka_core: float, nsys: bool) -> dict[str, Any]:
+    ours = {c: 0.0 for c in CATEGORIES}
+    ours.update({"attention.core": core, "mlp": forward - core - 1.0, "overhead": 1.0})
+    ka = dict(ours, **{"attention.core": ka_core})
+    tools = {"reportgen": {"status": "measured", "basis": "cpu", "forward_ms": forward, "totals": ours},
+             "key_averages": {"status": "measured", "forward_ms": forward, "totals": ka},
+             "hta": {"status": "missing", "totals": None, "reason": "not installed"},
+             "nsys": ({"status": "measured", "forward_ms": forward, "totals": dict(ours, mlp=0.5)}
+                      if nsys else {"status": toolcompare.NOT_RUN, "totals": None})}
+    return {"tools": tools, "evidence": {"tails": {}, "gaps": {}, "rounding": {}}}
+
+
+def test_passes_show_the_median_pass_with_intervals_over_all_of_them() -> None:
+    forwards = [10.0, 12.0, 11.0, 9.0, 13.0, 10.5]
+    cores = [4.0, 5.0, 4.4, 3.6, 5.2, 4.2]
+    ka_cores = [c + 0.5 + 0.1 * i for i, c in enumerate(cores)]  # key_averages: a steady excess
+    passes = [_pass(f, c, k, nsys=(i == 0)) for i, (f, c, k) in enumerate(zip(forwards, cores, ka_cores))]
+    out = toolcompare.aggregate(passes)
+    # the median pass by reportgen's forward (lower middle of six: 10.5 ms, pass 5)
+    assert out["pass"] == 5
+    ours = out["tools"]["reportgen"]
+    assert ours["forward_ms"] == 10.5 and ours["totals"]["attention.core"] == 4.2
+    assert ours["passes"] == 6
+    core = ours["intervals"]["attention.core"]
+    # six passes: [min, max], which bounds the median with 96.9%, stated at 95%
+    assert (core["low"], core["high"], core["confidence"]) == (3.6, 5.2, 0.95)
+    assert core["median"] == pytest.approx((4.2 + 4.4) / 2)
+    assert ours["forward_interval"]["low"] == 9.0 and ours["forward_interval"]["high"] == 13.0
+    # a tool run once keeps its one pass and says so: no interval can come from it
+    nsys = out["tools"]["nsys"]
+    assert nsys["status"] == "measured" and nsys["passes"] == 1
+    assert nsys["intervals"]["mlp"]["confidence"] == 0
+    rows = {r["category"]: r for r in out["comparison"]["rows"]}
+    assert out["comparison"]["passes"] == 6
+    (ka,) = [d for d in rows["attention.core"]["differences"] if d["tool"] == "key_averages"]
+    # the difference shown is the median pass's; its interval pairs the tools pass by pass
+    assert ka["ms"] == pytest.approx(ka_cores[5] - cores[5])
+    excess = [k - c for k, c in zip(ka_cores, cores)]
+    assert ka["interval"]["low"] == pytest.approx(min(excess))
+    assert ka["interval"]["high"] == pytest.approx(max(excess))
+    assert rows["attention.core"]["intervals"]["key_averages"]["high"] == pytest.approx(max(ka_cores))
+    (ns,) = [d for d in rows["mlp"]["differences"] if d["tool"] == "nsys"]
+    assert ns["interval"]["confidence"] == 0  # nsys's pass 0 against reportgen's pass 0
+    assert ns["interval"]["median"] == pytest.approx(0.5 - (forwards[0] - cores[0] - 1.0))
+    with pytest.raises(ValueError):
+        toolcompare.aggregate([])
+
+
 # the study on a tiny model --------------------------------------------------------------
 def _combo(model: str) -> SimpleNamespace:
     return SimpleNamespace(model=model, scale="tiny", mode="forward", dtype="fp32",
@@ -206,6 +254,7 @@ def test_study_writes_its_trace_and_every_tool_says_what_it_is(
         bert_study: tuple[dict[str, Any], Path]) -> None:
     result, run_dir = bert_study
     assert result["status"] == "ok" and result["iterations"] == 3
+    assert result["passes"] == toolcompare.PASSES
     assert result["trace"] == "traces/bert-tiny.tools.trace.json.gz"
     assert (run_dir / result["trace"]).stat().st_size == result["trace_bytes"] > 0
     tools = result["tools"]
@@ -214,7 +263,13 @@ def test_study_writes_its_trace_and_every_tool_says_what_it_is(
     for name in ("reportgen", "key_averages"):
         t = tools[name]
         assert t["status"] == "measured" and t["basis"] == "cpu" and t["version"]
+        # the median pass's figures: its categories add up to its forward
         assert sum(t["totals"].values()) == pytest.approx(t["forward_ms"], rel=1e-9)
+        assert t["passes"] == toolcompare.PASSES
+        for category, value in t["totals"].items():
+            interval = t["intervals"][category]
+            assert interval["confidence"] == 0.95
+            assert interval["low"] <= value <= interval["high"], (name, category)
 
 
 def test_key_averages_agrees_with_reportgen_where_they_read_the_same_ops(
@@ -324,7 +379,10 @@ def test_tools_page_from_a_record(bert_study: tuple[dict[str, Any], Path],
     status = "measured" if HTA_INSTALLED else "missing"
     assert f"| HolisticTraceAnalysis | {status} |" in page
     norm = result["comparison"]["rows"][CATEGORIES.index("norm")]
-    assert f"| norm | {fmt.num(norm['reportgen'])} | {fmt.num(norm['key_averages'])} |" in page
+    low, high = (norm["intervals"]["reportgen"][k] for k in ("low", "high"))
+    assert (f"| norm | {fmt.escape(fmt.num(norm['reportgen']) + ' ' + fmt.ci(low, high))} | "
+            f"{fmt.escape(fmt.num(norm['key_averages']) + ' [')}") in page
+    assert "median of 6 passes of 3 profiled forwards each" in page
     differences = [d for r in result["comparison"]["rows"] for d in r["differences"]]
     for d in differences:  # each difference over 2% is on the page with its reasons
         for reason in d["reasons"]:

@@ -1,8 +1,10 @@
 """The "tools" study: reportgen's category breakdown beside what other tools give on the
 same forward (the record's ``studies.tools``; runs/README.md).
 
-One profiled pass with reportgen's module ranges (as ``profiling.profile_step`` records
-it), its trace written to ``traces/<id>.tools.trace.json.gz``, then read four ways:
+``toolcompare.PASSES`` profiled passes with reportgen's module ranges (as
+``profiling.profile_step`` records them), each read four ways (the first pass's trace
+written to ``traces/<id>.tools.trace.json.gz``); every figure is the median over the
+passes with the interval of that median:
 
 * ``reportgen``: ``reportgen.attribution.analyse_trace`` on the trace (the profiler
   method of the record's attribution);
@@ -35,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -390,29 +393,43 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
     module_category = module_categories(model, step)
     trace_path = Path(run_dir) / "traces" / f"{combo_id}.tools.trace.json.gz"
     trace_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{trace_path.name}.", suffix=".json",
-                                    dir=trace_path.parent)
-    os.close(fd)
-    try:
-        prof = record_pass(step, model, ITERATIONS, WARMUP, Path(tmp_name), label_modules=True)
-        raw = Path(tmp_name).read_bytes()
-        averages = prof.key_averages()
-    finally:
-        Path(tmp_name).unlink(missing_ok=True)
-    trace_bytes = write_gzip_atomic(trace_path, raw)
-    trace = json.loads(raw)
-
-    tools["reportgen"], result = reportgen_tool(trace)
-    n_iter = len(result["iteration_ms"])
-    tools["key_averages"], gaps = key_averages_tool(averages, module_category, n_iter)
-    tools["hta"] = hta_tool(trace_path, module_category, n_iter, step.device.type)
-    tools["nsys"] = nsys_tool(combo, module_category, n_iter, seed=seed)
-    evidence = {"tails": container_tails(trace, n_iter), "gaps": gaps,
-                "rounding": truncation_effect(trace, module_category, n_iter)}
-    return {"status": "ok", "reason": None, "iterations": n_iter,
+    started = time.monotonic()
+    passes: list[dict[str, Any]] = []
+    raws: list[bytes] = []
+    # PASSES profiled passes of the same forward, each read by every tool: the median
+    # pass's figures are shown, each with the interval of its median over the passes
+    # (toolcompare.aggregate), and that pass's trace is the one kept
+    with tempfile.TemporaryDirectory(prefix="reportgen-tools-") as scratch:
+        for index in range(toolcompare.PASSES):
+            raw_path = Path(scratch) / f"pass-{index}.json"
+            prof = record_pass(step, model, ITERATIONS, WARMUP, raw_path, label_modules=True)
+            raw = raw_path.read_bytes()
+            raw_path.unlink()
+            averages = prof.key_averages()
+            trace = json.loads(raw)
+            these: dict[str, dict[str, Any]] = {}
+            these["reportgen"], result = reportgen_tool(trace)
+            n_iter = len(result["iteration_ms"])
+            these["key_averages"], gaps = key_averages_tool(averages, module_category, n_iter)
+            gz_path = Path(scratch) / f"pass-{index}" / trace_path.name
+            gz_path.parent.mkdir()
+            write_gzip_atomic(gz_path, raw)
+            these["hta"] = hta_tool(gz_path, module_category, n_iter, step.device.type)
+            gz_path.unlink()
+            # Nsight Systems runs the forward in a process of its own: once, not per pass
+            these["nsys"] = (nsys_tool(combo, module_category, n_iter, seed=seed) if index == 0
+                             else _tool(toolcompare.NOT_RUN, reason="Nsight Systems runs once per study"))
+            passes.append({"tools": these,
+                           "evidence": {"tails": container_tails(trace, n_iter), "gaps": gaps,
+                                        "rounding": truncation_effect(trace, module_category, n_iter)}})
+            raws.append(raw)
+    summary = toolcompare.aggregate(passes)
+    tools = summary["tools"]
+    trace_bytes = write_gzip_atomic(trace_path, raws[summary["pass"]])
+    return {"status": "ok", "reason": None, "iterations": n_iter, "passes": len(passes),
             "trace": f"traces/{trace_path.name}", "trace_bytes": trace_bytes,
-            "tools": tools, "evidence": evidence,
-            "comparison": toolcompare.compare(tools["reportgen"], tools, evidence=evidence)}
+            "tools": tools, "evidence": summary["evidence"],
+            "comparison": summary["comparison"], "duration_s": time.monotonic() - started}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,8 +38,9 @@ def _num(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
-def combinations_frame(runs: Sequence[Run]) -> pd.DataFrame:
-    """One row per (hardware, combination id); a later run replaces an earlier one."""
+def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.DataFrame:
+    """One row per (hardware, combination id); a later run replaces an earlier one
+    (``latest_only`` False: one row per run that holds the combination)."""
     rows: list[dict[str, Any]] = []
     for run in runs:
         for combo in run.combinations:
@@ -116,7 +117,8 @@ def combinations_frame(runs: Sequence[Run]) -> pd.DataFrame:
     if df.empty:
         return df
     df = df.sort_values(["hardware", "combo_id", "run_updated", "run_id"], kind="mergesort")
-    df = df.drop_duplicates(["hardware", "combo_id"], keep="last")
+    if latest_only:
+        df = df.drop_duplicates(["hardware", "combo_id"], keep="last")
     return df.sort_values(["hardware", "model", *SETTING, "seq", "combo_id"],
                           kind="mergesort").reset_index(drop=True)
 

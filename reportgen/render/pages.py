@@ -536,6 +536,7 @@ class _Builder:
             entry: dict[str, Any] = {
                 "combo_id": combo_id, "model": model, "status": study.get("status"),
                 "reason": study.get("reason"), "iterations": study.get("iterations"),
+                "passes": study.get("passes"),
                 "link": (rel(path, self.combo_page(hw, model))
                          if model in self.model_slugs else None),
                 "trace": (rel(path, self.data(f"{run.rel}/{study['trace']}"))

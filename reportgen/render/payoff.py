@@ -2,8 +2,9 @@
 records (no torch), for the two findings pages built from it:
 
 * ``pairs``: combinations on the same hardware that differ in exactly one axis of
-  ``GAINS`` (attention implementation, precision, the KV cache, ``torch.compile``), each
-  side taken from whichever current run holds it; ``payoff`` gives each pair its
+  ``GAINS`` (attention implementation, precision, the KV cache, ``torch.compile``), both
+  sides from one run where one run measured both (else each from the newest run that
+  holds it, and the pair names both runs); ``payoff`` gives each pair its
   measured end-to-end gain (base latency / new latency) with the interval and the verdict
   of the project's one test (``compare.compare_records``), and ``missing`` says which
   gains a model lacks and the command that measures them.
@@ -92,9 +93,10 @@ def _setting(row: Mapping[str, Any], column: str) -> str:
 
 def _same_run_first(bases: Sequence[Mapping[str, Any]],
                     news: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    """The two sides of a pair where a combination was measured by more than one run: both
-    from one run where one run measured both (measured in one sitting, the machine's drift
-    between runs stays out of the gain), else the first of each."""
+    """The two sides of a pair where a combination was measured by more than one run
+    (each list newest first): both from the newest run that measured both (measured in
+    one sitting, the machine's drift between runs stays out of the gain), else the
+    newest of each."""
     for a in bases:
         for b in news:
             if a["run_id"] == b["run_id"]:
@@ -109,7 +111,11 @@ def pairs(frame: pd.DataFrame, gains: Sequence[Gain] = GAINS) -> pd.DataFrame:
     out: list[dict[str, Any]] = []
     if frame.empty:
         return pd.DataFrame(out, columns=PAIR_COLUMNS)
-    records = _models_only(frame).to_dict(orient="records")
+    rows = _models_only(frame)
+    if "run_updated" in rows.columns:
+        # newest run first, so that a side measured by several runs is read from the newest
+        rows = rows.sort_values(["run_updated", "run_id"], ascending=False, kind="mergesort")
+    records = rows.to_dict(orient="records")
     for gain in gains:
         others = [k for k in PAIR_KEYS if k != gain.column]
         groups: dict[tuple[Any, ...], dict[str, list[Mapping[str, Any]]]] = {}
@@ -156,16 +162,26 @@ def measured_gain(base: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
             "interval": row["ci_method"]}
 
 
-Records = Mapping[tuple[str, str], Mapping[str, Any]]
+# (hardware, run id, combination id), or (hardware, combination id) for the newest run's
+Records = Mapping[tuple[str, ...], Mapping[str, Any]]
+
+
+def side(mapping: Mapping[tuple[str, ...], Any], pair: Mapping[str, Any], which: str) -> Any:
+    """A pair's ``which`` side ("base" or "new") from a mapping keyed by (hardware, run,
+    combination), or by (hardware, combination) where it holds no run-keyed entry."""
+    hw, combo = str(pair["hardware"]), str(pair[f"{which}_combo"])
+    run = pair.get(f"{which}_run")
+    if run is not None and (hw, str(run), combo) in mapping:
+        return mapping[(hw, str(run), combo)]
+    return mapping[(hw, combo)] if (hw, combo) in mapping else mapping.get((hw, str(run), combo))
 
 
 def payoff(matched: pd.DataFrame, records: Records) -> list[dict[str, Any]]:
-    """``pairs`` rows with their measured gain (``measured_gain``)."""
+    """``pairs`` rows with their measured gain (``measured_gain``), each side the record of
+    the run the pair names."""
     out = []
     for row in matched.to_dict(orient="records"):
-        base = records[(str(row["hardware"]), str(row["base_combo"]))]
-        new = records[(str(row["hardware"]), str(row["new_combo"]))]
-        out.append({**row, **measured_gain(base, new)})
+        out.append({**row, **measured_gain(side(records, row, "base"), side(records, row, "new"))})
     return out
 
 
@@ -387,24 +403,24 @@ def amdahl_row(pair: Mapping[str, Any], base: Mapping[str, Any], new: Mapping[st
 
 
 def amdahl_rows(matched: pd.DataFrame, records: Records,
-                traces: Mapping[tuple[str, str], Path | None]) -> list[dict[str, Any]]:
+                traces: Mapping[tuple[str, ...], Path | None]) -> list[dict[str, Any]]:
     """``amdahl_row`` for every attention-implementation pair in ``matched`` run without
-    ``torch.compile``."""
+    ``torch.compile``; records and traces keyed as ``side`` reads them."""
     out = []
-    cache: dict[tuple[str, str], Series | None] = {}  # eager is the base of several pairs
+    cache: dict[tuple[str, ...], Series | None] = {}  # eager is the base of several pairs
 
-    def series(key: tuple[str, str]) -> Series | None:
+    def series(pair: Mapping[str, Any], which: str) -> Series | None:
+        key = (str(pair["hardware"]), str(pair.get(f"{which}_run")), str(pair[f"{which}_combo"]))
         if key not in cache:
-            cache[key] = iteration_series(records[key], traces.get(key))
+            cache[key] = iteration_series(side(records, pair, which), side(traces, pair, which))
         return cache[key]
 
     # a compiled forward keeps no attention boundary for the attribution to read (fused
     # kernels are `compiled`), so only eager-executed pairs have an attention.core to predict from
     eager = matched[(matched["gain"] == "attention") & (matched["compile"] == COMPILE_NONE)]
     for pair in eager.to_dict(orient="records"):
-        hw = str(pair["hardware"])
-        keys = (hw, str(pair["base_combo"])), (hw, str(pair["new_combo"]))
-        out.append(amdahl_row(pair, records[keys[0]], records[keys[1]], series(keys[0]), series(keys[1])))
+        out.append(amdahl_row(pair, side(records, pair, "base"), side(records, pair, "new"),
+                              series(pair, "base"), series(pair, "new")))
     return out
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from reportgen.render import charts, payoff
+from reportgen.render import analysis, charts, payoff
 from reportgen.render.charts import Chart
 from reportgen.render.pages import rel
 
@@ -64,18 +64,25 @@ def _gain_chart(b: _Builder, path: str, name: str, title: str, points: list[dict
         points, series_title=series_title, x_title="end-to-end gain (base latency / new latency)"), out)
 
 
-def _inputs(b: _Builder) -> tuple[pd.DataFrame, Mapping[tuple[str, str], Path | None]]:
-    traces: dict[tuple[str, str], Path | None] = {
-        (run.hardware, str(c.record.get("id") or c.path.stem)): c.trace
-        for run in b.current for c in run.combinations}
-    return payoff.pairs(b.frame), traces
+def _inputs(b: _Builder) -> tuple[pd.DataFrame, payoff.Records, Mapping[tuple[str, ...], Path | None]]:
+    """The pairs over every current run (a combination several runs measured is a
+    candidate from each, so a pair can take both sides from one run), and the records and
+    traces keyed by (hardware, run, combination)."""
+    records: dict[tuple[str, ...], Mapping[str, Any]] = {}
+    traces: dict[tuple[str, ...], Path | None] = {}
+    for run in b.current:
+        for c in run.combinations:
+            key = (run.hardware, run.run_id, str(c.record.get("id") or c.path.stem))
+            records[key] = c.record
+            traces[key] = c.trace
+    return payoff.pairs(analysis.combinations_frame(b.current, latest_only=False)), records, traces
 
 
 def speedups_page(b: _Builder, page_type: Callable[..., Page]) -> Page:
     path = SPEEDUPS
     out: list[Chart] = []
-    matched, traces = _inputs(b)
-    rows = payoff.amdahl_rows(matched, b.records, traces)
+    matched, records, traces = _inputs(b)
+    rows = payoff.amdahl_rows(matched, records, traces)
     for r in rows:
         r["link"] = rel(path, b.combo_page(str(r["hardware"]), str(r["model"])))
         r["label"] = _label(r, with_model=False)
@@ -103,8 +110,8 @@ def speedups_page(b: _Builder, page_type: Callable[..., Page]) -> Page:
 def payoff_page(b: _Builder, page_type: Callable[..., Page]) -> Page:
     path = PAYOFF
     out: list[Chart] = []
-    matched, _ = _inputs(b)
-    rows = payoff.payoff(matched, b.records)
+    matched, records, _ = _inputs(b)
+    rows = payoff.payoff(matched, records)
     absent = payoff.missing(b.frame, matched)
     for r in rows:
         r["link"] = rel(path, b.combo_page(str(r["hardware"]), str(r["model"])))

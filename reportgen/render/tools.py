@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from reportgen.categories import CATEGORIES
+from reportgen.render import fmt
 
 PAGE = "tools.md"
 TITLE = "Compared with other tools"
@@ -35,6 +36,16 @@ def trace_path(run_dir: Path, study: Mapping[str, Any] | None) -> Path | None:
     return path if path.is_file() else None
 
 
+def interval_text(interval: Mapping[str, Any] | None) -> str:
+    """`` [low, high]`` of a figure's pass interval; `` (one pass)`` where one pass cannot
+    give one; empty where the record has none (a study made before passes)."""
+    if not isinstance(interval, Mapping):
+        return ""
+    if not interval.get("confidence"):
+        return " (one pass)"
+    return " " + fmt.ci(interval.get("low"), interval.get("high"))
+
+
 def tool_rows(study: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per tool: status, version, basis, forward and idle ms, reason, notes."""
     tools = study.get("tools") or {}
@@ -46,6 +57,8 @@ def tool_rows(study: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append({"tool": TOOL_NAMES[key], "key": key, "status": t.get("status"),
                     "version": t.get("version"), "basis": t.get("basis"),
                     "forward_ms": t.get("forward_ms"), "idle_ms": t.get("idle_ms"),
+                    "forward_interval": interval_text(t.get("forward_interval")),
+                    "passes": t.get("passes"),
                     "reason": t.get("reason"), "notes": list(t.get("notes") or [])})
     return out
 
@@ -57,14 +70,24 @@ def table_rows(study: Mapping[str, Any]) -> list[dict[str, Any]]:
     for row in comparison.get("rows") or []:
         differences = []
         for d in row.get("differences") or []:
+            interval = d.get("interval") if isinstance(d.get("interval"), Mapping) else None
             differences.append({
                 "tool": TOOL_NAMES.get(str(d.get("tool")), str(d.get("tool"))),
                 "ms": d.get("ms"), "share_of_forward": d.get("share_of_forward"),
+                "interval": interval_text(interval),
+                "ms_low": (interval or {}).get("low"), "ms_high": (interval or {}).get("high"),
                 "explained": bool(d.get("explained")),
                 "reasons": [{"reason": r.get("reason"), "ms": r.get("ms")}
                             for r in d.get("reasons") or []]})
+        intervals = row.get("intervals") if isinstance(row.get("intervals"), Mapping) else {}
         out.append({"category": row.get("category"),
-                    **{key: row.get(key) for key in TOOL_ORDER}, "differences": differences})
+                    **{key: row.get(key) for key in TOOL_ORDER},
+                    "intervals": {key: intervals.get(key) for key in TOOL_ORDER
+                                  if isinstance(intervals.get(key), Mapping)},
+                    "cells": {key: ("" if row.get(key) is None else fmt.num(row.get(key)))
+                              + (interval_text(intervals.get(key)) if row.get(key) is not None else "")
+                              for key in TOOL_ORDER},
+                    "differences": differences})
     return out
 
 
@@ -73,11 +96,16 @@ def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     flat = []
     for r in rows:
         reasons = "; ".join(
-            f"{d['tool']} {d['ms']:+.4g} ms: " + ", ".join(
+            f"{d['tool']} {d['ms']:+.4g} ms{d.get('interval', '')}: " + ", ".join(
                 f"{x['reason']} ({x['ms']:+.4g} ms)" for x in d["reasons"])
             for d in r["differences"])
+        bounds = {}
+        for k in TOOL_ORDER:
+            interval = (r.get("intervals") or {}).get(k) or {}
+            bounds[f"{k}_ms_low"] = interval.get("low")
+            bounds[f"{k}_ms_high"] = interval.get("high")
         flat.append({"category": r["category"], **{f"{k}_ms": r.get(k) for k in TOOL_ORDER},
-                     "differences": reasons})
+                     **bounds, "differences": reasons})
     return flat
 
 
