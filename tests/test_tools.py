@@ -382,7 +382,7 @@ def test_tools_page_from_a_record(bert_study: tuple[dict[str, Any], Path],
     low, high = (norm["intervals"]["reportgen"][k] for k in ("low", "high"))
     assert (f"| norm | {fmt.escape(fmt.num(norm['reportgen']) + ' ' + fmt.ci(low, high))} | "
             f"{fmt.escape(fmt.num(norm['key_averages']) + ' [')}") in page
-    assert "median of 6 passes of 3 profiled forwards each" in page
+    assert "the median of 6 passes of 3 profiled forwards each" in page
     differences = [d for r in result["comparison"]["rows"] for d in r["differences"]]
     for d in differences:  # each difference over 2% is on the page with its reasons
         for reason in d["reasons"]:
