@@ -250,8 +250,8 @@ def aggregate(passes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     confidence it achieves); each row of the comparison the tools' intervals, each
     difference the interval of the per-pass difference (tool minus reportgen, paired by
     pass). A tool run in one pass only (its status ``NOT_RUN`` in the others) keeps that
-pass's figures, with one-pass intervals (confidence 0). Returns ``{"pass": index,
-"tools", "evidence", "comparison"}``."""
+    pass's figures, with one-pass intervals (confidence 0). Returns ``{"pass": index,
+    "tools", "evidence", "comparison"}``."""
     if not passes:
         raise ValueError("no passes")
     forwards = [float(p["tools"]["reportgen"]["forward_ms"]) for p in passes]

@@ -2,9 +2,10 @@
 same forward (the record's ``studies.tools``; runs/README.md).
 
 ``toolcompare.PASSES`` profiled passes with reportgen's module ranges (as
-``profiling.profile_step`` records them), each read four ways (the first pass's trace
-written to ``traces/<id>.tools.trace.json.gz``); every figure is the median over the
-passes with the interval of that median:
+``profiling.profile_step`` records them), each read four ways; the record holds the median
+pass's figures, each with the interval of its median over the passes
+(``toolcompare.aggregate``), and keeps that pass's trace as
+``traces/<id>.tools.trace.json.gz``:
 
 * ``reportgen``: ``reportgen.attribution.analyse_trace`` on the trace (the profiler
   method of the record's attribution);
@@ -395,11 +396,11 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     passes: list[dict[str, Any]] = []
-    raws: list[bytes] = []
-    # PASSES profiled passes of the same forward, each read by every tool: the median
-    # pass's figures are shown, each with the interval of its median over the passes
-    # (toolcompare.aggregate), and that pass's trace is the one kept
-    with tempfile.TemporaryDirectory(prefix="reportgen-tools-") as scratch:
+    # PASSES profiled passes of the same forward, each read by every tool; each pass's
+    # gzipped trace waits beside the traces (same file system) until the median pass is
+    # known, and that one is moved into place
+    with tempfile.TemporaryDirectory(prefix=f".{combo_id}.tools-", dir=trace_path.parent) as scratch:
+        gzipped: list[tuple[Path, int]] = []
         for index in range(toolcompare.PASSES):
             raw_path = Path(scratch) / f"pass-{index}.json"
             prof = record_pass(step, model, ITERATIONS, WARMUP, raw_path, label_modules=True)
@@ -411,21 +412,21 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
             these["reportgen"], result = reportgen_tool(trace)
             n_iter = len(result["iteration_ms"])
             these["key_averages"], gaps = key_averages_tool(averages, module_category, n_iter)
+            # HTA reads a directory of per-rank traces: one directory per pass
             gz_path = Path(scratch) / f"pass-{index}" / trace_path.name
             gz_path.parent.mkdir()
-            write_gzip_atomic(gz_path, raw)
+            gzipped.append((gz_path, write_gzip_atomic(gz_path, raw)))
             these["hta"] = hta_tool(gz_path, module_category, n_iter, step.device.type)
-            gz_path.unlink()
             # Nsight Systems runs the forward in a process of its own: once, not per pass
             these["nsys"] = (nsys_tool(combo, module_category, n_iter, seed=seed) if index == 0
                              else _tool(toolcompare.NOT_RUN, reason="Nsight Systems runs once per study"))
             passes.append({"tools": these,
                            "evidence": {"tails": container_tails(trace, n_iter), "gaps": gaps,
                                         "rounding": truncation_effect(trace, module_category, n_iter)}})
-            raws.append(raw)
-    summary = toolcompare.aggregate(passes)
+        summary = toolcompare.aggregate(passes)
+        kept, trace_bytes = gzipped[summary["pass"]]
+        os.replace(kept, trace_path)
     tools = summary["tools"]
-    trace_bytes = write_gzip_atomic(trace_path, raws[summary["pass"]])
     return {"status": "ok", "reason": None, "iterations": n_iter, "passes": len(passes),
             "trace": f"traces/{trace_path.name}", "trace_bytes": trace_bytes,
             "tools": tools, "evidence": summary["evidence"],

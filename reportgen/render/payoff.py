@@ -170,10 +170,8 @@ def side(mapping: Mapping[tuple[str, ...], Any], pair: Mapping[str, Any], which:
     """A pair's ``which`` side ("base" or "new") from a mapping keyed by (hardware, run,
     combination), or by (hardware, combination) where it holds no run-keyed entry."""
     hw, combo = str(pair["hardware"]), str(pair[f"{which}_combo"])
-    run = pair.get(f"{which}_run")
-    if run is not None and (hw, str(run), combo) in mapping:
-        return mapping[(hw, str(run), combo)]
-    return mapping[(hw, combo)] if (hw, combo) in mapping else mapping.get((hw, str(run), combo))
+    run_keyed = (hw, str(pair.get(f"{which}_run")), combo)
+    return mapping[run_keyed] if run_keyed in mapping else mapping.get((hw, combo))
 
 
 def payoff(matched: pd.DataFrame, records: Records) -> list[dict[str, Any]]:

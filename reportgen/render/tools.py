@@ -58,7 +58,6 @@ def tool_rows(study: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "version": t.get("version"), "basis": t.get("basis"),
                     "forward_ms": t.get("forward_ms"), "idle_ms": t.get("idle_ms"),
                     "forward_interval": interval_text(t.get("forward_interval")),
-                    "passes": t.get("passes"),
                     "reason": t.get("reason"), "notes": list(t.get("notes") or [])})
     return out
 
@@ -75,7 +74,6 @@ def table_rows(study: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "tool": TOOL_NAMES.get(str(d.get("tool")), str(d.get("tool"))),
                 "ms": d.get("ms"), "share_of_forward": d.get("share_of_forward"),
                 "interval": interval_text(interval),
-                "ms_low": (interval or {}).get("low"), "ms_high": (interval or {}).get("high"),
                 "explained": bool(d.get("explained")),
                 "reasons": [{"reason": r.get("reason"), "ms": r.get("ms")}
                             for r in d.get("reasons") or []]})
