@@ -310,6 +310,24 @@ def test_memory_cgroup_reads_v1_and_v2(tmp_path: Path) -> None:
     assert memory.memory_cgroup(9, proc=proc, root=root) is None
 
 
+def test_a_dead_worker_is_not_followed_to_the_root_cgroup(tmp_path: Path) -> None:
+    proc, root = tmp_path / "proc", tmp_path / "cg"
+    (proc / "7").mkdir(parents=True)
+    for path in ("", "job"):
+        (root / "memory" / path).mkdir(parents=True, exist_ok=True)
+        (root / "memory" / path / "memory.limit_in_bytes").write_text(str(1 << 62))
+        (root / "memory" / path / "memory.oom_control").write_text("oom_kill 0\n")
+    (root / "memory" / "job" / "memory.limit_in_bytes").write_text(str(256 * 1024**2))
+    (proc / "7" / "cgroup").write_text("4:memory:/job\n")
+    job = memory.follow(None, 7, lambda: True, proc=proc, root=root)
+    assert job == memory.MemoryCgroup(root / "memory" / "job", 1, 256 * 1024**2, 0)
+    # killed, not yet reaped: /proc names the root, which must not replace the job's cgroup
+    (proc / "7" / "cgroup").write_text("4:memory:/\n")
+    assert memory.follow(job, 7, lambda: False, proc=proc, root=root) is job
+    # alive and moved: followed
+    assert memory.follow(job, 7, lambda: True, proc=proc, root=root).path == root / "memory"
+
+
 @pytest.mark.parametrize(("message", "poisoned"), [
     ("CUDA error: an illegal memory access was encountered", True),
     ("CUDA error: device-side assert triggered", True),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GIB = 1024**3
@@ -97,6 +98,18 @@ def memory_cgroup(pid: int | str = "self", *, proc: Path = Path("/proc"),
         if limit_file.is_file():
             return MemoryCgroup(path, version, _number(limit_file), _oom_kills(path, version))
     return None
+
+
+def follow(current: MemoryCgroup | None, pid: int | str, alive: Callable[[], bool], *,
+           proc: Path = Path("/proc"), root: Path = CGROUP_ROOT) -> MemoryCgroup | None:
+    """The memory cgroup to hold a running worker to: the one it is in now, if it moved (a
+    job step, a container). The reading counts only if the worker is still alive after it:
+    a dead, unreaped worker's /proc entry names the hierarchy's root, and its OOM kill
+    would then be looked for in the wrong place."""
+    seen = memory_cgroup(pid, proc=proc, root=root)
+    if seen is None or not alive() or (current is not None and seen.path == current.path):
+        return current
+    return seen
 
 
 def refresh(cgroup: MemoryCgroup) -> MemoryCgroup:

@@ -28,6 +28,7 @@ from reportgen.execute.memory import (
     GIB,
     MemoryCgroup,
     host_memory,
+    follow,
     memory_cgroup,
     refresh,
 )
@@ -189,9 +190,7 @@ class Supervisor:
         self.conn.send(dict(task))
         while True:
             elapsed = time.monotonic() - t0
-            seen = memory_cgroup(self.proc.pid)  # the worker may be moved (a job step, a container)
-            if seen is not None and (cgroup is None or seen.path != cgroup.path):
-                cgroup = seen
+            cgroup = follow(cgroup, self.proc.pid, lambda: self.proc.poll() is None)
             if self.conn.poll(POLL_S):
                 try:
                     result = self.conn.recv()
