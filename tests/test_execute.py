@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -196,7 +197,9 @@ def test_real_out_of_memory_kill_in_a_memory_cgroup(
         _others_ok(records, bad)
         reason = records[bad]["reason"]
         assert reason.startswith("worker killed by SIGKILL (9) after ")
-        assert reason.endswith("its memory cgroup (limit 0.2 GiB) recorded an OOM kill: out of memory")
+        # the kernel's OOM-kill counter sometimes stays still under load; the limit hit does not
+        assert re.search(r"; its memory cgroup \(limit 0\.2 GiB\) (recorded an OOM kill|hit its limit): "
+                         r"out of memory$", reason), reason
     finally:
         group.rmdir()
 
@@ -284,6 +287,13 @@ def test_death_reasons() -> None:
     reason = supervisor.death_reason(-9, 5, roomy, (group, memory.MemoryCgroup(Path("/x"), 2, 4 * 1024**3, 1)))
     assert reason.endswith("; its memory cgroup (limit 4.0 GiB) recorded an OOM kill: out of memory")
     assert "OOM" not in supervisor.death_reason(-9, 5, roomy, (group, group))
+    # the OOM-kill counter did not move, but the usage hit the limit before the SIGKILL
+    hit = (memory.MemoryCgroup(Path("/x"), 1, 4 * 1024**3, 0, 3), memory.MemoryCgroup(Path("/x"), 1, 4 * 1024**3, 0, 9))
+    assert supervisor.death_reason(-9, 5, roomy, hit).endswith(
+        "; its memory cgroup (limit 4.0 GiB) hit its limit: out of memory")
+    assert "memory cgroup" not in supervisor.death_reason(-11, 5, roomy, hit)  # not a SIGKILL
+    unlimited = tuple(memory.MemoryCgroup(Path("/x"), 1, None, 0, n) for n in (3, 9))
+    assert "memory cgroup" not in supervisor.death_reason(-9, 5, roomy, unlimited)
 
 
 def test_memory_cgroup_reads_v1_and_v2(tmp_path: Path) -> None:
@@ -295,8 +305,9 @@ def test_memory_cgroup_reads_v1_and_v2(tmp_path: Path) -> None:
     v1.mkdir(parents=True)
     (v1 / "memory.limit_in_bytes").write_text(str(8 * 1024**3))
     (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    (v1 / "memory.failcnt").write_text("17\n")
     found = memory.memory_cgroup(7, proc=proc, root=root)
-    assert found == memory.MemoryCgroup(v1, 1, 8 * 1024**3, 2)
+    assert found == memory.MemoryCgroup(v1, 1, 8 * 1024**3, 2, 17)
 
     (proc / "8").mkdir()
     (proc / "8" / "cgroup").write_text("0::/system.slice/job.scope\n")
@@ -304,7 +315,7 @@ def test_memory_cgroup_reads_v1_and_v2(tmp_path: Path) -> None:
     v2.mkdir(parents=True)
     (v2 / "memory.max").write_text("max\n")
     (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
-    assert memory.memory_cgroup(8, proc=proc, root=root) == memory.MemoryCgroup(v2, 2, None, 1)
+    assert memory.memory_cgroup(8, proc=proc, root=root) == memory.MemoryCgroup(v2, 2, None, 1, 3)
     (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\n")
     assert memory.refresh(memory.MemoryCgroup(v2, 2, None, 1)).oom_kills == 2
     assert memory.memory_cgroup(9, proc=proc, root=root) is None
@@ -320,7 +331,7 @@ def test_a_dead_worker_is_not_followed_to_the_root_cgroup(tmp_path: Path) -> Non
     (root / "memory" / "job" / "memory.limit_in_bytes").write_text(str(256 * 1024**2))
     (proc / "7" / "cgroup").write_text("4:memory:/job\n")
     job = memory.follow(None, 7, lambda: True, proc=proc, root=root)
-    assert job == memory.MemoryCgroup(root / "memory" / "job", 1, 256 * 1024**2, 0)
+    assert job == memory.MemoryCgroup(root / "memory" / "job", 1, 256 * 1024**2, 0, None)
     # killed, not yet reaped: /proc names the root, which must not replace the job's cgroup
     (proc / "7" / "cgroup").write_text("4:memory:/\n")
     assert memory.follow(job, 7, lambda: False, proc=proc, root=root) is job

@@ -35,12 +35,18 @@ def host_memory(meminfo: str | None = None) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class MemoryCgroup:
-    """A process's memory cgroup: its directory, limit (None: unlimited) and OOM kills so far."""
+    """A process's memory cgroup: its directory, limit (None: unlimited), OOM kills so far
+    and how often its usage has hit the limit (v1 ``memory.failcnt``, v2 ``max`` events).
+
+    The kernel's OOM-kill counter does not always move for a kill its log files under the
+    cgroup (seen on 6.18 with cgroup v1, under load), so a SIGKILL after the usage hit the
+    limit is read as out of memory too."""
 
     path: Path
     version: int
     limit_bytes: int | None
     oom_kills: int | None
+    limit_hits: int | None = None
 
 
 def _number(path: Path) -> int | None:
@@ -54,17 +60,30 @@ def _number(path: Path) -> int | None:
     return None if value >= 1 << 60 else value  # v1 says "unlimited" with a huge number
 
 
-def _oom_kills(path: Path, version: int) -> int | None:
-    name = "memory.events" if version == 2 else "memory.oom_control"
+def _event(path: Path, name: str, wanted: str) -> int | None:
     try:
         lines = (path / name).read_text().splitlines()
     except OSError:
         return None
     for line in lines:
         key, _, value = line.partition(" ")
-        if key == "oom_kill" and value.strip().isdigit():
+        if key == wanted and value.strip().isdigit():
             return int(value)
     return None
+
+
+def _oom_kills(path: Path, version: int) -> int | None:
+    return _event(path, "memory.events" if version == 2 else "memory.oom_control", "oom_kill")
+
+
+def _limit_hits(path: Path, version: int) -> int | None:
+    if version == 2:
+        return _event(path, "memory.events", "max")
+    return _number(path / "memory.failcnt")
+
+
+def _read(path: Path, version: int, limit: int | None) -> MemoryCgroup:
+    return MemoryCgroup(path, version, limit, _oom_kills(path, version), _limit_hits(path, version))
 
 
 def _mounted(mount: Path, path: str) -> list[Path]:
@@ -96,7 +115,7 @@ def memory_cgroup(pid: int | str = "self", *, proc: Path = Path("/proc"),
     for path, version in candidates:
         limit_file = path / ("memory.max" if version == 2 else "memory.limit_in_bytes")
         if limit_file.is_file():
-            return MemoryCgroup(path, version, _number(limit_file), _oom_kills(path, version))
+            return _read(path, version, _number(limit_file))
     return None
 
 
@@ -114,4 +133,4 @@ def follow(current: MemoryCgroup | None, pid: int | str, alive: Callable[[], boo
 
 def refresh(cgroup: MemoryCgroup) -> MemoryCgroup:
     """The same cgroup read again (its OOM-kill counter after the worker died)."""
-    return MemoryCgroup(cgroup.path, cgroup.version, cgroup.limit_bytes, _oom_kills(cgroup.path, cgroup.version))
+    return _read(cgroup.path, cgroup.version, cgroup.limit_bytes)

@@ -44,6 +44,10 @@ class WorkerStartError(RuntimeError):
     """A worker could not start (its log says why): nothing can be measured on this slot."""
 
 
+def _rose(before: int | None, after: int | None) -> bool:
+    return before is not None and after is not None and after > before
+
+
 def death_reason(returncode: int, seconds: float, memory: tuple[int, int] | None,
                  cgroup: tuple[MemoryCgroup, MemoryCgroup] | None = None) -> str:
     """Why a worker ended without answering, in one line. ``memory`` is the host's peak
@@ -64,9 +68,11 @@ def death_reason(returncode: int, seconds: float, memory: tuple[int, int] | None
             reason += ": likely out of host memory"
     if cgroup is not None:
         before, after = cgroup
-        if before.oom_kills is not None and after.oom_kills is not None and after.oom_kills > before.oom_kills:
-            limit = f"limit {before.limit_bytes / GIB:.1f} GiB" if before.limit_bytes else "no limit of its own"
+        limit = f"limit {before.limit_bytes / GIB:.1f} GiB" if before.limit_bytes else "no limit of its own"
+        if _rose(before.oom_kills, after.oom_kills):
             reason += f"; its memory cgroup ({limit}) recorded an OOM kill: out of memory"
+        elif returncode == -signal.SIGKILL and before.limit_bytes and _rose(before.limit_hits, after.limit_hits):
+            reason += f"; its memory cgroup ({limit}) hit its limit: out of memory"
     return reason
 
 
