@@ -143,6 +143,7 @@ def merged_sections(rounds: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
         "stop_reason": _stop_reason([t.get("stop_reason") for t in timings]),
         "target_rel_halfwidth": first.get("target_rel_halfwidth"),
         "budget_s": sum(float(t.get("budget_s") or 0.0) for t in timings),
+        **({"heap": first["heap"]} if "heap" in first else {}),
         "rounds": [{"round": r["round"], "n": len(t["samples"]), "median": t.get("median"),
                     "warmup_n": len(t.get("warmup_samples") or []), "stop_reason": t.get("stop_reason"),
                     "worker_pid": (r.get("execution") or {}).get("worker_pid"), "started": r["started"],

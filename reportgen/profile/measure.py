@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from reportgen import peaks, traffic
-from reportgen.profile import compiling
+from reportgen.profile import compiling, heap
 from reportgen.profile import flops as flops_mod
 from reportgen.profile import models
 from reportgen.vocabulary import COMPILE_NONE
@@ -118,6 +118,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     from reportgen.profile.regions import attribute
 
     device = torch.device(combo.device)
+    steady_heap = heap.steady()  # before the build: the model's own blocks too
     built = models.build(combo, device, seed=seed)
     holder.append(built)
     compile_mode = getattr(combo, "compile", COMPILE_NONE)
@@ -133,6 +134,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     prior = [built.trial_ms] if built.trial_ms is not None and compiled is None else []
     timing = time_step(built.step, budget_s=budget_s, prior_warmup=prior,
                        **({} if converge else {"target_rel_halfwidth": None}))
+    timing["heap"] = steady_heap
     peak_allocated, peak_reserved = _peaks(device)
     if not profiled:
         # a later round of a combination measured in rounds: its timing only
