@@ -294,6 +294,24 @@ def test_stand_in_returns_the_right_shape(model: str, attn: str) -> None:
     assert torch.equal(after, before)  # and put back
 
 
+def test_paired_forwards_alternate_and_count_the_stand_in() -> None:
+    from reportgen.bench import attribution_check
+    from reportgen.profile import models
+    from reportgen.suite import Combination
+
+    combo = Combination(model="bert-base", scale="tiny", mode="forward", dtype="fp32",
+                        attn_implementation="sdpa", batch_size=1, seq_len=16, device="cpu")
+    built = models.build(combo, "cpu")
+    try:
+        full, stub, calls = attribution_check.paired_forwards(built.step, built.model,
+                                                              budget_s=0.0, min_pairs=5)
+        layers = int(built.model.config.num_hidden_layers)
+    finally:
+        models.free(built)
+    assert len(full) == len(stub) == 5 and all(ms > 0 for ms in full + stub)
+    assert calls == layers  # one core call per layer per forward
+
+
 def test_stand_in_output_is_cached_zeros() -> None:
     import torch
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -313,6 +314,7 @@ def test_ablation_agreement_on_constructed_figures() -> None:
     assert row["verdict"] == "fail"
     tiny = ([3.0, 3.0, 3.0], [100.0, 100.0, 100.0])
     assert ablation.agreement(full_rounds, ablated_rounds, tiny, left)["verdict"] == "below resolution"
+    assert row["drop_ms"] == pytest.approx(18.0)
     assert ablation.figure_status(["pass", "below resolution"]) == "pass"
     assert ablation.figure_status(["pass", "fail"]) == "fail"
     assert ablation.figure_status(["below resolution"]) == "not measured"
@@ -386,3 +388,30 @@ def test_other_overhead_figure_on_constructed_records() -> None:
     bad = other_overhead([record("a", "prefill", [1.5, 1.5])])
     assert bad["status"] == "fail" and bad["value"] == pytest.approx(0.15)
     assert other_overhead([record("b", "decode", [3.0])])["status"] == "not measured"
+
+
+def test_ablation_pairs_cancel_the_hosts_drift() -> None:
+    # the host's speed wanders by up to 40% from pair to pair; within a pair it holds, and
+    # the stand-in removes 18% of every forward
+    speed = [1.0, 1.4, 0.8, 1.25, 0.9, 1.3, 1.1, 0.85, 1.35, 1.0]
+    full_ms = [100.0 * k for k in speed]
+    ablated_ms = [82.0 * k for k in speed]
+    full = ([20.0, 20.0, 20.0], [100.0, 100.0, 100.0])
+    left = ([2.0, 2.0, 2.0], [82.0, 82.0, 82.0])
+    row = ablation.agreement(full_ms, ablated_ms, full, left)
+    assert row["drop_fraction"] == pytest.approx(0.18)
+    assert row["rel_diff"] == pytest.approx(0.0, abs=1e-12)
+    assert row["verdict"] == "pass"
+    # the same forwards, unpaired, would not agree: the medians alone differ by 24%
+    assert 1.0 - statistics.median(ablated_ms) / statistics.median(full_ms[::-1]) == pytest.approx(0.18)
+    shuffled = ablation.agreement(full_ms, ablated_ms[1:] + ablated_ms[:1], full, left)
+    assert shuffled["verdict"] == "fail"
+    with pytest.raises(ValueError, match="paired samples needed, got 10 full and 9 ablated"):
+        ablation.relative_drops(full_ms, ablated_ms[:9])
+
+
+def test_hodges_lehmann() -> None:
+    assert ablation.hodges_lehmann([1.0, 2.0, 3.0]) == 2.0
+    # Walsh averages of (0, 0, 10): 0, 0, 5, 0, 5, 10 -> median 2.5; one outlier moves it less than the mean
+    assert ablation.hodges_lehmann([0.0, 0.0, 10.0]) == 2.5
+    assert ablation.hodges_lehmann([0.1, 0.2, 0.3, 0.4, 100.0]) == pytest.approx(0.3)

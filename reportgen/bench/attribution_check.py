@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 from collections.abc import Callable, Sequence
@@ -30,10 +31,8 @@ from reportgen.bench.common import (
     combo_label,
     each_combo,
     stopwatch,
-    time_median,
 )
-from reportgen.bench.results import bootstrap_diff, figure, median
-from reportgen.paired import interleave
+from reportgen.bench.results import figure, median
 from reportgen.shares import METHODS
 
 # Encoders, decoders, encoder-decoders; fused (gpt2, gpt_neox, falcon, bloom, phi's dense
@@ -46,7 +45,7 @@ ARCHITECTURES: tuple[str, ...] = (
 )
 QUICK_ARCHITECTURES: tuple[str, ...] = ("bert", "gpt2", "llama", "t5")
 MIN_ARCHITECTURES = 12
-TIGHT = 0.001  # spend the whole budget: the drop is a few % of the forward
+HOOKS_BUDGET_S = 6.0  # each attribution method's hooks pass, with and without the stand-in
 
 ARCH_QUESTION = (
     "Does attribution work on architectures it was never written for? Each transformers "
@@ -191,7 +190,47 @@ def _methods(built: Any, iterations: int, trace_dir: Path, name: str,
             "hooks": regions.hooks_method(built.model, built.step, budget_s=hooks_budget_s)}
 
 
-def ablate(combo: Any, *, rounds: int, budget_s: float, iterations: int,
+def paired_forwards(step: Any, model: Any, *, budget_s: float, min_pairs: int,
+                    warmup: int = 2) -> tuple[list[float], list[float], int]:
+    """Unprofiled forwards in back-to-back pairs, one with the attention core and one with
+    the stand-in, in ABBA order (full, stand-in, stand-in, full, ...), until ``budget_s``
+    has passed and at least ``min_pairs`` are done. Returns (full ms, stand-in ms, stand-in
+    calls per forward). Pairing forward by forward (not block by block) matters on a host
+    whose speed wanders by tens of percent within a minute: only the ratio of neighbours
+    is steady."""
+    import time
+
+    def one(stub: bool) -> float:
+        with attention_stand_in(model) if stub else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            step()
+            step.sync()
+            ms = (time.perf_counter() - t0) * 1000.0
+        step.reset()
+        return ms
+
+    with attention_stand_in(model) as probe:
+        step()
+        step.reset()
+    if probe.calls == 0:
+        raise RuntimeError("the stand-in was never called: attention not replaced")
+    for _ in range(warmup):
+        one(False)
+        one(True)
+    full: list[float] = []
+    stub: list[float] = []
+    started = time.monotonic()
+    while len(full) < min_pairs or time.monotonic() - started < budget_s:
+        if len(full) % 2 == 0:
+            full.append(one(False))
+            stub.append(one(True))
+        else:
+            stub.append(one(True))
+            full.append(one(False))
+    return full, stub, probe.calls
+
+
+def ablate(combo: Any, *, min_pairs: int, budget_s: float, iterations: int,
            trace_dir: Path) -> dict[str, Any]:
     from reportgen import shares
     from reportgen.profile import models
@@ -199,65 +238,55 @@ def ablate(combo: Any, *, rounds: int, budget_s: float, iterations: int,
     built = build(combo)
     step, model = built.step, built.model
     try:
-        full = _methods(built, iterations, trace_dir, "full", budget_s)
+        full = _methods(built, iterations, trace_dir, "full", HOOKS_BUDGET_S)
         with attention_stand_in(model) as probe:
-            step.reset()
-            step()
-            step.reset()
-            if probe.calls == 0:
-                raise RuntimeError("the stand-in was never called: attention not replaced")
-            calls_per_forward = probe.calls
-            left = _methods(built, iterations, trace_dir, "ablated", budget_s)
-
-        def with_core() -> float:
-            return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
-
-        def stand_in() -> float:
-            with attention_stand_in(model):
-                return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
-
+            left = _methods(built, iterations, trace_dir, "ablated", HOOKS_BUDGET_S)
+        patched = probe.patched
         with stopwatch() as wall:
-            values = interleave({"full": with_core, "ablated": stand_in}, rounds)
+            full_ms, ablated_ms, calls_per_forward = paired_forwards(
+                step, model, budget_s=budget_s, min_pairs=min_pairs)
     finally:
         models.free(built)
-    drop, lo, hi = bootstrap_diff(values["full"], values["ablated"], paired=True)
     headline = shares.headline_method(getattr(combo, "device", "cpu"))
-    methods = {m: agreement(values["full"], values["ablated"], core_series(full[m]),
-                            core_series(left[m])) for m in full}
+    methods = {m: agreement(full_ms, ablated_ms, core_series(full[m]), core_series(left[m]))
+               for m in full}
     chosen = methods[headline]
     return {
         "combination": combo_label(combo), "headline_method": headline,
-        "forward_ms": median(values["full"]), "ablated_ms": median(values["ablated"]),
-        "drop_ms": drop, "drop_low_ms": lo, "drop_high_ms": hi,
+        "forward_ms": median(full_ms), "ablated_ms": median(ablated_ms),
+        "drop_fraction": chosen["drop_fraction"], "drop_ms": chosen["drop_ms"],
+        "drop_low_ms": chosen["drop_low_ms"], "drop_high_ms": chosen["drop_high_ms"],
         "attributed_share": chosen["share"], "attributed_ms": chosen["attributed_ms"],
         "removable_ms": chosen["removable_ms"],
         "rel_diff": chosen["rel_diff"], "rel_diff_low": chosen["rel_low"],
         "rel_diff_high": chosen["rel_high"], "verdict": chosen["verdict"],
-        **{f"{m}_{k}": v for m, a in methods.items() for k, v in a.items()},
-        "stand_in_calls": calls_per_forward, "stand_in_patched": probe.patched,
-        "rounds": rounds, "full_rounds_ms": values["full"], "ablated_rounds_ms": values["ablated"],
+        **{f"{m}_{k}": v for m, a in methods.items() for k, v in a.items()
+           if k not in ("drop_fraction", "drop_ms", "drop_low_ms", "drop_high_ms")},
+        "stand_in_calls": calls_per_forward, "stand_in_patched": patched,
+        "pairs": len(full_ms), "full_ms": full_ms, "ablated_ms_pairs": ablated_ms,
         "wall_s": wall[0],
     }
 
 
-def ablation(combos: Sequence[Any], *, rounds: int = 8, budget_s: float = 1.5,
+def ablation(combos: Sequence[Any], *, min_pairs: int = 30, budget_s: float = 150.0,
              iterations: int = 3, log: Callable[[str], None] = print,
              stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-ablation-") as tmp, stopwatch() as wall:
         rows, notes = each_combo(
             combos, "ablation",
-            lambda c: ablate(c, rounds=rounds, budget_s=budget_s, iterations=iterations,
+            lambda c: ablate(c, min_pairs=min_pairs, budget_s=budget_s, iterations=iterations,
                              trace_dir=Path(tmp)),
             lambda row: (f"{row['combination']}: drop {row['drop_ms']:.2f} ms "
                          f"[{row['drop_low_ms']:.2f}, {row['drop_high_ms']:.2f}] vs removable "
-                         f"attributed {row['removable_ms']:.2f} ms ({row['rel_diff']:+.1%}, "
-                         f"{row['headline_method']}): {row['verdict']}"),
+                         f"attributed {row['removable_ms']:.2f} ms ({row['rel_diff']:+.1%} "
+                         f"[{row['rel_diff_low']:+.1%}, {row['rel_diff_high']:+.1%}], "
+                         f"{row['headline_method']}, {row['pairs']} pairs): {row['verdict']}"),
             log=log, stop=stop)
-    return ablation_summary(rows, notes, rounds=rounds, duration_s=wall[0])
+    return ablation_summary(rows, notes, min_pairs=min_pairs, budget_s=budget_s, duration_s=wall[0])
 
 
 def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), *,
-                     rounds: int, duration_s: float | None = None) -> dict[str, Any]:
+                     min_pairs: int, budget_s: float, duration_s: float | None = None) -> dict[str, Any]:
     """The figure from per-combination rows (pure): pass/fail by ``ablation.verdict``."""
     goal = (f"where the attributed attention.core is at least {RESOLUTION:.0%} of the forward, "
             f"the drop agrees with it within {AGREEMENT:.0%} (relative), whole 95% interval "
@@ -289,8 +318,13 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
         "the model with the stand-in in place, and the drop is compared with the attributed "
         "time less what the method still calls attention.core then (removable_ms); "
         "rel_diff_full compares with the whole attributed time.",
-        f"Interval: joint percentile bootstrap over {rounds} interleaved rounds (paired) and "
-        "each method's per-iteration shares.",
+        f"Measurement: unprofiled forwards in back-to-back pairs (with the core, with the "
+        f"stand-in; ABBA order) for {budget_s:.0f} s and at least {min_pairs} pairs per "
+        "combination. The drop is the Hodges-Lehmann estimate of the per-pair fraction of the "
+        "forward that disappeared: the host's speed wanders by tens of percent within a "
+        "minute, which scales both forwards of a pair alike and cancels in their ratio.",
+        "Interval: joint percentile bootstrap over the pairs and each method's per-iteration "
+        "shares.",
         *notes,
     ]
     return figure(

@@ -43,8 +43,8 @@ class Plan:
     architectures: tuple[str, ...]
     ablation: tuple[tuple[str, str, str, int], ...]  # model, mode, attn, seq
     ablation_scale: str
-    ablation_rounds: int
-    ablation_budget_s: float
+    ablation_min_pairs: int
+    ablation_budget_s: float  # of paired forwards, per combination
     render_sizes: tuple[int, ...]
 
 
@@ -59,7 +59,7 @@ def plan(quick: bool) -> Plan:
             instr_rounds=2, instr_budget_s=0.2,
             architectures=QUICK_ARCHITECTURES,
             ablation=(("bert-base", "forward", "sdpa", 64), ("llama-small", "prefill", "sdpa", 64)),
-            ablation_scale="tiny", ablation_rounds=2, ablation_budget_s=0.3,
+            ablation_scale="tiny", ablation_min_pairs=6, ablation_budget_s=0.3,
             render_sizes=(5, 10, 20),
         )
     return Plan(
@@ -67,9 +67,9 @@ def plan(quick: bool) -> Plan:
         latency_rounds=6, latency_budget_s=0.6, timer_min_run_s=0.4,
         instr_rounds=4, instr_budget_s=0.5,
         architectures=ARCHITECTURES,
-        ablation=(("bert-base", "forward", "sdpa", 256), ("llama-small", "prefill", "sdpa", 256),
-                  ("bert-base", "forward", "eager", 256), ("llama-small", "prefill", "eager", 256)),
-        ablation_scale="reference", ablation_rounds=8, ablation_budget_s=1.5,
+        ablation=(("bert-base", "forward", "sdpa", 512), ("llama-small", "prefill", "sdpa", 512),
+                  ("bert-base", "forward", "eager", 512), ("llama-small", "prefill", "eager", 512)),
+        ablation_scale="reference", ablation_min_pairs=30, ablation_budget_s=150.0,
         render_sizes=(50, 500, 2000),
     )
 
@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     command = "python scripts/bench.py" + ("" if argv is None and len(sys.argv) <= 1
                                            else " " + shlex.join(argv if argv is not None else sys.argv[1:]))
     torch.manual_seed(0)
+    from reportgen.profile import heap
+
+    environment["heap"] = heap.steady()  # as every measured combination holds it
     log(f"bench: {'quick' if p.quick else 'full'} on {hardware}, {torch.get_num_threads()} threads -> {out}")
     figures: dict[str, dict[str, Any]] = {}
     if args.merge and out.is_file():
@@ -224,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                            attn_implementation=attn, batch_size=1, seq_len=s, device="cpu")
                for m, mode, attn, s in p.ablation]
         step("ablation", lambda: {"attribution_ablation": attribution_check.ablation(
-            abl, rounds=p.ablation_rounds, budget_s=p.ablation_budget_s, log=log, stop=stop)})
+            abl, min_pairs=p.ablation_min_pairs, budget_s=p.ablation_budget_s, log=log, stop=stop)})
     if "render" in only:
         from reportgen.bench import render_scaling
 
