@@ -138,26 +138,6 @@ def verdict(goal_spec: Mapping[str, Any] | None, value: float | None,
 # ---------------------------------------------------------------- statistics (pure)
 
 
-def bootstrap_diff(a: Sequence[float], b: Sequence[float], *, paired: bool = True,
-                   reps: int = 2000, confidence: float = 0.95, seed: int = 0
-                   ) -> tuple[float, float, float]:
-    """median(a) - median(b) with a percentile-bootstrap interval (rounds resampled
-    together when ``paired``)."""
-    if not a or not b:
-        return (float("nan"),) * 3  # type: ignore[return-value]
-    point = median(a) - median(b)
-    rng = random.Random(seed)
-    stats: list[float] = []
-    for _ in range(reps):
-        if paired and len(a) == len(b):
-            idx = [rng.randrange(len(a)) for _ in a]
-            stats.append(median([a[i] for i in idx]) - median([b[i] for i in idx]))
-        else:
-            stats.append(median([a[rng.randrange(len(a))] for _ in a])
-                         - median([b[rng.randrange(len(b))] for _ in b]))
-    return point, *percentiles(stats, confidence)
-
-
 def bootstrap_median(values: Sequence[float], *, reps: int = 2000, confidence: float = 0.95,
                      seed: int = 0) -> tuple[float, float, float]:
     """Median with a percentile-bootstrap interval."""
