@@ -524,3 +524,32 @@ def test_a_gpu_worker_records_its_device_and_readings_around_the_measurement(
     # a CPU worker takes no readings
     cpu = worker.run_task(task, worker.WorkerSpec(device="cpu", slot="cpu", measure="m:f"), fake_measure.measure, None)
     assert "device" not in cpu and cpu["host_memory"]["rss_before_bytes"] > 0
+
+
+def test_a_worker_freezes_what_outlives_a_combination_and_still_frees_the_next() -> None:
+    """release_memory freezes the libraries' objects (collections then skip them) but not
+    what a later combination creates: its cyclic garbage is still collected."""
+    code = r'''
+import gc, weakref
+from reportgen.execute import worker
+
+class Node:
+    pass
+
+kept = [Node() for _ in range(1000)]  # the libraries' objects, alive before a task
+worker.release_memory()
+assert gc.get_freeze_count() >= len(kept), gc.get_freeze_count()
+frozen = gc.get_freeze_count()
+
+node = Node()
+node.self = node  # a cycle: only the collector frees it
+ref = weakref.ref(node)
+del node
+worker.release_memory()  # the next task's start
+assert ref() is None, "garbage of a combination was frozen instead of freed"
+assert gc.get_freeze_count() >= frozen
+print("ok")
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
