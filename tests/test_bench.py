@@ -301,13 +301,42 @@ def test_paired_forwards_alternate_and_count_the_stand_in() -> None:
                         attn_implementation="sdpa", batch_size=1, seq_len=16, device="cpu")
     built = models.build(combo, "cpu")
     try:
-        full, stub, calls = attribution_check.paired_forwards(built.step, built.model,
-                                                              budget_s=0.0, min_pairs=5)
+        got = attribution_check.paired_forwards(built.step, built.model, budget_s=0.0, min_pairs=5,
+                                                hooked_every=3)
         layers = int(built.model.config.num_hidden_layers)
     finally:
         models.free(built)
-    assert len(full) == len(stub) == 5 and all(ms > 0 for ms in full + stub)
-    assert calls == layers  # one core call per layer per forward
+    full, stub, hooked = got["full_ms"], got["ablated_ms"], got["hooked"]
+    # pairs 0, 1, 3, 4, 6 unprofiled; 2 and 5 hooked (at least two, whatever the budget)
+    assert len(full) == len(stub) == 5 and len(hooked) == 2
+    assert all(ms > 0 for ms in full + stub)
+    assert got["calls"] == layers  # one core call per layer per forward
+    for full_ms, core_ms, stub_ms, left_ms in hooked:
+        # the hooks saw the core in the full forward, and less of it with the stand-in
+        assert 0 < core_ms < full_ms and 0 <= left_ms < core_ms and stub_ms > 0
+
+
+def test_an_ablation_round_runs_in_a_fresh_process_and_gives_a_row() -> None:
+    from reportgen.bench import attribution_check
+    from reportgen.bench.ablation import verdict
+    from reportgen.suite import Combination
+
+    combo = Combination(model="llama-small", scale="tiny", mode="prefill", dtype="fp32",
+                        attn_implementation="sdpa", batch_size=1, seq_len=32, device="cpu")
+    logged: list[str] = []
+    fig = attribution_check.ablation([combo], rounds=2, min_pairs=4, budget_s=0.0, iterations=2,
+                                     log=logged.append)
+    (row,) = fig["rows"]
+    # every fourth pair hooked, at least two of them: six unprofiled pairs and two hooked
+    assert row["rounds"] == 2 and row["pairs"] == 12 and row["pairs_per_round"] == [6, 6]
+    assert row["hooked_pairs"] == 4 and len(row["hooks_round_rel_diffs"]) == 2
+    assert row["headline_method"] == "hooks" and {"hooks_verdict", "profiler_verdict"} <= set(row)
+    assert row["verdict"] == verdict(row["attributed_share"], row["rel_diff"], row["rel_diff_low"],
+                                     row["rel_diff_high"])
+    assert row["drop_low_ms"] <= row["drop_ms"] <= row["drop_high_ms"]
+    assert row["rel_diff_low"] <= row["rel_diff_high"]
+    assert any("2 rounds" in n for n in fig["notes"])
+    assert sum("ablation round" in line for line in logged) == 2
 
 
 def test_stand_in_output_is_cached_zeros() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 from pathlib import Path
 from typing import Any, ClassVar
@@ -295,29 +296,60 @@ def test_ablation_verdict(share: float, rel: float, low: float, high: float,
     assert ablation.verdict(share, rel, low, high) == expected
 
 
+def _hooked(n: int, core: float, left: float = 2.0, full: float = 100.0,
+            stubbed: float = 82.0) -> list[tuple[float, float, float, float]]:
+    return [(full, core, stubbed, left)] * n
+
+
 def test_ablation_agreement_on_constructed_figures() -> None:
-    # forward 100 ms, core attributed 20%, of which 2 ms the stand-in cannot remove; the
+    # forward 100 ms, core attributed 20 ms, of which 2 ms the stand-in cannot remove; the
     # stubbed forward is 82 ms: the drop (18) equals what the stand-in can remove
-    full_rounds = [100.0, 100.5, 99.5, 100.0]
-    ablated_rounds = [82.0, 82.5, 81.5, 82.0]
-    full = ([20.0, 20.0, 20.0], [100.0, 100.0, 100.0])
-    left = ([2.0, 2.0, 2.0], [82.0, 82.0, 82.0])
-    row = ablation.agreement(full_rounds, ablated_rounds, full, left)
-    assert row["removable_ms"] == pytest.approx(18.0)
-    assert row["rel_diff"] == pytest.approx(0.0)
-    assert row["rel_low"] <= 0.0 <= row["rel_high"]
-    assert row["verdict"] == "pass"
+    full_ms = [100.0, 100.5, 99.5, 100.0]
+    ablated_ms = [82.0, 82.41, 81.59, 82.0]
+    rounds = [ablation.Round(full_ms, ablated_ms, _hooked(3, 20.0)) for _ in range(3)]
+    profiler = (([20.0] * 3, [100.0] * 3), ([2.0] * 3, [82.0] * 3))
+    methods = ablation.agreement(rounds, profiler)
+    for name in ("hooks", "profiler"):
+        row = methods[name]
+        assert row["removable_ms"] == pytest.approx(18.0)
+        assert row["rel_diff"] == pytest.approx(0.0, abs=1e-9)
+        assert row["rel_low"] <= 0.0 <= row["rel_high"]
+        assert row["verdict"] == "pass"
+    assert methods["hooks"]["round_rel_diffs"] == pytest.approx([0.0] * 3, abs=1e-9)
     # the attributed core is twice what the stub removes
-    doubled = ([40.0, 40.0, 40.0], [100.0, 100.0, 100.0])
-    row = ablation.agreement(full_rounds, ablated_rounds, doubled, left)
-    assert row["rel_diff"] == pytest.approx(18.0 / 38.0 - 1.0)
+    doubled = [ablation.Round(full_ms, ablated_ms, _hooked(3, 38.0)) for _ in range(3)]
+    row = ablation.agreement(doubled)["hooks"]
+    assert row["rel_diff"] == pytest.approx(18.0 / 36.0 - 1.0)
     assert row["verdict"] == "fail"
-    tiny = ([3.0, 3.0, 3.0], [100.0, 100.0, 100.0])
-    assert ablation.agreement(full_rounds, ablated_rounds, tiny, left)["verdict"] == "below resolution"
-    assert row["drop_ms"] == pytest.approx(18.0)
+    assert "profiler" not in ablation.agreement(doubled)
+    tiny = [ablation.Round(full_ms, ablated_ms, _hooked(3, 3.0, left=0.0)) for _ in range(3)]
+    assert ablation.agreement(tiny)["hooks"]["verdict"] == "below resolution"
+    assert row["drop_ms"] == pytest.approx(18.0, rel=1e-3)
     assert ablation.figure_status(["pass", "below resolution"]) == "pass"
     assert ablation.figure_status(["pass", "fail"]) == "fail"
     assert ablation.figure_status(["below resolution"]) == "not measured"
+    with pytest.raises(ValueError, match="no round"):
+        ablation.agreement([ablation.Round(full_ms, ablated_ms, [])])
+
+
+def test_ablation_interval_spans_the_rounds() -> None:
+    # each round agrees tightly with itself, but the rounds disagree with each other (the
+    # drop is 14% of the forward in some processes, 22% in others): an interval from the
+    # pairs alone would call the pooled estimate precise; drawn over rounds it must not
+    rng = random.Random(0)
+
+    def round_(drop: float) -> ablation.Round:
+        full = [100.0 * (1 + rng.uniform(-0.01, 0.01)) for _ in range(20)]
+        return ablation.Round(full, [f * (1 - drop) for f in full], _hooked(5, 20.0))
+
+    agree = ablation.agreement([round_(0.18) for _ in range(5)])["hooks"]
+    spread = ablation.agreement([round_(d) for d in (0.14, 0.22, 0.15, 0.21, 0.18)])["hooks"]
+    assert agree["verdict"] == "pass" and agree["rel_high"] - agree["rel_low"] < 0.01
+    assert spread["rel_diff"] == pytest.approx(0.0, abs=0.06)
+    assert spread["rel_high"] - spread["rel_low"] > 0.2
+    assert spread["verdict"] == "fail"
+    assert spread["round_rel_diffs"] == pytest.approx([d / 0.18 - 1 for d in (0.14, 0.22, 0.15, 0.21, 0.18)],
+                                                      abs=1e-9)
 
 
 def test_pages_read_both_methods() -> None:
@@ -396,16 +428,15 @@ def test_ablation_pairs_cancel_the_hosts_drift() -> None:
     speed = [1.0, 1.4, 0.8, 1.25, 0.9, 1.3, 1.1, 0.85, 1.35, 1.0]
     full_ms = [100.0 * k for k in speed]
     ablated_ms = [82.0 * k for k in speed]
-    full = ([20.0, 20.0, 20.0], [100.0, 100.0, 100.0])
-    left = ([2.0, 2.0, 2.0], [82.0, 82.0, 82.0])
-    row = ablation.agreement(full_ms, ablated_ms, full, left)
+    hooked = [(100.0 * k, 20.0 * k, 82.0 * k, 2.0 * k) for k in speed[:4]]
+    row = ablation.agreement([ablation.Round(full_ms, ablated_ms, hooked)] * 2)["hooks"]
     assert row["drop_fraction"] == pytest.approx(0.18)
     assert row["rel_diff"] == pytest.approx(0.0, abs=1e-12)
     assert row["verdict"] == "pass"
     # the same forwards, unpaired, would not agree: the medians alone differ by 24%
     assert 1.0 - statistics.median(ablated_ms) / statistics.median(full_ms[::-1]) == pytest.approx(0.18)
-    shuffled = ablation.agreement(full_ms, ablated_ms[1:] + ablated_ms[:1], full, left)
-    assert shuffled["verdict"] == "fail"
+    shuffled = ablation.Round(full_ms, ablated_ms[1:] + ablated_ms[:1], hooked)
+    assert ablation.agreement([shuffled] * 2)["hooks"]["verdict"] == "fail"
     with pytest.raises(ValueError, match="paired samples needed, got 10 full and 9 ablated"):
         ablation.relative_drops(full_ms, ablated_ms[:9])
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -117,8 +116,13 @@ def core_series(section: dict[str, Any]) -> tuple[list[float], list[float]]:
 def hodges_lehmann(values: Sequence[float]) -> float:
     """The one-sample Hodges-Lehmann estimate: the median of all pairwise (Walsh) averages.
     Robust like the median, and about as efficient as the mean on near-normal noise."""
-    xs = list(values)
-    return median([(xs[i] + xs[j]) / 2.0 for i in range(len(xs)) for j in range(i, len(xs))])
+    import numpy as np
+
+    xs = np.asarray(values, dtype=float)
+    if xs.size == 0:
+        raise ValueError("no values")
+    rows, cols = np.triu_indices(xs.size)
+    return float(np.median((xs[rows] + xs[cols]) / 2.0))
 
 
 def relative_drops(full_ms: Sequence[float], ablated_ms: Sequence[float]) -> list[float]:
@@ -130,48 +134,116 @@ def relative_drops(full_ms: Sequence[float], ablated_ms: Sequence[float]) -> lis
     return [1.0 - a / f for f, a in zip(full_ms, ablated_ms)]
 
 
-def agreement(full_ms: list[float], ablated_ms: list[float],
-              full: tuple[list[float], list[float]], left: tuple[list[float], list[float]],
-              *, reps: int = 2000, seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
-    """The forward's drop against the attributed attention.core time, with an interval.
+@dataclass(frozen=True)
+class Round:
+    """One round of the ablation: a fresh process at its own moment of the run.
 
-    ``full_ms``/``ablated_ms``: unprofiled forwards in back-to-back pairs, one with the
-    attention core and one with the stand-in. The drop is the Hodges-Lehmann estimate of
-    the per-pair fraction that disappeared. ``full``/``left``: an attribution method's
-    per-iteration (core ms, forward ms) on the full model and with the stand-in in place.
-    What the stand-in can remove is the method's core share less what the method still
-    calls attention.core with the stand-in in place (rotary, reshapes around the call),
-    as a fraction of the full forward: share - left_share * (1 - drop). The interval is a
-    joint percentile bootstrap: pairs resampled, each method's iterations resampled on
-    their own.
+    ``full_ms``/``ablated_ms``: unprofiled forwards in back-to-back pairs (with the core,
+    with the stand-in). ``hooked``: pairs run under the hooks method's clocks among them,
+    each ``(full forward ms, its attention.core ms, stand-in forward ms, its
+    attention.core ms)``: what the method calls attention.core less what it still calls so
+    with the stand-in in place (rotary, reshapes around the call) is what the stand-in
+    can remove."""
+
+    full_ms: Sequence[float]
+    ablated_ms: Sequence[float]
+    hooked: Sequence[tuple[float, float, float, float]]
+
+    @property
+    def drops(self) -> list[float]:
+        return relative_drops(self.full_ms, self.ablated_ms)
+
+    @property
+    def removable(self) -> list[float]:
+        """Per hooked pair, the attributed time the stand-in removes, as a fraction of the
+        full forward."""
+        return [(fc - ac) / fw for fw, fc, _aw, ac in self.hooked]
+
+    @property
+    def shares(self) -> tuple[list[float], list[float], list[float], list[float]]:
+        """(core, forward) ms of the hooked full forwards, then of the hooked stand-in ones."""
+        return ([h[1] for h in self.hooked], [h[0] for h in self.hooked],
+                [h[3] for h in self.hooked], [h[2] for h in self.hooked])
+
+
+def _round_estimate(drops: Sequence[float], removable: Sequence[float]) -> float:
+    attributed = hodges_lehmann(removable)
+    return hodges_lehmann(drops) / attributed - 1.0 if attributed > 0 else math.nan
+
+
+def agreement(rounds: Sequence[Round], profiler: tuple[tuple[list[float], list[float]],
+                                                       tuple[list[float], list[float]]] | None = None,
+              *, reps: int = 2000, seed: int = 0, confidence: float = 0.95) -> dict[str, dict[str, Any]]:
+    """The forward's drop against the attributed attention.core time, per method, with
+    intervals that span rounds.
+
+    The drop is the Hodges-Lehmann estimate of the per-pair fraction that disappeared,
+    pooled over the rounds' unprofiled pairs. The hooks method's removable fraction is the
+    Hodges-Lehmann estimate over its hooked pairs, which ran among the unprofiled ones:
+    the same moments, so a host whose relative costs shift over a run shifts both.
+    ``profiler``: that method's per-iteration (core ms, forward ms) on the full model and
+    with the stand-in in place (one profiled pass); its removable fraction is
+    share - left_share * (1 - drop). The interval is a two-level percentile bootstrap:
+    rounds drawn with replacement, then within each drawn round its pairs (and the
+    profiler's iterations) with replacement, so variation between processes and moments
+    widens it as much as the noise within them.
     """
-    drops = relative_drops(full_ms, ablated_ms)
-    (fc, ff), (lc, lf) = full, left
-    share = ratio_of_sums(fc, ff, list(range(len(ff))))
-    left_share = ratio_of_sums(lc, lf, list(range(len(lf))))
-    drop = hodges_lehmann(drops)
+    import numpy as np
+
+    rounds = [r for r in rounds if len(r.full_ms) and len(r.hooked)]
+    if not rounds:
+        raise ValueError("no round with both unprofiled and hooked pairs")
+    drops = [np.asarray(r.drops) for r in rounds]
+    removable = [np.asarray(r.removable) for r in rounds]
+    full_ms = [x for r in rounds for x in r.full_ms]
     forward = median(full_ms)
-    removable = share - left_share * (1.0 - drop)
-    rng = random.Random(seed)
-    draws, drop_draws = [], []
+    drop = hodges_lehmann(np.concatenate(drops))
+    hooks_removable = hodges_lehmann(np.concatenate(removable))
+    hooked = [h for r in rounds for h in r.hooked]
+    share = ratio_of_sums([h[1] for h in hooked], [h[0] for h in hooked], list(range(len(hooked))))
+    left_share = ratio_of_sums([h[3] for h in hooked], [h[2] for h in hooked], list(range(len(hooked))))
+    if profiler is not None:
+        (pc, pf), (plc, plf) = profiler
+        p_share = ratio_of_sums(pc, pf, list(range(len(pf))))
+        p_left = ratio_of_sums(plc, plf, list(range(len(plf))))
+
+    rng = np.random.default_rng(seed)
+    drop_draws, hooks_draws, prof_draws = [], [], []
     for _ in range(reps):
-        d = hodges_lehmann([drops[rng.randrange(len(drops))] for _ in drops])
-        s = ratio_of_sums(fc, ff, [rng.randrange(len(ff)) for _ in ff])
-        s_left = ratio_of_sums(lc, lf, [rng.randrange(len(lf)) for _ in lf])
+        picked = rng.integers(len(rounds), size=len(rounds))
+        d = hodges_lehmann(np.concatenate([drops[i][rng.integers(drops[i].size, size=drops[i].size)]
+                                           for i in picked]))
+        h = hodges_lehmann(np.concatenate([removable[i][rng.integers(removable[i].size, size=removable[i].size)]
+                                           for i in picked]))
         drop_draws.append(d)
-        attributed = s - s_left * (1.0 - d)
-        if attributed > 0:
-            draws.append(d / attributed - 1.0)
-    rel = drop / removable - 1.0 if removable > 0 else math.nan
-    low, high = percentiles(draws, confidence)
+        if h > 0:
+            hooks_draws.append(d / h - 1.0)
+        if profiler is not None:
+            s = ratio_of_sums(pc, pf, [int(i) for i in rng.integers(len(pf), size=len(pf))])
+            s_left = ratio_of_sums(plc, plf, [int(i) for i in rng.integers(len(plf), size=len(plf))])
+            attributed = s - s_left * (1.0 - d)
+            if attributed > 0:
+                prof_draws.append(d / attributed - 1.0)
     drop_low, drop_high = percentiles(drop_draws, confidence)
-    return {"share": share, "attributed_ms": share * forward,
-            "left_ms": left_share * (1.0 - drop) * forward, "removable_ms": removable * forward,
-            "drop_fraction": drop, "drop_ms": drop * forward,
-            "drop_low_ms": drop_low * forward, "drop_high_ms": drop_high * forward,
-            "rel_diff": rel, "rel_low": low, "rel_high": high,
-            "rel_diff_full": drop / share - 1.0 if share > 0 else math.nan,
-            "verdict": verdict(share, rel, low, high)}
+    common = {"drop_fraction": drop, "drop_ms": drop * forward, "drop_low_ms": drop_low * forward,
+              "drop_high_ms": drop_high * forward}
+
+    def method(share_: float, removable_: float, draws: list[float]) -> dict[str, Any]:
+        rel = drop / removable_ - 1.0 if removable_ > 0 else math.nan
+        low, high = percentiles(draws, confidence)
+        return {**common, "share": share_, "attributed_ms": share_ * forward,
+                "left_ms": (share_ - removable_) * forward, "removable_ms": removable_ * forward,
+                "rel_diff": rel, "rel_low": low, "rel_high": high,
+                "rel_diff_full": drop / share_ - 1.0 if share_ > 0 else math.nan,
+                "verdict": verdict(share_, rel, low, high)}
+
+    out = {"hooks": method(share, hooks_removable, hooks_draws)}
+    out["hooks"]["left_share"] = left_share
+    out["hooks"]["round_rel_diffs"] = [_round_estimate(d, r) for d, r in zip(drops, removable)]
+    if profiler is not None:
+        out["profiler"] = method(p_share, p_share - p_left * (1.0 - drop), prof_draws)
+        out["profiler"]["left_share"] = p_left
+    return out
 
 
 def verdict(share: float, rel: float, low: float, high: float) -> str:

@@ -4,8 +4,10 @@
     profiled pass; the shares must sum to 1 and ``attention.core`` must be found.
 (b) Ablation: at reference size, the attention core is replaced by a stand-in of
     negligible cost (``reportgen.bench.ablation``); the drop in unprofiled forward time is
-    an independent estimate of the core's cost, compared with what reportgen attributes to
-    ``attention.core`` (its share of the profiled forward times the unprofiled median).
+    an independent estimate of the core's cost, compared with what each attribution method
+    attributes to ``attention.core`` and the stand-in removes. Measured in rounds, each a
+    freshly spawned process, so the interval spans what changes between processes and
+    moments of the run.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from reportgen.bench.ablation import (
     AGREEMENT,
     RESOLUTION,
     VERDICTS,
+    Round,
     agreement,
     attention_stand_in,
     core_series,
@@ -29,7 +32,6 @@ from reportgen.bench.ablation import (
 from reportgen.bench.common import (
     build,
     combo_label,
-    each_combo,
     stopwatch,
 )
 from reportgen.bench.results import figure, median
@@ -45,7 +47,7 @@ ARCHITECTURES: tuple[str, ...] = (
 )
 QUICK_ARCHITECTURES: tuple[str, ...] = ("bert", "gpt2", "llama", "t5")
 MIN_ARCHITECTURES = 12
-HOOKS_BUDGET_S = 6.0  # each attribution method's hooks pass, with and without the stand-in
+HOOKED_EVERY = 4  # every fourth pair of the ablation runs under the hooks method's clocks
 
 ARCH_QUESTION = (
     "Does attribution work on architectures it was never written for? Each transformers "
@@ -179,35 +181,40 @@ def architectures(model_types: Sequence[str] = ARCHITECTURES, *,
 # ---------------------------------------------------------------- ablation
 
 
-def _methods(built: Any, iterations: int, trace_dir: Path, name: str,
-             hooks_budget_s: float) -> dict[str, dict[str, Any]]:
-    """Both attribution methods' sections for the model as it stands."""
-    from reportgen.profile import regions
-
-    profiled = _profile(built, iterations, trace_dir, name)
-    return {"profiler": regions.profiler_method(profiled["per_iteration"],
-                                                profiled["attribution"]["basis"]),
-            "hooks": regions.hooks_method(built.model, built.step, budget_s=hooks_budget_s)}
-
-
 def paired_forwards(step: Any, model: Any, *, budget_s: float, min_pairs: int,
-                    warmup: int = 2) -> tuple[list[float], list[float], int]:
-    """Unprofiled forwards in back-to-back pairs, one with the attention core and one with
-    the stand-in, in ABBA order (full, stand-in, stand-in, full, ...), until ``budget_s``
-    has passed and at least ``min_pairs`` are done. Returns (full ms, stand-in ms, stand-in
-    calls per forward). Pairing forward by forward (not block by block) matters on a host
-    whose speed wanders by tens of percent within a minute: only the ratio of neighbours
-    is steady."""
+                    hooked_every: int = HOOKED_EVERY, warmup: int = 2) -> dict[str, Any]:
+    """Forwards in back-to-back pairs, one with the attention core and one with the
+    stand-in, in ABBA order (full, stand-in, stand-in, full, ...), until ``budget_s`` has
+    passed and at least ``min_pairs`` unprofiled pairs are done. Every ``hooked_every``-th
+    pair runs under the hooks method's clocks instead, so the attribution is measured at
+    the same moments as the drop. Pairing forward by forward (not block by block) matters
+    on a host whose speed wanders by tens of percent within a minute: only the ratio of
+    neighbours is steady.
+
+    Returns ``full_ms`` and ``ablated_ms`` (the unprofiled pairs), ``hooked`` (per hooked
+    pair: full ms, its attention.core ms, stand-in ms, its attention.core ms) and
+    ``calls`` (stand-in calls per forward).
+    """
     import time
 
-    def one(stub: bool) -> float:
+    from reportgen.profile import regions
+    from reportgen.profile.structure import module_categories
+
+    clock = regions.device_clock(step)
+    proj_category = module_categories(model, step)
+
+    def one(stub: bool, hooked: bool) -> tuple[float, float]:
         with attention_stand_in(model) if stub else contextlib.nullcontext():
-            t0 = time.perf_counter()
-            step()
-            step.sync()
-            ms = (time.perf_counter() - t0) * 1000.0
+            if hooked:
+                ms, cats = regions.hooked_forward(model, step, clock, proj_category)
+                core = cats.get("attention.core", 0.0)
+            else:
+                t0 = time.perf_counter()
+                step()
+                step.sync()
+                ms, core = (time.perf_counter() - t0) * 1000.0, math.nan
         step.reset()
-        return ms
+        return ms, core
 
     with attention_stand_in(model) as probe:
         step()
@@ -215,44 +222,100 @@ def paired_forwards(step: Any, model: Any, *, budget_s: float, min_pairs: int,
     if probe.calls == 0:
         raise RuntimeError("the stand-in was never called: attention not replaced")
     for _ in range(warmup):
-        one(False)
-        one(True)
+        for hooked in (False, True):
+            one(False, hooked)
+            one(True, hooked)
     full: list[float] = []
     stub: list[float] = []
+    hooked_pairs: list[tuple[float, float, float, float]] = []
     started = time.monotonic()
-    while len(full) < min_pairs or time.monotonic() - started < budget_s:
-        if len(full) % 2 == 0:
-            full.append(one(False))
-            stub.append(one(True))
+    pair = 0
+    while (len(full) < min_pairs or len(hooked_pairs) < 2
+           or time.monotonic() - started < budget_s):
+        hooked = pair % hooked_every == hooked_every - 1
+        if pair % 2 == 0:
+            f, a = one(False, hooked), one(True, hooked)
         else:
-            stub.append(one(True))
-            full.append(one(False))
-    return full, stub, probe.calls
+            a = one(True, hooked)
+            f = one(False, hooked)
+        if hooked:
+            hooked_pairs.append((f[0], f[1], a[0], a[1]))
+        else:
+            full.append(f[0])
+            stub.append(a[0])
+        pair += 1
+    return {"full_ms": full, "ablated_ms": stub, "hooked": hooked_pairs, "calls": probe.calls}
 
 
-def ablate(combo: Any, *, min_pairs: int, budget_s: float, iterations: int,
-           trace_dir: Path) -> dict[str, Any]:
-    from reportgen import shares
+def _profiler_series(built: Any, iterations: int, trace_dir: Path, name: str) -> tuple[list[float], list[float]]:
+    from reportgen.profile import regions
+
+    profiled = _profile(built, iterations, trace_dir, name)
+    return core_series(regions.profiler_method(profiled["per_iteration"],
+                                               profiled["attribution"]["basis"]))
+
+
+def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float,
+                  iterations: int, trace_dir: Path) -> dict[str, Any]:
+    """One combination's round: its pairs and, in the profiled round, the profiler
+    method's passes on the full model and with the stand-in in place."""
     from reportgen.profile import models
 
-    built = build(combo)
-    step, model = built.step, built.model
-    try:
-        full = _methods(built, iterations, trace_dir, "full", HOOKS_BUDGET_S)
-        with attention_stand_in(model) as probe:
-            left = _methods(built, iterations, trace_dir, "ablated", HOOKS_BUDGET_S)
-        patched = probe.patched
-        with stopwatch() as wall:
-            full_ms, ablated_ms, calls_per_forward = paired_forwards(
-                step, model, budget_s=budget_s, min_pairs=min_pairs)
-    finally:
-        models.free(built)
-    headline = shares.headline_method(getattr(combo, "device", "cpu"))
-    methods = {m: agreement(full_ms, ablated_ms, core_series(full[m]), core_series(left[m]))
-               for m in full}
+    with stopwatch() as wall:
+        built = build(combo)
+        try:
+            profiler = None
+            if profiled:
+                full = _profiler_series(built, iterations, trace_dir, "full")
+                with attention_stand_in(built.model):
+                    left = _profiler_series(built, iterations, trace_dir, "ablated")
+                profiler = {"full": full, "left": left}
+            with attention_stand_in(built.model) as probe:
+                pass
+            pairs = paired_forwards(built.step, built.model, budget_s=budget_s, min_pairs=min_pairs)
+            patched = list(probe.patched)
+        finally:
+            models.free(built)
+    return {"combination": combo_label(combo), **pairs, "patched": patched, "profiler": profiler,
+            "wall_s": wall[0]}
+
+
+def ablation_round(combos: Sequence[Any], *, profiled: bool, min_pairs: int, budget_s: float,
+                   iterations: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """One round of the ablation, in the process it is called in (a fresh one: `ablation`
+    spawns it): each combination in the order given. A combination that fails is a note."""
+    from reportgen.profile import heap
+
+    heap.steady()
+    units: list[dict[str, Any]] = []
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-ablation-") as tmp:
+        for combo in combos:
+            try:
+                units.append(ablation_unit(combo, profiled=profiled, min_pairs=min_pairs,
+                                           budget_s=budget_s, iterations=iterations,
+                                           trace_dir=Path(tmp)))
+            except Exception as exc:  # noqa: BLE001 - a failure is a finding, not the end
+                notes.append(f"{combo_label(combo)} failed: {type(exc).__name__}: {exc}")
+    return units, notes
+
+
+def ablation_row(units: Sequence[dict[str, Any]], device: str = "cpu") -> dict[str, Any]:
+    """A combination's figure row from its rounds (pure: ``ablation_unit``'s results)."""
+    from reportgen import shares
+
+    first = next((u for u in units if u.get("profiler")), None)
+    profiler = None if first is None else (first["profiler"]["full"], first["profiler"]["left"])
+    rounds = [Round(u["full_ms"], u["ablated_ms"], [tuple(h) for h in u["hooked"]]) for u in units]
+    methods = agreement(rounds, profiler)
+    headline = shares.headline_method(device)
+    if headline not in methods:
+        headline = "hooks"
     chosen = methods[headline]
+    full_ms = [x for u in units for x in u["full_ms"]]
+    ablated_ms = [x for u in units for x in u["ablated_ms"]]
     return {
-        "combination": combo_label(combo), "headline_method": headline,
+        "combination": units[0]["combination"], "headline_method": headline,
         "forward_ms": median(full_ms), "ablated_ms": median(ablated_ms),
         "drop_fraction": chosen["drop_fraction"], "drop_ms": chosen["drop_ms"],
         "drop_low_ms": chosen["drop_low_ms"], "drop_high_ms": chosen["drop_high_ms"],
@@ -262,30 +325,70 @@ def ablate(combo: Any, *, min_pairs: int, budget_s: float, iterations: int,
         "rel_diff_high": chosen["rel_high"], "verdict": chosen["verdict"],
         **{f"{m}_{k}": v for m, a in methods.items() for k, v in a.items()
            if k not in ("drop_fraction", "drop_ms", "drop_low_ms", "drop_high_ms")},
-        "stand_in_calls": calls_per_forward, "stand_in_patched": patched,
-        "pairs": len(full_ms), "full_ms": full_ms, "ablated_ms_pairs": ablated_ms,
-        "wall_s": wall[0],
+        "stand_in_calls": units[0]["calls"], "stand_in_patched": units[0]["patched"],
+        "rounds": len(units), "pairs": len(full_ms),
+        "hooked_pairs": sum(len(u["hooked"]) for u in units),
+        "pairs_per_round": [len(u["full_ms"]) for u in units],
+        "full_ms": full_ms, "ablated_ms_pairs": ablated_ms,
+        "wall_s": sum(u["wall_s"] for u in units),
     }
 
 
-def ablation(combos: Sequence[Any], *, min_pairs: int = 30, budget_s: float = 150.0,
+def _describe(row: dict[str, Any]) -> str:
+    return (f"{row['combination']}: drop {row['drop_ms']:.2f} ms [{row['drop_low_ms']:.2f}, "
+            f"{row['drop_high_ms']:.2f}] vs removable attributed {row['removable_ms']:.2f} ms "
+            f"({row['rel_diff']:+.1%} [{row['rel_diff_low']:+.1%}, {row['rel_diff_high']:+.1%}], "
+            f"{row['headline_method']}, {row['rounds']} rounds, {row['pairs']} pairs): {row['verdict']}")
+
+
+def ablation(combos: Sequence[Any], *, rounds: int = 5, min_pairs: int = 12, budget_s: float = 50.0,
              iterations: int = 3, log: Callable[[str], None] = print,
              stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="bench-ablation-") as tmp, stopwatch() as wall:
-        rows, notes = each_combo(
-            combos, "ablation",
-            lambda c: ablate(c, min_pairs=min_pairs, budget_s=budget_s, iterations=iterations,
-                             trace_dir=Path(tmp)),
-            lambda row: (f"{row['combination']}: drop {row['drop_ms']:.2f} ms "
-                         f"[{row['drop_low_ms']:.2f}, {row['drop_high_ms']:.2f}] vs removable "
-                         f"attributed {row['removable_ms']:.2f} ms ({row['rel_diff']:+.1%} "
-                         f"[{row['rel_diff_low']:+.1%}, {row['rel_diff_high']:+.1%}], "
-                         f"{row['headline_method']}, {row['pairs']} pairs): {row['verdict']}"),
-            log=log, stop=stop)
-    return ablation_summary(rows, notes, min_pairs=min_pairs, budget_s=budget_s, duration_s=wall[0])
+    """The ablation figure: ``rounds`` rounds, each a freshly spawned process visiting the
+    combinations in its own shuffled order and spending ``budget_s`` (at least
+    ``min_pairs`` pairs) on each; the profiler method's passes run in round 0."""
+    import multiprocessing
+    import random
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    units: dict[str, list[dict[str, Any]]] = {combo_label(c): [] for c in combos}
+    notes: list[str] = []
+    context = multiprocessing.get_context("spawn")
+    with stopwatch() as wall:
+        for index in range(rounds):
+            if stop():
+                notes.append(f"time limit reached: {rounds - index} of {rounds} rounds not measured")
+                break
+            order = list(combos)
+            random.Random(index).shuffle(order)
+            try:
+                with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                    done, failed = pool.submit(ablation_round, order, profiled=index == 0,
+                                               min_pairs=min_pairs, budget_s=budget_s,
+                                               iterations=iterations).result()
+            except BrokenProcessPool as exc:
+                notes.append(f"round {index}: its process died ({exc})")
+                log(f"  ablation round {index + 1}/{rounds}: process died")
+                continue
+            notes += [f"round {index}: {n}" for n in failed]
+            for unit in done:
+                units[unit["combination"]].append(unit)
+            log(f"  ablation round {index + 1}/{rounds}: " + ", ".join(
+                f"{u['combination']} {len(u['full_ms'])}+{len(u['hooked'])} pairs" for u in done)
+                + (f"; {len(failed)} failed" if failed else ""))
+    rows = []
+    for label, measured in units.items():
+        if not any(u.get("profiler") for u in measured):
+            notes.append(f"{label}: not measured (its profiled round did not complete)")
+            continue
+        rows.append(ablation_row(measured))
+        log(f"  ablation {_describe(rows[-1])}")
+    return ablation_summary(rows, notes, rounds=rounds, min_pairs=min_pairs, budget_s=budget_s,
+                            duration_s=wall[0])
 
 
-def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), *,
+def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), *, rounds: int,
                      min_pairs: int, budget_s: float, duration_s: float | None = None) -> dict[str, Any]:
     """The figure from per-combination rows (pure): pass/fail by ``ablation.verdict``."""
     goal = (f"where the attributed attention.core is at least {RESOLUTION:.0%} of the forward, "
@@ -318,20 +421,27 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
         "the model with the stand-in in place, and the drop is compared with the attributed "
         "time less what the method still calls attention.core then (removable_ms); "
         "rel_diff_full compares with the whole attributed time.",
-        f"Measurement: unprofiled forwards in back-to-back pairs (with the core, with the "
-        f"stand-in; ABBA order) for {budget_s:.0f} s and at least {min_pairs} pairs per "
-        "combination. The drop is the Hodges-Lehmann estimate of the per-pair fraction of the "
-        "forward that disappeared: the host's speed wanders by tens of percent within a "
-        "minute, which scales both forwards of a pair alike and cancels in their ratio.",
-        "Interval: joint percentile bootstrap over the pairs and each method's per-iteration "
-        "shares.",
+        f"Measurement: {rounds} rounds, each a freshly spawned process that visits the "
+        f"combinations in its own shuffled order and spends {budget_s:.0f} s (at least "
+        f"{min_pairs} pairs) on each: forwards in back-to-back pairs (with the core, with the "
+        f"stand-in; ABBA order), every {HOOKED_EVERY}th pair under the hooks method's clocks "
+        "and the rest unprofiled. The drop is the Hodges-Lehmann estimate of the unprofiled "
+        "pairs' fraction of the forward that disappeared: the host's speed wanders by tens of "
+        "percent within a minute, which scales both forwards of a pair alike and cancels in "
+        "their ratio. The hooks method's removable time comes from its pairs among them, at "
+        "the same moments; the profiler method's from one profiled pass of each model in the "
+        "first round.",
+        "Interval: two-level percentile bootstrap (rounds drawn with replacement, then the "
+        "pairs and profiled iterations within each), so differences between processes and "
+        "moments of the run widen it as much as the noise within one; `hooks_round_rel_diffs` "
+        "gives each round's own estimate.",
         *notes,
     ]
     return figure(
         "Attention ablation", ABLATION_QUESTION,
         value=worst["rel_diff"], unit="fraction",
         interval=[worst["rel_diff_low"], worst["rel_diff_high"]],
-        interval_kind="worst combination at resolution, joint bootstrap",
+        interval_kind="worst combination at resolution, two-level bootstrap over rounds",
         goal=goal, goal_spec=spec, status=status, notes=out_notes, rows=rows,
         duration_s=duration_s,
     )

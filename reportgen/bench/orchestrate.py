@@ -43,8 +43,9 @@ class Plan:
     architectures: tuple[str, ...]
     ablation: tuple[tuple[str, str, str, int], ...]  # model, mode, attn, seq
     ablation_scale: str
-    ablation_min_pairs: int
-    ablation_budget_s: float  # of paired forwards, per combination
+    ablation_rounds: int  # each a freshly spawned process
+    ablation_min_pairs: int  # unprofiled pairs per combination and round, at least
+    ablation_budget_s: float  # of paired forwards, per combination and round
     render_sizes: tuple[int, ...]
 
 
@@ -59,7 +60,7 @@ def plan(quick: bool) -> Plan:
             instr_rounds=2, instr_budget_s=0.2,
             architectures=QUICK_ARCHITECTURES,
             ablation=(("bert-base", "forward", "sdpa", 64), ("llama-small", "prefill", "sdpa", 64)),
-            ablation_scale="tiny", ablation_min_pairs=6, ablation_budget_s=0.3,
+            ablation_scale="tiny", ablation_rounds=2, ablation_min_pairs=4, ablation_budget_s=0.3,
             render_sizes=(5, 10, 20),
         )
     return Plan(
@@ -69,7 +70,7 @@ def plan(quick: bool) -> Plan:
         architectures=ARCHITECTURES,
         ablation=(("bert-base", "forward", "sdpa", 512), ("llama-small", "prefill", "sdpa", 512),
                   ("bert-base", "forward", "eager", 512), ("llama-small", "prefill", "eager", 512)),
-        ablation_scale="reference", ablation_min_pairs=30, ablation_budget_s=150.0,
+        ablation_scale="reference", ablation_rounds=5, ablation_min_pairs=12, ablation_budget_s=50.0,
         render_sizes=(50, 500, 2000),
     )
 
@@ -227,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                            attn_implementation=attn, batch_size=1, seq_len=s, device="cpu")
                for m, mode, attn, s in p.ablation]
         step("ablation", lambda: {"attribution_ablation": attribution_check.ablation(
-            abl, min_pairs=p.ablation_min_pairs, budget_s=p.ablation_budget_s, log=log, stop=stop)})
+            abl, rounds=p.ablation_rounds, min_pairs=p.ablation_min_pairs, budget_s=p.ablation_budget_s,
+            log=log, stop=stop)})
     if "render" in only:
         from reportgen.bench import render_scaling
 

@@ -31,7 +31,7 @@ from reportgen.attribution import profiler_iterations
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import classify, module_categories
 
-__all__ = ["attribute", "attribution_section", "clocked", "device_clock", "hooks_method",
+__all__ = ["attribute", "attribution_section", "clocked", "device_clock", "hooked_forward", "hooks_method",
            "profiler_iterations", "profiler_method"]
 
 _ITERATION = -1
@@ -145,6 +145,18 @@ class _Recorder:
                 c = calls[index]
                 calls[index] = shares.Call(c.role, c.start, t, c.parent, c.category)
         return times[-1], shares.categorise(calls, sources), len(log) // 2
+
+
+def hooked_forward(model: nn.Module, step: StepLike, clock: Any,
+                   proj_category: dict[str, str]) -> tuple[float, dict[str, float]]:
+    """One ``step()`` under the method's clocks, installed for it alone: (wall ms,
+    category ms). ``proj_category`` from ``module_categories``."""
+    recorder = _Recorder(model, clock, proj_category)
+    try:
+        ms, categories, _ = recorder.iteration(step)
+    finally:
+        recorder.remove()
+    return ms, categories
 
 
 def device_clock(step: StepLike) -> Any:
