@@ -259,9 +259,15 @@ def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float
                   iterations: int, trace_dir: Path) -> dict[str, Any]:
     """One combination's round: its pairs and, in the profiled round, the profiler
     method's passes on the full model and with the stand-in in place."""
+    import gc
+
     from reportgen.profile import models
 
     with stopwatch() as wall:
+        # as in the suite's workers: what outlives a combination (the libraries' objects)
+        # frozen, so a collection during a timed forward costs milliseconds, not 0.2 s
+        gc.collect()
+        gc.freeze()
         built = build(combo)
         try:
             profiler = None
