@@ -14,6 +14,7 @@ from run_copies import scaled_copy as _scaled_copy
 
 from reportgen import stats
 from reportgen.cli import main
+from reportgen.schema import iter_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +75,9 @@ def test_filters_pair_runs_by_library_version(tmp_path: Path, capsys: pytest.Cap
 def test_filters_pair_across_attention_implementations(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = _json(capsys, "--runs", str(ROOT / "runs"), "suite=cpu-default,attn=eager",
                        "suite=cpu-default,attn=sdpa")
-    assert len(data["rows"]) == 12
+    # 12 eager/sdpa pairs per host that ran cpu-default, each paired on its own host
+    hosts = {r.record["hardware"] for r in iter_runs(ROOT / "runs") if r.record["suite"]["name"] == "cpu-default"}
+    assert hosts and len(data["rows"]) == 12 * len(hosts)
     for row in data["rows"]:
         assert row["base_id"].replace("--eager--", "--sdpa--") == row["id"]
     assert code in (0, 1)

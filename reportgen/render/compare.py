@@ -286,6 +286,7 @@ def compare(base: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD) -> C
     for k, row in zip(common, rows):
         if "hardware" in keys and len({k2[0] for k2 in common}) > 1:
             row["id"] = f"{k[0]}/{row['id']}"
+            row["base_id"] = f"{k[0]}/{row['base_id']}"  # paired on the same host
         row["base_run"], row["new_run"] = b[k][0].run_id, n[k][0].run_id
     rows.sort(key=_order)
     used_b = {b[k][0].run_id: b[k][0] for k in common}
