@@ -159,12 +159,6 @@ class Round:
         full forward."""
         return [(fc - ac) / fw for fw, fc, _aw, ac in self.hooked]
 
-    @property
-    def shares(self) -> tuple[list[float], list[float], list[float], list[float]]:
-        """(core, forward) ms of the hooked full forwards, then of the hooked stand-in ones."""
-        return ([h[1] for h in self.hooked], [h[0] for h in self.hooked],
-                [h[3] for h in self.hooked], [h[2] for h in self.hooked])
-
 
 def _round_estimate(drops: Sequence[float], removable: Sequence[float]) -> float:
     attributed = hodges_lehmann(removable)
