@@ -325,19 +325,45 @@ def test_an_ablation_round_runs_in_a_fresh_process_and_gives_a_row() -> None:
     combo = Combination(model="llama-small", scale="tiny", mode="prefill", dtype="fp32",
                         attn_implementation="sdpa", batch_size=1, seq_len=32, device="cpu")
     logged: list[str] = []
-    fig = attribution_check.ablation([combo], rounds=2, min_pairs=4, budget_s=0.0, iterations=2,
-                                     log=logged.append)
+    # one round asked for, a second added because no interval can be within 1e-9
+    fig = attribution_check.ablation([combo], rounds=1, max_rounds=2, precision=1e-9, min_pairs=4,
+                                     budget_s=0.0, iterations=2, log=logged.append)
     (row,) = fig["rows"]
-    # every fourth pair hooked, at least two of them: six unprofiled pairs and two hooked
-    assert row["rounds"] == 2 and row["pairs"] == 12 and row["pairs_per_round"] == [6, 6]
+    # every eighth pair hooked, at least two of them: fourteen unprofiled pairs and two hooked
+    assert row["rounds"] == 2 and row["pairs"] == 28 and row["pairs_per_round"] == [14, 14]
     assert row["hooked_pairs"] == 4 and len(row["hooks_round_rel_diffs"]) == 2
+    assert row["pair_drop_sd"] > 0
     assert row["headline_method"] == "hooks" and {"hooks_verdict", "profiler_verdict"} <= set(row)
     assert row["verdict"] == verdict(row["attributed_share"], row["rel_diff"], row["rel_diff_low"],
                                      row["rel_diff_high"])
     assert row["drop_low_ms"] <= row["drop_ms"] <= row["drop_high_ms"]
     assert row["rel_diff_low"] <= row["rel_diff_high"]
-    assert any("2 rounds" in n for n in fig["notes"])
+    assert any("2 rounds (at least 1, then more" in n for n in fig["notes"])
+    assert any("2 rounds, the most allowed" in n for n in fig["notes"])
     assert sum("ablation round" in line for line in logged) == 2
+    assert any("after 1 rounds: widest interval" in line for line in logged)
+
+
+def _row(verdict: str, low: float, high: float) -> dict[str, object]:
+    return {"verdict": verdict, "rel_diff_low": low, "rel_diff_high": high}
+
+
+@pytest.mark.parametrize(("rows", "combinations", "expected"), [
+    ([_row("pass", -0.04, 0.05), _row("fail", 0.02, 0.11)], 2, (True, 0.045)),
+    # a failing row whose interval is narrow stops the rounds as well: widths only
+    ([_row("fail", 0.12, 0.20)], 1, (True, 0.04)),
+    ([_row("pass", -0.04, 0.05), _row("pass", -0.07, 0.08)], 2, (False, 0.075)),
+    # a combination below resolution has no say; a missing row or interval keeps going
+    ([_row("below resolution", -0.9, 0.9), _row("pass", -0.01, 0.01)], 2, (True, 0.01)),
+    ([_row("pass", -0.01, 0.01)], 2, (False, 0.01)),
+    ([_row("fail", float("nan"), 0.01)], 1, (False, float("inf"))),
+])
+def test_ablation_adds_rounds_until_the_intervals_are_narrow(rows, combinations, expected) -> None:
+    from reportgen.bench.attribution_check import precise
+
+    enough, widest = precise(rows, combinations, 0.05)
+    assert enough is expected[0] and widest == pytest.approx(expected[1])
+    assert precise(rows, combinations, None)[0] is (len(rows) >= combinations)
 
 
 def test_stand_in_output_is_cached_zeros() -> None:

@@ -47,7 +47,7 @@ ARCHITECTURES: tuple[str, ...] = (
 )
 QUICK_ARCHITECTURES: tuple[str, ...] = ("bert", "gpt2", "llama", "t5")
 MIN_ARCHITECTURES = 12
-HOOKED_EVERY = 4  # every fourth pair of the ablation runs under the hooks method's clocks
+HOOKED_EVERY = 8  # every eighth pair of the ablation runs under the hooks method's clocks
 
 ARCH_QUESTION = (
     "Does attribution work on architectures it was never written for? Each transformers "
@@ -308,6 +308,8 @@ def ablation_round(combos: Sequence[Any], *, profiled: bool, min_pairs: int, bud
 
 def ablation_row(units: Sequence[dict[str, Any]], device: str = "cpu") -> dict[str, Any]:
     """A combination's figure row from its rounds (pure: ``ablation_unit``'s results)."""
+    import numpy as np
+
     from reportgen import shares
 
     first = next((u for u in units if u.get("profiler")), None)
@@ -335,6 +337,8 @@ def ablation_row(units: Sequence[dict[str, Any]], device: str = "cpu") -> dict[s
         "rounds": len(units), "pairs": len(full_ms),
         "hooked_pairs": sum(len(u["hooked"]) for u in units),
         "pairs_per_round": [len(u["full_ms"]) for u in units],
+        # the host's noise: the spread of one pair's drop, as a fraction of the forward
+        "pair_drop_sd": float(np.std([d for r in rounds for d in r.drops])),
         "full_ms": full_ms, "ablated_ms_pairs": ablated_ms,
         "wall_s": sum(u["wall_s"] for u in units),
     }
@@ -347,12 +351,38 @@ def _describe(row: dict[str, Any]) -> str:
             f"{row['headline_method']}, {row['rounds']} rounds, {row['pairs']} pairs): {row['verdict']}")
 
 
-def ablation(combos: Sequence[Any], *, rounds: int = 5, min_pairs: int = 12, budget_s: float = 50.0,
+def _half_width(row: dict[str, Any]) -> float:
+    """The headline interval's half-width, or infinity where it is missing."""
+    low, high = row["rel_diff_low"], row["rel_diff_high"]
+    if any(v is None or v != v for v in (low, high)):
+        return math.inf
+    return (high - low) / 2.0
+
+
+def precise(rows: Sequence[dict[str, Any]], combinations: int,
+            precision: float | None) -> tuple[bool, float]:
+    """Whether the rows are precise enough to stop adding rounds (pure), and the widest
+    half-width among the combinations at resolution: every combination needs a row, and
+    every row at resolution an interval within ``precision`` either side. Widths only."""
+    judged = [r for r in rows if r["verdict"] != "below resolution"]
+    widest = max((_half_width(r) for r in judged), default=0.0)
+    if len(rows) < combinations:
+        return False, widest
+    return precision is None or widest <= precision, widest
+
+
+def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None = None,
+             precision: float | None = None, min_pairs: int = 12, budget_s: float = 50.0,
              iterations: int = 3, log: Callable[[str], None] = print,
              stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-    """The ablation figure: ``rounds`` rounds, each a freshly spawned process visiting the
-    combinations in its own shuffled order and spending ``budget_s`` (at least
-    ``min_pairs`` pairs) on each; the profiler method's passes run in round 0."""
+    """The ablation figure: at least ``rounds`` rounds, each a freshly spawned process
+    visiting the combinations in its own shuffled order and spending ``budget_s`` (at least
+    ``min_pairs`` pairs) on each; the profiler method's passes run in round 0.
+
+    With ``precision`` and ``max_rounds``, rounds continue past ``rounds`` until every
+    combination at resolution has an interval no wider than ``precision`` either side, or
+    ``max_rounds`` are done: a noisy hour costs time rather than a verdict the noise
+    decided. The rule reads the intervals' widths only, never where they lie."""
     import multiprocessing
     import random
     from concurrent.futures import ProcessPoolExecutor
@@ -361,10 +391,25 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, min_pairs: int = 12, bud
     units: dict[str, list[dict[str, Any]]] = {combo_label(c): [] for c in combos}
     notes: list[str] = []
     context = multiprocessing.get_context("spawn")
+    limit = max(rounds, max_rounds or rounds)
+
+    def rows_now() -> list[dict[str, Any]]:
+        return [ablation_row(m) for m in units.values() if any(u.get("profiler") for u in m)]
+
+    def precise_enough() -> bool:
+        rows = rows_now()
+        enough, widest = precise(rows, len(units), precision)
+        log(f"  ablation after {done_rounds} rounds: widest interval at resolution ±{widest:.1%}"
+            + ("" if precision is None else f" (wanted ±{precision:.0%})"))
+        return enough
+
+    done_rounds = 0
     with stopwatch() as wall:
-        for index in range(rounds):
+        for index in range(limit):
+            if index >= rounds and precise_enough():
+                break
             if stop():
-                notes.append(f"time limit reached: {rounds - index} of {rounds} rounds not measured")
+                notes.append(f"time limit reached after {index} rounds")
                 break
             order = list(combos)
             random.Random(index).shuffle(order)
@@ -375,14 +420,19 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, min_pairs: int = 12, bud
                                                iterations=iterations).result()
             except BrokenProcessPool as exc:
                 notes.append(f"round {index}: its process died ({exc})")
-                log(f"  ablation round {index + 1}/{rounds}: process died")
+                log(f"  ablation round {index + 1}: process died")
                 continue
+            done_rounds += 1
             notes += [f"round {index}: {n}" for n in failed]
             for unit in done:
                 units[unit["combination"]].append(unit)
-            log(f"  ablation round {index + 1}/{rounds}: " + ", ".join(
+            log(f"  ablation round {index + 1}: " + ", ".join(
                 f"{u['combination']} {len(u['full_ms'])}+{len(u['hooked'])} pairs" for u in done)
                 + (f"; {len(failed)} failed" if failed else ""))
+        else:
+            if precision is not None and limit > rounds and not precise_enough():
+                notes.append(f"{limit} rounds, the most allowed, left an interval at resolution "
+                             f"wider than ±{precision:.0%}")
     rows = []
     for label, measured in units.items():
         if not any(u.get("profiler") for u in measured):
@@ -390,12 +440,15 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, min_pairs: int = 12, bud
             continue
         rows.append(ablation_row(measured))
         log(f"  ablation {_describe(rows[-1])}")
-    return ablation_summary(rows, notes, rounds=rounds, min_pairs=min_pairs, budget_s=budget_s,
-                            duration_s=wall[0])
+    return ablation_summary(rows, notes, rounds=done_rounds, min_pairs=min_pairs, budget_s=budget_s,
+                            duration_s=wall[0], min_rounds=rounds, max_rounds=limit,
+                            precision=precision)
 
 
 def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), *, rounds: int,
-                     min_pairs: int, budget_s: float, duration_s: float | None = None) -> dict[str, Any]:
+                     min_pairs: int, budget_s: float, duration_s: float | None = None,
+                     min_rounds: int | None = None, max_rounds: int | None = None,
+                     precision: float | None = None) -> dict[str, Any]:
     """The figure from per-combination rows (pure): pass/fail by ``ablation.verdict``."""
     goal = (f"where the attributed attention.core is at least {RESOLUTION:.0%} of the forward, "
             f"the drop agrees with it within {AGREEMENT:.0%} (relative), whole 95% interval "
@@ -427,7 +480,8 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
         "the model with the stand-in in place, and the drop is compared with the attributed "
         "time less what the method still calls attention.core then (removable_ms); "
         "rel_diff_full compares with the whole attributed time.",
-        f"Measurement: {rounds} rounds, each a freshly spawned process that visits the "
+        f"Measurement: {rounds} rounds{_rounds_rule(min_rounds, max_rounds, precision)}, each a "
+        "freshly spawned process that visits the "
         f"combinations in its own shuffled order and spends {budget_s:.0f} s (at least "
         f"{min_pairs} pairs) on each: forwards in back-to-back pairs (with the core, with the "
         f"stand-in; ABBA order), every {HOOKED_EVERY}th pair under the hooks method's clocks "
@@ -451,6 +505,14 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
         goal=goal, goal_spec=spec, status=status, notes=out_notes, rows=rows,
         duration_s=duration_s,
     )
+
+
+def _rounds_rule(min_rounds: int | None, max_rounds: int | None, precision: float | None) -> str:
+    if precision is None or min_rounds is None or not max_rounds or max_rounds <= min_rounds:
+        return ""
+    return (f" (at least {min_rounds}, then more until every combination at resolution had "
+            f"an interval within ±{precision:.0%} of its estimate, at most {max_rounds}: the "
+            "rule reads the intervals' widths, never where they lie)")
 
 
 # ---------------------------------------------------------------- other + overhead

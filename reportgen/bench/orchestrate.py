@@ -43,7 +43,9 @@ class Plan:
     architectures: tuple[str, ...]
     ablation: tuple[tuple[str, str, str, int], ...]  # model, mode, attn, seq
     ablation_scale: str
-    ablation_rounds: int  # each a freshly spawned process
+    ablation_rounds: int  # each a freshly spawned process; at least this many
+    ablation_max_rounds: int  # more rounds, up to this many, while an interval is wider than
+    ablation_precision: float  # this either side of its estimate
     ablation_min_pairs: int  # unprofiled pairs per combination and round, at least
     ablation_budget_s: float  # of paired forwards, per combination and round
     render_sizes: tuple[int, ...]
@@ -60,7 +62,8 @@ def plan(quick: bool) -> Plan:
             instr_rounds=2, instr_budget_s=0.2,
             architectures=QUICK_ARCHITECTURES,
             ablation=(("bert-base", "forward", "sdpa", 64), ("llama-small", "prefill", "sdpa", 64)),
-            ablation_scale="tiny", ablation_rounds=2, ablation_min_pairs=4, ablation_budget_s=0.3,
+            ablation_scale="tiny", ablation_rounds=2, ablation_max_rounds=2,
+            ablation_precision=0.05, ablation_min_pairs=4, ablation_budget_s=0.3,
             render_sizes=(5, 10, 20),
         )
     return Plan(
@@ -70,7 +73,8 @@ def plan(quick: bool) -> Plan:
         architectures=ARCHITECTURES,
         ablation=(("bert-base", "forward", "sdpa", 512), ("llama-small", "prefill", "sdpa", 512),
                   ("bert-base", "forward", "eager", 512), ("llama-small", "prefill", "eager", 512)),
-        ablation_scale="reference", ablation_rounds=5, ablation_min_pairs=12, ablation_budget_s=50.0,
+        ablation_scale="reference", ablation_rounds=4, ablation_max_rounds=10, ablation_precision=0.05,
+        ablation_min_pairs=12, ablation_budget_s=60.0,
         render_sizes=(50, 500, 2000),
     )
 
@@ -105,10 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", action="store_true",
                         help="with --only: keep the other figures of an existing results file")
     parser.add_argument("--suite", default="cpu-default", help="suite measured (default cpu-default)")
-    parser.add_argument("--time-limit", type=float, default=5400.0, metavar="S",
-                        help="stop starting new measurements after S seconds (default 5400: on "
+    parser.add_argument("--time-limit", type=float, default=7200.0, metavar="S",
+                        help="stop starting new measurements after S seconds (default 7200: on "
                              "2 cores the steps took 4,359 s when last measured, the suite twice "
-                             "in eight rounds and the ablation's pairs the largest parts)")
+                             "in eight rounds and the ablation's pairs the largest parts; the "
+                             "ablation adds rounds, up to 10, while its intervals are wide)")
     parser.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
                         help="before each figure wait up to S seconds for other processes to use "
                              "under 10%% of the CPU (default 60; 0: do not wait)")
@@ -228,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                            attn_implementation=attn, batch_size=1, seq_len=s, device="cpu")
                for m, mode, attn, s in p.ablation]
         step("ablation", lambda: {"attribution_ablation": attribution_check.ablation(
-            abl, rounds=p.ablation_rounds, min_pairs=p.ablation_min_pairs, budget_s=p.ablation_budget_s,
+            abl, rounds=p.ablation_rounds, max_rounds=p.ablation_max_rounds,
+            precision=p.ablation_precision, min_pairs=p.ablation_min_pairs, budget_s=p.ablation_budget_s,
             log=log, stop=stop)})
     if "render" in only:
         from reportgen.bench import render_scaling

@@ -180,7 +180,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
                              "removable_ms", "rel_diff", "rel_diff_low", "rel_diff_high",
                              "verdict", "hooks_share", "hooks_rel_diff", "hooks_verdict",
                              "profiler_share", "profiler_rel_diff", "profiler_verdict",
-                             "rounds", "pairs", "hooked_pairs"),
+                             "rounds", "pairs", "hooked_pairs", "pair_drop_sd"),
     "attribution_remainder": ("combination", "mode", "method", "share", "share_low",
                               "share_high", "largest_source", "largest_source_ms"),
     "flops_agreement": ("combination", "category", "analytic", "counted", "rel_diff",
