@@ -159,6 +159,14 @@ class Round:
         full forward."""
         return [(fc - ac) / fw for fw, fc, _aw, ac in self.hooked]
 
+    @property
+    def neighbours(self) -> list[float]:
+        """Per hooked pair, how much the forward outside ``attention.core`` (projections,
+        MLP, norms, the blocks' own time) sped up with the stand-in in place, as a fraction
+        of the full forward: a cost the real core puts on the code around it, which the
+        drop contains and no exclusive attribution can place in the core."""
+        return [((fw - fc) - (aw - ac)) / fw for fw, fc, aw, ac in self.hooked]
+
 
 def _round_estimate(drops: Sequence[float], removable: Sequence[float]) -> float:
     attributed = hodges_lehmann(removable)
@@ -233,6 +241,11 @@ def agreement(rounds: Sequence[Round], profiler: tuple[tuple[list[float], list[f
 
     out = {"hooks": method(share, hooks_removable, hooks_draws)}
     out["hooks"]["left_share"] = left_share
+    # what the same clocks saw change outside the core: the drop less the removable core
+    # less this is what neither explains (the clocks' own effect and the noise)
+    neighbours = hodges_lehmann([x for r in rounds for x in r.neighbours])
+    out["hooks"]["neighbours_ms"] = neighbours * forward
+    out["hooks"]["unexplained_ms"] = (drop - hooks_removable - neighbours) * forward
     out["hooks"]["round_rel_diffs"] = [_round_estimate(d, r) for d, r in zip(drops, removable)]
     if profiler is not None:
         out["profiler"] = method(p_share, p_share - p_left * (1.0 - drop), prof_draws)

@@ -177,7 +177,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
                                   "ok", "error"),
     "attribution_ablation": ("combination", "forward_ms", "drop_ms", "drop_low_ms",
                              "drop_high_ms", "headline_method", "attributed_share",
-                             "removable_ms", "rel_diff", "rel_diff_low", "rel_diff_high",
+                             "removable_ms", "neighbours_ms", "unexplained_ms", "rel_diff", "rel_diff_low", "rel_diff_high",
                              "verdict", "hooks_share", "hooks_rel_diff", "hooks_verdict",
                              "profiler_share", "profiler_rel_diff", "profiler_verdict",
                              "rounds", "pairs", "hooked_pairs", "pair_drop_sd"),
