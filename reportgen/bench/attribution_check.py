@@ -329,8 +329,6 @@ def ablation_row(units: Sequence[dict[str, Any]], device: str = "cpu") -> dict[s
         "drop_low_ms": chosen["drop_low_ms"], "drop_high_ms": chosen["drop_high_ms"],
         "attributed_share": chosen["share"], "attributed_ms": chosen["attributed_ms"],
         "removable_ms": chosen["removable_ms"],
-        "neighbours_ms": methods["hooks"]["neighbours_ms"],
-        "unexplained_ms": methods["hooks"]["unexplained_ms"],
         "rel_diff": chosen["rel_diff"], "rel_diff_low": chosen["rel_low"],
         "rel_diff_high": chosen["rel_high"], "verdict": chosen["verdict"],
         **{f"{m}_{k}": v for m, a in methods.items() for k, v in a.items()
@@ -482,11 +480,11 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
         "the model with the stand-in in place, and the drop is compared with the attributed "
         "time less what the method still calls attention.core then (removable_ms); "
         "rel_diff_full compares with the whole attributed time.",
-        "neighbours_ms: how much the rest of the forward (projections, MLP, norms, the "
+        "hooks_neighbours_ms: how much the rest of the forward (projections, MLP, norms, the "
         "blocks' own time) sped up with the stand-in in place, read by the hooks method's "
         "clocks in the same hooked pairs: a cost the real core puts on the code after it "
         "(caches, the threads' state), inside the drop but outside any exclusive attribution "
-        "of the core. unexplained_ms is the drop less both.",
+        "of the core. hooks_unexplained_ms is the drop less both.",
         f"Measurement: {rounds} rounds{_rounds_rule(min_rounds, max_rounds, precision)}, each a "
         "freshly spawned process that visits the "
         f"combinations in its own shuffled order and spends {budget_s:.0f} s (at least "
