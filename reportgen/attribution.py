@@ -43,6 +43,9 @@ ROLE_CATEGORY: dict[str, str] = {
     "head": "head",
     "act": "mlp",
     "core": "attention.core",
+    "mixer": "mixer",
+    "moe": "moe.router",
+    "experts": "moe.experts",
     "block": "other",
 }
 

@@ -7,7 +7,10 @@ CATEGORIES: tuple[str, ...] = (
     "attention.qkv",
     "attention.core",
     "attention.out",
+    "mixer",
     "mlp",
+    "moe.router",
+    "moe.experts",
     "norm",
     "head",
     "compiled",
@@ -16,6 +19,12 @@ CATEGORIES: tuple[str, ...] = (
 )
 
 ATTENTION_CATEGORIES: tuple[str, ...] = tuple(c for c in CATEGORIES if c.startswith("attention."))
+# A mixture-of-experts layer's two parts: together they take the place of the dense MLP.
+MOE_CATEGORIES: tuple[str, ...] = tuple(c for c in CATEGORIES if c.startswith("moe."))
+# Categories only some architectures have (state-space and hybrid models, mixtures of
+# experts): tables show them where a row has them, so a dense model's table keeps its
+# columns and older records (written before these existed) read as not having them.
+ARCHITECTURE_CATEGORIES: tuple[str, ...] = ("mixer", *MOE_CATEGORIES)
 
 # What each category holds, for pages and legends.
 DESCRIPTIONS: dict[str, str] = {
@@ -23,7 +32,12 @@ DESCRIPTIONS: dict[str, str] = {
     "attention.qkv": "the query, key and value projections",
     "attention.core": "scores, softmax and the weighted sum (the attention call itself)",
     "attention.out": "the attention output projection",
-    "mlp": "the feed-forward block: its projections and activation",
+    "mixer": ("token mixers other than softmax attention, with their projections: "
+              "state-space scans (Mamba), linear and gated-delta attention, short convolutions"),
+    "mlp": "the dense feed-forward block: its projections and activation",
+    "moe.router": ("a mixture-of-experts layer outside its experts: the router's gate, top-k, "
+                   "and the dispatch to and combination of the experts' outputs"),
+    "moe.experts": "the experts of a mixture-of-experts layer, routed and shared",
     "norm": "layer and RMS norms",
     "head": "output embeddings, poolers and task heads",
     "compiled": ("kernels of a torch.compile'd forward that no module can be named for: fused "

@@ -86,6 +86,31 @@ _KV_HEAD_NAMES = ("num_key_value_heads", "num_kv_heads")
 _FF_NAMES = ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim")
 _HEAD_DIM_NAMES = ("d_kv", "head_dim")
 _POSITION_NAMES = ("max_position_embeddings", "n_positions", "n_ctx")
+# Mixtures of experts keep several experts and more than one per token, so routing runs.
+TINY_EXPERTS = 4
+TINY_TOP_K = 2
+TINY_MAX_LAYERS = 4  # a hybrid keeps one layer of each kind, up to this many
+_EXPERT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_TOP_K_NAMES = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k")
+# group-limited routing (experts in groups, top groups first): one group of all experts
+_EXPERT_GROUP_NAMES = ("n_group", "topk_group", "num_expert_group")
+# latent attention (MLA): the compressed ranks and the rope/no-rope split of the head
+_LATENT = {"kv_lora_rank": 32, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+           "v_head_dim": TINY_HEAD_DIM, "qk_head_dim": 16}
+# state-space and linear-attention mixers: state, rank and width of their inner parts
+_SSM_STATE_NAMES = ("state_size", "ssm_state_size", "mamba_d_state", "d_state")
+_SSM_RANK_NAMES = ("time_step_rank", "mamba_dt_rank", "adapter_rank")
+_SSM_CHUNK_NAMES = ("chunk_size", "mamba_chunk_size")
+_SSM_EXPAND_NAMES = ("expand", "mamba_expand")
+# (heads, head width) of a Mamba-2 style mixer: heads x width = expand x hidden
+_SSM_HEAD_PAIRS = (("mamba_n_heads", "mamba_d_head"), ("mamba_num_heads", "mamba_head_dim"),
+                   ("n_mamba_heads", "mamba_headdim"))
+_SSM_GROUP_NAMES = ("n_groups", "mamba_n_groups")
+_LINEAR_ATTENTION = {"linear_num_heads": TINY_HEADS, "linear_head_dim": TINY_HEAD_DIM,
+                     "linear_num_key_heads": TINY_KV_HEADS, "linear_num_value_heads": TINY_HEADS,
+                     "linear_key_head_dim": TINY_HEAD_DIM, "linear_value_head_dim": TINY_HEAD_DIM}
+# widths that equal the model's own at reference (an inner attention or recurrence width)
+_INNER_WIDTH_NAMES = ("attention_hidden_size", "lru_width", "mamba_d_ssm")
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,26 +212,170 @@ def _has(config: Any, name: str) -> bool:
     return name in getattr(config, "attribute_map", {}) or name in vars(config)
 
 
+def _get(config: Any, name: str) -> Any:
+    """The attribute, or None where the config cannot answer for the whole model (a
+    per-layer attribute read globally raises)."""
+    try:
+        return getattr(config, name, None)
+    except Exception:  # noqa: BLE001 - transformers' per-layer attribute errors
+        return None
+
+
 def _first(config: Any, names: tuple[str, ...]) -> Any:
     for name in names:
         if _has(config, name):
-            value = getattr(config, name, None)
+            value = _get(config, name)
             if value is not None:
                 return value
     return None
 
 
+def _set(config: Any, name: str, value: Any) -> None:
+    if _has(config, name):
+        try:
+            setattr(config, name, value)
+        except Exception:  # noqa: BLE001 - a derived (read-only) attribute keeps its value
+            pass
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _layer_selection(config: Any, old_layers: int) -> list[int]:
+    """Which of the reference model's layers the tiny one keeps: the first ones, plus the
+    first layer of every kind a per-layer list names (a hybrid keeps its attention, state-
+    space, dense and expert layers), at least TINY_LAYERS and at most TINY_MAX_LAYERS."""
+    lists = [value for name, value in vars(config).items()
+             if "layer" in name and isinstance(value, (list, tuple, str)) and len(value) == old_layers
+             and not all(_int(v) for v in value)]
+    chosen: list[int] = []
+    seen: list[set[Any]] = [set() for _ in lists]
+    for i in range(old_layers):
+        new = [str(values[i]) not in seen[k] for k, values in enumerate(lists)]
+        if any(new) and len(chosen) < TINY_MAX_LAYERS:
+            chosen.append(i)
+        for k, values in enumerate(lists):
+            seen[k].add(str(values[i]))
+    for i in range(old_layers):
+        if len(chosen) >= TINY_LAYERS:
+            break
+        if i not in chosen:
+            chosen.append(i)
+    return sorted(chosen)
+
+
+def _shrink_layers(config: Any, old_layers: Any) -> None:
+    """Depth: every layer-count name, per-layer lists cut to the chosen layers, lists of
+    layer indices renumbered, and layer periods and offsets that place a kind of layer
+    (every n-th layer is attention) brought within the tiny depth."""
+    if not _int(old_layers):
+        for name in _LAYER_NAMES:
+            _set(config, name, TINY_LAYERS)
+        return
+    chosen = _layer_selection(config, old_layers)
+    for name in _LAYER_NAMES:
+        _set(config, name, len(chosen))
+    for name, value in list(vars(config).items()):
+        if not isinstance(value, (list, tuple, str)) or "layer" not in name and not name.endswith(
+                ("_idxs", "_ids", "_indices")):
+            continue
+        if len(value) == old_layers and not all(_int(v) for v in value):
+            cut = [value[i] for i in chosen]
+            setattr(config, name, "".join(cut) if isinstance(value, str) else type(value)(cut))
+        elif value and all(_int(v) and 0 <= v < old_layers for v in value):
+            setattr(config, name, type(value)(chosen.index(v) for v in value if v in chosen))
+    for name, value in list(vars(config).items()):
+        if name.endswith("_layer_period") and _int(value) and value > len(chosen):
+            setattr(config, name, len(chosen))
+        elif name.endswith("_layer_offset") and _int(value) and value >= len(chosen):
+            setattr(config, name, len(chosen) - 1)
+
+
+def _shrink_mixtures(config: Any, old_hidden: Any) -> None:
+    """Experts, routing, latent attention and the inner widths of state-space and
+    linear-attention mixers, by their standard names."""
+    for name, value in list(vars(config).items()):
+        if name.endswith("intermediate_size") and _int(value) and value > TINY_FF:
+            setattr(config, name, TINY_FF)  # expert, shared-expert and dense-layer widths
+    for name in _EXPERT_NAMES:
+        value = _get(config, name) if _has(config, name) else None
+        if _int(value) and value > TINY_EXPERTS:
+            _set(config, name, TINY_EXPERTS)
+    has_experts = any(_int(_get(config, name)) for name in _EXPERT_NAMES if _has(config, name))
+    for name in _TOP_K_NAMES:
+        value = _get(config, name) if _has(config, name) else None
+        if (_int(value) and value > TINY_TOP_K) or (value is None and has_experts):
+            _set(config, name, TINY_TOP_K)  # (a config that leaves it unset cannot route)
+    # the leading dense layers of a model whose other layers are experts: one is kept
+    for name in ("first_k_dense_replace", "first_k_dense"):
+        value = _get(config, name) if _has(config, name) else None
+        if _int(value) and value > 1:
+            _set(config, name, 1)
+    for name in _EXPERT_GROUP_NAMES:
+        value = _get(config, name) if _has(config, name) else None
+        if _int(value) and value > 1:
+            _set(config, name, 1)
+    if _has(config, "qk_rope_head_dim"):
+        for name, value in _LATENT.items():
+            if _int(_get(config, name)):
+                _set(config, name, value)
+        if _int(_get(config, "head_dim")):
+            _set(config, "head_dim", _LATENT["qk_rope_head_dim"])  # MLA's rotary width
+    hidden = _first(config, _HIDDEN_NAMES)
+    expand = _first(config, _SSM_EXPAND_NAMES)
+    inner = int(expand * hidden) if isinstance(expand, (int, float)) and _int(hidden) else None
+    for names, value in ((_SSM_STATE_NAMES, 16), (_SSM_RANK_NAMES, 8), (_SSM_CHUNK_NAMES, 32)):
+        for name in names:
+            if _int(_get(config, name)) and _get(config, name) > value:
+                _set(config, name, value)
+    for name in _SSM_GROUP_NAMES:
+        if _int(_get(config, name)):
+            _set(config, name, 1)
+    for heads, width in _SSM_HEAD_PAIRS:
+        if _has(config, heads) and inner:
+            _set(config, heads, TINY_HEADS)
+            _set(config, width, inner // TINY_HEADS)
+    if _has(config, "mamba_d_ssm") and inner:
+        _set(config, "mamba_d_ssm", inner)
+    # Mamba-2's own names: num_heads x head_dim = expand x hidden
+    if _has(config, "n_groups") and _has(config, "head_dim") and inner and _has(config, "num_heads"):
+        _set(config, "num_heads", TINY_HEADS)
+        _set(config, "head_dim", inner // TINY_HEADS)
+    for name, value in _LINEAR_ATTENTION.items():
+        if _int(_get(config, name)):
+            _set(config, name, value)
+    for name in _INNER_WIDTH_NAMES:
+        value = _get(config, name)
+        if _int(value) and _int(old_hidden) and old_hidden and name != "mamba_d_ssm":
+            # the same multiple of the model's width as at reference (Zamba-2's attention
+            # reads the hidden state beside the embeddings: twice the width)
+            _set(config, name, max(1, round(value / old_hidden)) * TINY_HIDDEN)
+
+
 def shrink_config(config: Any, *, min_positions: int = 0) -> Any:
     """Shrink any transformers config in place to a tiny one of the same architecture,
-    through the standard attribute names and their common aliases."""
+    through the standard attribute names and their common aliases; a composite config
+    (a language model with a vision or audio encoder) shrinks each of its parts."""
+    _shrink_one(config, min_positions=min_positions)
+    for name in getattr(config, "sub_configs", None) or {}:
+        sub = _get(config, name)
+        if sub is not None and sub is not config and hasattr(sub, "to_dict"):
+            shrink_config(sub, min_positions=min_positions)
+    return config
+
+
+def _shrink_one(config: Any, *, min_positions: int = 0) -> Any:
     old_layers = _first(config, _LAYER_NAMES)
+    old_hidden = _first(config, _HIDDEN_NAMES)
     old_heads = _first(config, _HEAD_NAMES)
     old_kv = _first(config, _KV_HEAD_NAMES)
-    for names, value in ((_HIDDEN_NAMES, TINY_HIDDEN), (_LAYER_NAMES, TINY_LAYERS), (_HEAD_NAMES, TINY_HEADS),
+    for names, value in ((_HIDDEN_NAMES, TINY_HIDDEN), (_HEAD_NAMES, TINY_HEADS),
                          (_FF_NAMES, TINY_FF), (_HEAD_DIM_NAMES, TINY_HEAD_DIM)):
         for name in names:
-            if _has(config, name):
-                setattr(config, name, value)
+            _set(config, name, value)
+    _shrink_layers(config, old_layers)
+    _shrink_mixtures(config, old_hidden)
     # a partial rotary width (gptj, codegen) may not exceed the new head width
     rotary = getattr(config, "rotary_dim", None) if _has(config, "rotary_dim") else None
     if isinstance(rotary, int) and rotary > TINY_HEAD_DIM:
@@ -217,11 +386,6 @@ def shrink_config(config: Any, *, min_positions: int = 0) -> Any:
         for name in _KV_HEAD_NAMES:
             if _has(config, name):
                 setattr(config, name, kv)
-    # per-layer lists (layer_types, ...) must match the new depth
-    if isinstance(old_layers, int):
-        for name, value in list(vars(config).items()):
-            if "layer" in name and isinstance(value, list) and len(value) == old_layers:
-                setattr(config, name, value[:TINY_LAYERS])
     if _has(config, "vocab_size"):
         config.vocab_size = TINY_VOCAB
         # special token ids feed padding_idx; out of range they would break the embedding

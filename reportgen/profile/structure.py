@@ -7,10 +7,13 @@ categories, splitting each attention call at its core ops.
 
 Roles: ``embed`` (embedding modules), ``norm`` (norm leaves), ``attn`` (outermost
 attention modules), ``proj`` (projection leaves inside attention or a block), ``core``
-(an embedding inside attention: a position bias), ``mlp`` (the outermost projection-
-holding module of a block outside attention), ``act`` (activation leaves in a block),
-``head`` (output embeddings, poolers, heads) and ``block`` (items of the outermost
-``nn.ModuleList``: the layers).
+(an embedding inside attention: a position bias), ``mixer`` (a token mixer that is not
+softmax attention: a module in a block that holds a recurrence's parameters or a
+depthwise convolution over the sequence), ``moe`` (a mixture-of-experts layer: the
+module of a block that holds experts), ``experts`` (its experts, routed or shared),
+``mlp`` (the outermost projection-holding module of a block outside attention), ``act``
+(activation leaves in a block), ``head`` (output embeddings, poolers, heads) and
+``block`` (items of the outermost ``nn.ModuleList``: the layers).
 """
 
 from __future__ import annotations
@@ -41,7 +44,13 @@ HEAD_MARKERS = ("Pooler", "Head", "Prediction", "Classifier")
 # embedding inside attention).
 _CONTAINER_CATEGORY: dict[str | None, str] = {
     "embed": "embeddings", "head": "head", "attn": "attention.core", "core": "attention.core",
-    "mlp": "mlp", None: "other"}
+    "mlp": "mlp", "mixer": "mixer", "moe": "moe.router", "experts": "moe.experts",
+    None: "other"}
+# Containers whose whole subtree is one category: nothing inside them is hooked.
+_SEALED = ("head", "core", "mixer", "experts")
+# Parameters of a recurrence over the sequence: the state-space decay and step of Mamba's
+# selective scan and of gated-delta/linear attention (A_log, dt_bias), RWKV's time decay.
+RECURRENCE_PARAMETERS = frozenset({"A_log", "dt_bias", "time_decay"})
 
 
 
@@ -102,6 +111,45 @@ def _has_descendant(module: nn.Module, test: Callable[[nn.Module], bool]) -> boo
     return any(test(m) for m in module.modules() if m is not module)
 
 
+def _is_depthwise_conv(module: nn.Module) -> bool:
+    """A 1-D convolution of each channel alone along the sequence (a short convolution)."""
+    return isinstance(module, nn.Conv1d) and module.groups > 1 and module.groups == module.in_channels
+
+
+def is_token_mixer(module: nn.Module) -> bool:
+    """A token mixer other than softmax attention: the module that itself holds a
+    recurrence's parameters (``RECURRENCE_PARAMETERS``) or a depthwise convolution over
+    the sequence. State-space layers (Mamba, Mamba-2), gated-delta and linear attention,
+    RWKV's time mixing and short-convolution mixers all do; softmax attention and MLPs
+    hold neither."""
+    if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+        return False
+    if any(name in RECURRENCE_PARAMETERS for name, _ in module.named_parameters(recurse=False)):
+        return True
+    return any(_is_depthwise_conv(child) for child in module.children())
+
+
+def is_experts(module: nn.Module) -> bool:
+    """A mixture-of-experts layer's experts: a module that holds its experts' weights
+    stacked (a parameter of three or more dimensions that is no convolution's kernel), or
+    a list of at least two modules that each hold projections."""
+    if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+        items = list(module.children())
+        return (len(items) >= 2 and len({type(item) for item in items}) == 1
+                and all(_has_descendant(item, is_projection)
+                        and not any(is_attention(m) for m in item.modules()) for item in items))
+    if isinstance(module, nn.modules.conv._ConvNd):
+        return False
+    # one leading dimension per expert, at least two of them (not a broadcast (1, 1, d) mix)
+    return any(p.dim() >= 3 and p.shape[0] >= 2 for _, p in module.named_parameters(recurse=False))
+
+
+def is_moe(module: nn.Module) -> bool:
+    """A mixture-of-experts layer: a module (not a list) with experts among its children."""
+    return (not isinstance(module, (nn.ModuleList, nn.ModuleDict))
+            and any(is_experts(child) for child in module.children()))
+
+
 def classify(model: nn.Module) -> dict[str, ModuleRole]:
     """Role and structural category of every module, by FQN ("" is the root)."""
     getter = getattr(model, "get_output_embeddings", None)
@@ -118,10 +166,20 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
         role: str | None = None
         category = _CONTAINER_CATEGORY[container]
         inner, inner_fqn, inner_block = container, container_fqn, block
-        if not fqn or container in ("head", "core"):
+        if not fqn or container in _SEALED:
             pass  # the root's own ops (masks, residuals) and all of a head stay as they are
+        elif container == "moe":
+            # a shared expert is an MLP beside the routed ones; gates and routers are left
+            # to the layer's own time, the router's
+            if is_experts(module) or (not _is_leaf(module) and _has_descendant(module, is_projection)):
+                role, category, inner, inner_fqn = "experts", "moe.experts", "experts", fqn
+        elif container is None and block is not None and is_token_mixer(module):
+            role, category, inner, inner_fqn = "mixer", "mixer", "mixer", fqn
         elif _is_norm(module):
             role, category = "norm", "norm"
+        elif (parent_is_list and container is None and block is None and not is_list
+              and is_attention(module) and _has_descendant(module, is_attention)):
+            role, category, inner_block = "block", "other", fqn  # a layer named for its attention
         elif is_attention(module):
             if container is None:
                 role, category, inner, inner_fqn = "attn", "attention.core", "attn", fqn
@@ -143,6 +201,11 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
                 role, category = "act", "mlp"
         elif parent_is_list and container is None and block is None and not is_list:
             role, category, inner_block = "block", "other", fqn
+        elif (container in (None, "mlp") and block is not None and is_moe(module)
+              and not _has_descendant(module, is_attention)):
+            role, category, inner, inner_fqn = "moe", "moe.router", "moe", fqn
+        elif container in (None, "mlp") and block is not None and is_experts(module):
+            role, category, inner, inner_fqn = "experts", "moe.experts", "experts", fqn
         elif (container is None and block is not None and not is_list
               and _has_descendant(module, is_projection)
               and not _has_descendant(module, is_attention)):

@@ -17,17 +17,21 @@ import altair as alt
 import pandas as pd
 
 from reportgen.categories import CATEGORIES
+from reportgen.render.shown import shown_categories
 
 # The site's one palette. Each category keeps its colour on every chart; series that are
 # not categories (models, machines, implementations) draw from a second, darker set that
 # shares no colour with the categories, and carry a point shape as well, so a colour never
 # means two things on one page.
-CATEGORY_COLOURS: tuple[str, ...] = ("#9c755f", "#4e79a7", "#e15759", "#f28e2b", "#59a14f",
-                                     "#edc948", "#b07aa1", "#ff9da7", "#bab0ac", "#76b7b2")
+# In CATEGORIES' order; the mixer (a token mixer, like attention) is teal, the experts a
+# lighter green beside the dense MLP's, the router a light blue.
+CATEGORY_COLOURS: tuple[str, ...] = ("#9c755f", "#4e79a7", "#e15759", "#f28e2b", "#499894",
+                                     "#59a14f", "#a0cbe8", "#8cd17d", "#edc948", "#b07aa1",
+                                     "#ff9da7", "#bab0ac", "#76b7b2")
 assert len(CATEGORY_COLOURS) == len(CATEGORIES), "one colour per category"
 SERIES_COLOURS: tuple[str, ...] = ("#1f3b73", "#8c2d04", "#00695c", "#6a1b9a", "#37474f",
                                    "#827717", "#ad1457", "#004d40")
-_CATEGORY_SCALE = alt.Scale(domain=list(CATEGORIES), range=list(CATEGORY_COLOURS))
+_COLOUR_OF = dict(zip(CATEGORIES, CATEGORY_COLOURS))
 _SERIES_SCALE = alt.Scale(range=list(SERIES_COLOURS))
 WIDTH = 560
 # Axis labels such as "attention-micro forward bf16 s128" are never cut short.
@@ -105,6 +109,13 @@ def _drop_empty_data(spec: dict[str, Any]) -> None:
         spec["datasets"] = kept
 
 
+def category_scale(categories: Sequence[str]) -> alt.Scale:
+    """The category colours for a chart that shows ``categories`` (``shown_categories`` of
+    its data): a dense model's chart keeps the legend it had before the architecture
+    categories existed, and every category keeps its colour on every chart."""
+    return alt.Scale(domain=list(categories), range=[_COLOUR_OF[c] for c in categories])
+
+
 def shares_chart(long: pd.DataFrame, by: str = "seq", by_title: str = "sequence length",
                  by_type: str = "O") -> dict[str, Any]:
     """Stacked shares per category: for each ``by`` value a time bar above a FLOP bar,
@@ -115,7 +126,8 @@ def shares_chart(long: pd.DataFrame, by: str = "seq", by_title: str = "sequence 
         x=alt.X("share:Q", stack="zero", title="share of the forward", axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1])),
         y=alt.Y("measure:N", title=None, sort=["time", "FLOPs"]),
-        color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category",
+        color=alt.Color("category:N", scale=category_scale(shown_categories(long)),
+                        title="category",
                         legend=alt.Legend(orient="bottom", columns=5, symbolType="square")),
         order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip(f"{by}:{by_type}", title=by_title),
@@ -135,7 +147,8 @@ def scaling_chart(long: pd.DataFrame) -> dict[str, Any]:
         x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2),
                 axis=alt.Axis(values=sorted({int(v) for v in long["seq"]}), format="d")),
         y=alt.Y("ms:Q", title="time per forward (ms)", scale=alt.Scale(type="log")),
-        color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category"),
+        color=alt.Color("category:N", scale=category_scale(shown_categories(long)),
+                        title="category"),
         tooltip=[alt.Tooltip("category:N"), alt.Tooltip("seq:Q", title="sequence length"),
                  alt.Tooltip("ms:Q", format=".3~g")],
     ).properties(width=WIDTH, height=320)
@@ -197,7 +210,7 @@ def breakdown_chart(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                alt.Tooltip("share_ci_low:Q", format=".1%", title="95% CI low"),
                alt.Tooltip("share_ci_high:Q", format=".1%", title="95% CI high"),
                alt.Tooltip("seq:Q", title="at sequence length")]
-    x = alt.X("category:N", title=None, sort=list(CATEGORIES),
+    x = alt.X("category:N", title=None, sort=list(shown_categories(cells)),
               axis=alt.Axis(orient="top", labelAngle=-35, labelAlign="left"))
     y = alt.Y("row:N", title=None)
     rect = alt.Chart().mark_rect(stroke="#ffffff", strokeWidth=1).encode(
@@ -223,12 +236,13 @@ def roofline_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         x=x, y=y, tooltip=[alt.Tooltip("intensity:Q", format=".3~g"),
                            alt.Tooltip("flops_per_s:Q", format=".3~s", title="attainable FLOP/s")],
     ).transform_filter(alt.datum.kind == "roof")
+    scale = category_scale(shown_categories([r for r in rows if r.get("kind") == "category"]))
     bars = alt.Chart().mark_rule().encode(
         x=x, y="flops_per_s_low:Q", y2="flops_per_s_high:Q",
-        color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category"),
+        color=alt.Color("category:N", scale=scale, title="category"),
     ).transform_filter(alt.datum.kind == "category")
     points = alt.Chart().mark_point(filled=True, size=70).encode(
-        x=x, y=y, color=alt.Color("category:N", scale=_CATEGORY_SCALE, title="category"),
+        x=x, y=y, color=alt.Color("category:N", scale=scale, title="category"),
         tooltip=[alt.Tooltip("category:N"), alt.Tooltip("intensity:Q", format=".3~g"),
                  alt.Tooltip("flops_per_s:Q", format=".3~s", title="achieved FLOP/s"),
                  alt.Tooltip("bandwidth:Q", format=".3~s", title="achieved bytes/s"),
@@ -271,7 +285,7 @@ def gain_chart(rows: Sequence[Mapping[str, Any]], *, series_title: str, x_title:
 def tools_chart(long: pd.DataFrame, tools: Sequence[str]) -> dict[str, Any]:
     """Per category one bar per tool (``ms`` per forward), grouped; ``tools`` in order."""
     chart = alt.Chart().mark_bar().encode(
-        y=alt.Y("category:N", title=None, sort=list(CATEGORIES)),
+        y=alt.Y("category:N", title=None, sort=list(shown_categories(long))),
         yOffset=alt.YOffset("tool:N", sort=list(tools)),
         x=alt.X("ms:Q", title="time per forward (ms)"),
         color=alt.Color("tool:N", sort=list(tools), scale=alt.Scale(
