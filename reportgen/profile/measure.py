@@ -177,6 +177,13 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     }
     if compiled is not None:
         result["compile"] = compiling.finish_record(compiled)
+    else:
+        from reportgen.profile.routing import expert_load
+
+        # one more forward, untimed: where the router sent this step's tokens
+        load = expert_load(built.model, built.step)
+        if load is not None:
+            result["moe"] = load
     if studies:
         from reportgen.profile.studies import run_studies
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -631,6 +632,94 @@ def make_step(model: nn.Module, config: Any, arch: str, mode: str, *, batch_size
     return DecodeStep(model, prefill_kwargs, decode_kwargs, cache_arg, seq_len, inputs_info=info, **common)
 
 
+# --- other modalities ----------------------------------------------------------------
+
+# A model's main input -> what its sequence length counts.
+SEQUENCES: dict[str, str] = {"input_ids": "tokens", "pixel_values": "patches",
+                             "input_features": "frames", "input_values": "frames"}
+
+
+def main_input(config: Any, arch: str) -> str:
+    """The input the class that will be built reads (its ``main_input_name``), from
+    transformers' own auto mapping: ``input_ids`` for text, ``pixel_values`` for vision
+    encoders, ``input_features`` (a spectrogram) or ``input_values`` (a waveform) for
+    speech."""
+    try:
+        cls = _auto_class(config, arch)._model_mapping[type(config)]
+    except (KeyError, AttributeError, ValueError):
+        return "input_ids"
+    return str(getattr(cls, "main_input_name", "input_ids"))
+
+
+def _patch(config: Any) -> int | None:
+    patch = _get(config, "patch_size")
+    if isinstance(patch, (list, tuple)) and patch:
+        patch = patch[0]
+    return patch if _int(patch) else None
+
+
+def fit_sequence(config: Any, name: str, main: str, seq_len: int) -> None:
+    """Size a vision or speech config so that its encoder sees ``seq_len`` positions:
+    an image of a square grid of ``seq_len`` patches; ``seq_len`` spectrogram frames
+    after a Whisper-like encoder's strided convolutions. Skip where that cannot be."""
+    if main == "pixel_values":
+        patch = _patch(config)
+        side = int(round(seq_len ** 0.5))
+        if patch is None or not _has(config, "image_size"):
+            raise Skip(f"{name} takes images but its config names no patch size and image size")
+        if side * side != seq_len:
+            raise Skip(f"{name} sees an image as a square grid of patches; {seq_len} patches "
+                       f"is not a square (64, 196 and 256 are)")
+        _set(config, "image_size", side * patch)
+    elif main == "input_features":
+        if not _has(config, "max_source_positions"):
+            raise Skip(f"{name} takes input_features but its config has no max_source_positions")
+        _set(config, "max_source_positions", seq_len)
+        target = _get(config, "max_target_positions")
+        if _int(target) and target < seq_len:
+            _set(config, "max_target_positions", seq_len)
+
+
+def modality_step(model: nn.Module, config: Any, main: str, *, batch_size: int, seq_len: int,
+                  device: torch.device, backend: Any | None, seed: int, name: str) -> Step:
+    """The forward of a vision or speech model on seeded random inputs of the shape its
+    encoder expects: ``seq_len`` patches, or ``seq_len`` frames."""
+    gen = torch.Generator().manual_seed(seed)
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    params = _forward_params(model)
+    kwargs: dict[str, Any] = {}
+    if main == "pixel_values":
+        side = int(_get(config, "image_size") if not isinstance(_get(config, "image_size"), (list, tuple))
+                   else _get(config, "image_size")[0])
+        channels = int(_get(config, "num_channels") or 3)
+        shape: tuple[int, ...] = (batch_size, channels, side, side)
+    elif main == "input_features":
+        bins = int(_get(config, "num_mel_bins") or _get(config, "feature_size") or 80)
+        # Whisper-like encoders halve the frames with a stride-2 convolution
+        shape = (batch_size, bins, 2 * seq_len)
+    elif main == "input_values":
+        strides = _get(config, "conv_stride") or (1,)
+        kernels = _get(config, "conv_kernel") or (1,)
+        samples = 1
+        for kernel, stride in reversed(list(zip(kernels, strides))):
+            samples = (samples - 1) * stride + kernel
+        samples += (seq_len - 1) * math.prod(strides)
+        shape = (batch_size, samples)
+    else:
+        raise Skip(f"{name} takes {main}, which reportgen has no inputs for")
+    kwargs[main] = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+    if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
+        vocab = int(_first(config, ("vocab_size",)) or TINY_VOCAB)
+        target = _get(config, "max_target_positions")
+        length = min(seq_len, target) if _int(target) else seq_len
+        kwargs["decoder_input_ids"] = random_ids((batch_size, length), vocab, gen).to(device)
+    if "use_cache" in params:
+        kwargs["use_cache"] = False
+    info = {"seed": seed, "input_shape": list(shape), "tokens": batch_size * seq_len, "kv_len": None,
+            "input": main, "sequence": SEQUENCES.get(main, "positions")}
+    return Step(model, kwargs, inputs_info=info, device=device, backend=backend, mode="forward")
+
+
 # --- building ------------------------------------------------------------------------
 
 
@@ -832,19 +921,27 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     arch = architecture(config)
     if combo.mode != "forward" and arch != "decoder":
         raise Skip(f"{combo.mode} applies to causal LMs; {spec.name} is an {arch}")
+    main = main_input(config, arch)
+    if main != "input_ids":
+        fit_sequence(config, spec.name, main, combo.seq_len)
     # the seed fixes the random weights too (without touching the caller's RNG state), so
     # a rerun computes on the same numbers
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         torch.manual_seed(seed)
         model = _instantiate(config, arch, impl, dtype, dev, seed, remote_code=spec.remote_code)
-    if getattr(model, "main_input_name", "input_ids") != "input_ids":
-        raise Skip(f"{spec.name} takes {model.main_input_name}, not token ids")
-    _check_positions(model, needed, spec.name)
+    main = getattr(model, "main_input_name", main)
     info = model_info(spec.name, model, arch)
     if spec.hub is not None:
         info["source"] = _json_safe(spec.hub)
-    built_step: StepLike = make_step(model, model.config, arch, combo.mode, batch_size=combo.batch_size, seq_len=combo.seq_len,
-                                      device=dev, backend=backend, seed=seed, name=spec.name)
+    built_step: StepLike
+    if main == "input_ids":
+        _check_positions(model, needed, spec.name)
+        built_step = make_step(model, model.config, arch, combo.mode, batch_size=combo.batch_size,
+                               seq_len=combo.seq_len, device=dev, backend=backend, seed=seed, name=spec.name)
+    else:
+        built_step = modality_step(model, model.config, main, batch_size=combo.batch_size,
+                                   seq_len=combo.seq_len, device=dev, backend=backend, seed=seed,
+                                   name=spec.name)
     trial_ms = _trial(built_step)
     return BuiltModel(model, info, built_step, trial_ms)
 

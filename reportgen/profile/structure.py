@@ -183,6 +183,11 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
         elif is_attention(module):
             if container is None:
                 role, category, inner, inner_fqn = "attn", "attention.core", "attn", fqn
+        elif (isinstance(module, nn.modules.conv._ConvNd) and container is None and block is None
+              and _is_leaf(module)):
+            # a convolution before the layers (a speech encoder's stem, a patch embedding)
+            # turns the input into the sequence the layers read: an embedding
+            role, category, inner, inner_fqn = "embed", "embeddings", "embed", fqn
         elif _is_embedding(module):
             if container == "attn":
                 role, category, inner = "core", "attention.core", "core"

@@ -1,0 +1,177 @@
+"""Every architecture transformers ships, built at tiny scale and attributed: the sweep
+that shows the categories hold beyond the models they were written for.
+
+The model types come from transformers' own auto mappings (``text_model_types``: causal
+LM, masked LM and sequence-to-sequence classes; ``encoder_model_types``: vision and
+speech encoders), never from a list typed here. ``check`` builds one type at
+``--scale tiny`` with random weights, runs its trial forward and one forward under the
+hooks method's clocks, and says ``ok`` with the category shares, ``skipped`` with the
+one line the build gave, or ``failed`` with the error. ``sweep`` runs each type in a
+forked process with a memory limit and a time limit, so a type that crashes, hangs or
+allocates without end is a ``failed`` row, not a lost sweep.
+
+    python -m reportgen.profile.catalog [--types mixtral,mamba] [--seq-len 32] [--mode forward]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from reportgen.categories import CATEGORIES
+
+TIMEOUT_S = 120.0
+ITERATIONS = 4  # hooked forwards per type: shares of the tiny forward, not of its first call
+MEMORY_GIB = 6
+
+
+def text_model_types() -> list[str]:
+    """Model types with a class for text generation or encoding (causal LM, masked LM,
+    sequence-to-sequence LM), as transformers lists them."""
+    from transformers.models.auto import modeling_auto as auto
+
+    names = (set(auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) | set(auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+             | set(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES))
+    return sorted(names)
+
+
+def encoder_model_types() -> list[str]:
+    """Vision encoders (image classification) and speech models (speech recognition), as
+    transformers lists them."""
+    from transformers.models.auto import modeling_auto as auto
+
+    names = (set(auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES)
+             | set(auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES)
+             | set(auto.MODEL_FOR_CTC_MAPPING_NAMES))
+    return sorted(names)
+
+
+def check(model_type: str, *, seq_len: int = 32, mode: str = "forward",
+          attn: str = "eager") -> dict[str, Any]:
+    """One model type at tiny scale: status, reason, category shares, parameters."""
+    from reportgen.errors import Skip
+    from reportgen.profile import models, regions
+    from reportgen.suite import Combination
+
+    row: dict[str, Any] = {"model_type": model_type, "mode": mode, "seq_len": seq_len}
+    started = time.perf_counter()
+    built = None
+    try:
+        combo = Combination(model=model_type, scale="tiny", mode=mode, dtype="fp32",
+                            attn_implementation=attn, batch_size=1, seq_len=seq_len, device="cpu")
+        built = models.build(combo, "cpu")
+        section = regions.hooks_method(built.model, built.step, min_iterations=ITERATIONS,
+                                       max_iterations=ITERATIONS, budget_s=0.0)
+        shares = {c: float(v["share"]) for c, v in section["categories"].items()}
+        row.update(status="ok", shares=shares, parameters=int(built.info["parameters"]),
+                   model_class=built.info["class"], architecture=built.info["architecture"],
+                   input=built.step.inputs_info.get("input", "input_ids"))
+    except Skip as exc:
+        row.update(status="skipped", reason=str(exc).strip().splitlines()[0])
+    except Exception as exc:  # noqa: BLE001 - a failing architecture is the finding
+        row.update(status="failed", reason=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+    finally:
+        models.free(built)
+    row["seconds"] = round(time.perf_counter() - started, 2)
+    return row
+
+
+def _child(model_type: str, kwargs: dict[str, Any], memory_gib: float, conn: Any) -> None:
+    limit = int(memory_gib * (1 << 30))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    import torch
+
+    torch.set_num_threads(1)
+    conn.send(check(model_type, **kwargs))
+    conn.close()
+
+
+def sweep(model_types: Iterable[str], *, workers: int = 2, timeout_s: float = TIMEOUT_S,
+          memory_gib: float = MEMORY_GIB, log: Callable[[str], None] | None = None,
+          **kwargs: Any) -> list[dict[str, Any]]:
+    """``check`` for each type in a forked process (``workers`` at a time), each under an
+    address-space limit of ``memory_gib`` and a wall-clock limit of ``timeout_s``."""
+    import transformers  # noqa: F401 - imported once here, not once per child
+
+    ctx = multiprocessing.get_context("fork")
+    pending = list(model_types)
+    running: list[tuple[str, Any, Any, float]] = []
+    rows: dict[str, dict[str, Any]] = {}
+    while pending or running:
+        while pending and len(running) < workers:
+            name = pending.pop(0)
+            parent, child = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child, args=(name, kwargs, memory_gib, child), daemon=True)
+            proc.start()
+            child.close()
+            running.append((name, proc, parent, time.monotonic()))
+        for item in list(running):
+            name, proc, conn, started = item
+            row = None
+            if conn.poll(0.05):
+                try:
+                    row = conn.recv()
+                except EOFError:
+                    row = None
+                proc.join(5)
+                if row is None:
+                    row = {"model_type": name, "status": "failed",
+                           "reason": f"the process died (exit code {proc.exitcode})"}
+            elif not proc.is_alive():
+                row = {"model_type": name, "status": "failed",
+                       "reason": f"the process died (exit code {proc.exitcode})"}
+            elif time.monotonic() - started > timeout_s:
+                proc.kill()
+                proc.join()
+                row = {"model_type": name, "status": "failed",
+                       "reason": f"no result within {timeout_s:.0f} s"}
+            if row is not None:
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+                conn.close()
+                running.remove(item)
+                rows[name] = row
+                if log is not None:
+                    log(line(row))
+    return [rows[name] for name in sorted(rows)]
+
+
+def line(row: dict[str, Any]) -> str:
+    """One row as a line: type, status, then the shares over 0.5% or the reason."""
+    head = f"{row['model_type']:26s} {row['status']:8s}"
+    if row["status"] != "ok":
+        return f"{head} {row.get('reason', '')}"
+    shares = " ".join(f"{c} {row['shares'][c]:.1%}" for c in CATEGORIES
+                      if row["shares"].get(c, 0.0) >= 0.005)
+    return f"{head} {shares}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reportgen.profile.catalog",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--types", help="comma-separated model types (default: every text type)")
+    parser.add_argument("--encoders", action="store_true",
+                        help="the vision and speech encoders instead of the text types")
+    parser.add_argument("--seq-len", type=int, default=32)
+    parser.add_argument("--mode", default="forward")
+    parser.add_argument("--attn", default="eager")
+    parser.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
+    args = parser.parse_args(argv)
+    types = (args.types.split(",") if args.types
+             else encoder_model_types() if args.encoders else text_model_types())
+    rows = sweep(types, workers=args.workers, seq_len=args.seq_len, mode=args.mode, attn=args.attn,
+                 log=lambda text: print(text, flush=True))
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
+    print(f"{counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed", flush=True)
+    return 1 if counts["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

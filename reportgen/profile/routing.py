@@ -1,0 +1,109 @@
+"""Where a mixture-of-experts model's router sent the tokens: tokens per expert in one
+forward of the measured step, per layer, read from the experts' own inputs.
+
+The experts are found from the structure (``reportgen.profile.structure``: a module
+holding stacked per-expert weights, or a list of like experts). A module of stacked
+experts is called with the router's top-k expert indices (an integer tensor among its
+arguments); those are counted per expert. A list of experts is called one expert at a
+time with the tokens routed to it; its input's rows are counted. Shared experts see
+every token and are not routed, so they are left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from reportgen.profile.step import StepLike
+from reportgen.profile.structure import classify, is_experts
+
+
+def _stacked_count(module: nn.Module) -> int:
+    return max(int(p.shape[0]) for p in module.parameters(recurse=False) if p.dim() >= 3)
+
+
+def _index_tensor(args: tuple[Any, ...], kwargs: dict[str, Any], experts: int) -> torch.Tensor | None:
+    """The router's expert indices among an experts module's arguments: an integer tensor
+    whose values are expert numbers."""
+    for value in (*args, *kwargs.values()):
+        if (isinstance(value, torch.Tensor) and not value.is_floating_point()
+                and value.dtype != torch.bool and value.numel() > 0):
+            if int(value.min()) >= 0 and int(value.max()) < experts:
+                return value
+    return None
+
+
+def expert_load(model: nn.Module, step: StepLike) -> dict[str, Any] | None:
+    """Tokens per expert in one forward of ``step`` (then ``step.reset()``); None for a
+    model without routed experts, or whose experts' inputs say nothing of the routing."""
+    roles = classify(model)
+    modules = dict(model.named_modules())
+    targets = [(fqn, modules[fqn]) for fqn, info in roles.items()
+               if info.role == "experts" and fqn in modules and is_experts(modules[fqn])
+               and info.container == "moe"]
+    if not targets:
+        return None
+    counts: dict[str, torch.Tensor] = {}
+    handles = []
+    for fqn, module in targets:
+        if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+            items = list(module.children())
+            counts[fqn] = torch.zeros(len(items), dtype=torch.long)
+            for index, item in enumerate(items):
+                def count_rows(_m: nn.Module, args: tuple[Any, ...], fqn: str = fqn,
+                               index: int = index) -> None:
+                    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+                    if first is not None and first.dim() >= 1:
+                        counts[fqn][index] += first.numel() // max(1, int(first.shape[-1]))
+                handles.append(item.register_forward_pre_hook(count_rows))
+        else:
+            experts = _stacked_count(module)
+            counts[fqn] = torch.zeros(experts, dtype=torch.long)
+
+            def count_indices(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                              fqn: str = fqn, experts: int = experts) -> None:
+                indices = _index_tensor(args, kwargs, experts)
+                if indices is not None:
+                    counts[fqn] += torch.bincount(indices.reshape(-1).long().cpu(), minlength=experts)
+            handles.append(module.register_forward_pre_hook(count_indices, with_kwargs=True))
+    try:
+        step()
+        step.sync()
+    finally:
+        for handle in handles:
+            handle.remove()
+        step.reset()
+    layers = [(fqn, c.tolist()) for fqn, c in counts.items() if int(c.sum()) > 0]
+    if not layers:
+        return None
+    return summarise(layers, tokens=int(step.inputs_info.get("tokens") or 0))
+
+
+def summarise(layers: list[tuple[str, list[int]]], tokens: int) -> dict[str, Any]:
+    """The record's ``moe`` section from per-layer tokens per expert: per layer, the
+    counts and how uneven they are (the busiest expert against the mean; the coefficient
+    of variation), and over the layers the same figures."""
+    per_layer = []
+    for fqn, row in layers:
+        mean = sum(row) / len(row)
+        var = sum((c - mean) ** 2 for c in row) / len(row)
+        per_layer.append({"module": fqn, "tokens_per_expert": row,
+                          "max_over_mean": max(row) / mean if mean else None,
+                          "cv": (var ** 0.5) / mean if mean else None,
+                          "idle_experts": sum(1 for c in row if c == 0)})
+    experts = max(len(r) for _, r in layers)
+    routed = [sum(r) for _, r in layers]
+    ratios = [p["max_over_mean"] for p in per_layer if p["max_over_mean"] is not None]
+    return {
+        "layers": len(layers),
+        "experts": experts,
+        "tokens": tokens,
+        # assignments per token per layer: the top-k the router used
+        "top_k": round(sum(routed) / len(routed) / tokens, 3) if tokens else None,
+        "max_over_mean": max(ratios) if ratios else None,
+        "mean_max_over_mean": sum(ratios) / len(ratios) if ratios else None,
+        "idle_experts": sum(p["idle_experts"] for p in per_layer),
+        "per_layer": per_layer,
+    }
