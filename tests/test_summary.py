@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reportgen import cli
-from reportgen.categories import CATEGORIES
+from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES
 from reportgen.commands.summary import combination_row, csv_columns, flatten_row
 
 DATA = Path(__file__).parent / "data" / "schema"
@@ -34,8 +34,9 @@ def test_row_of_an_ok_record() -> None:
     assert row["latency_ms"] == {"median": timing["median"], "ci_low": timing["ci_low"],
                                  "ci_high": timing["ci_high"], "n": timing["n"]}
     assert row["profiler_overhead"] == GOLDEN["profile"]["overhead_ratio"]
-    # display order; the record predates the compiled category
-    assert list(row["shares"]) == [c for c in CATEGORIES if c != "compiled"]
+    # display order; the record predates the compiled and the architecture categories
+    assert list(row["shares"]) == [c for c in CATEGORIES
+                                   if c != "compiled" and c not in ARCHITECTURE_CATEGORIES]
     assert row["compile"] == "none" and row["compile_s"] is None
     assert row["shares"]["attention.core"] == GOLDEN["attribution"]["categories"]["attention.core"]["share"]
     assert row["attn_implementation"] == "sdpa" and row["status"] == "ok" and row["reason"] is None
@@ -76,12 +77,34 @@ def test_csv_flattens_with_dotted_columns(run_dir: Path, capsys: pytest.CaptureF
                                       "batch_size", "seq_len", "device", "compile", "status", "reason"]
     assert reader.fieldnames[12:18] == ["latency_ms.median", "latency_ms.ci_low", "latency_ms.ci_high",
                                         "latency_ms.n", "profiler_overhead", "compile_s"]
-    assert reader.fieldnames[18:] == [f"shares.{c}" for c in CATEGORIES if c != "compiled"]
+    assert reader.fieldnames[18:] == [f"shares.{c}" for c in CATEGORIES
+                                      if c != "compiled" and c not in ARCHITECTURE_CATEGORIES]
     ok = rows[0]
     # Full precision: the CSV cell parses back to the stored float exactly.
     assert float(ok["latency_ms.median"]) == GOLDEN["timing"]["median"]
     assert float(ok["shares.attention.core"]) == 0.21
     assert rows[1]["latency_ms.median"] == "" and rows[1]["shares.mlp"] == ""
+
+
+def _with_categories(**shares: float) -> dict:
+    """GOLDEN with ``shares`` (category -> share) added to its attribution."""
+    cats = {**GOLDEN["attribution"]["categories"],
+            **{c.replace("_", "."): {"ms": 1.0 * v, "share": v} for c, v in shares.items()}}
+    return {**GOLDEN, "attribution": {**GOLDEN["attribution"], "categories": cats}}
+
+
+def test_architecture_categories_only_where_a_row_has_them() -> None:
+    # a dense model's newer record holds the mixer and moe.* categories at 0: no columns
+    dense = combination_row(_with_categories(mixer=0.0, moe_router=0.0, moe_experts=0.0))
+    assert not set(dense["shares"]) & set(ARCHITECTURE_CATEGORIES)
+    assert not any(c.startswith(("shares.mixer", "shares.moe")) for c in csv_columns([dense]))
+    # beside a mixture-of-experts model, the table gets its columns, in display order
+    moe = combination_row(_with_categories(mixer=0.0, moe_router=0.02, moe_experts=0.3))
+    assert list(moe["shares"]) == [c for c in CATEGORIES if c not in ("compiled", "mixer")]
+    columns = csv_columns([dense, moe])
+    assert [c for c in columns if c.startswith("shares.")][4:7] == [
+        "shares.mlp", "shares.moe.router", "shares.moe.experts"]
+    assert "shares.mixer" not in columns
 
 
 def test_flatten_and_columns_include_unknown_categories() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.render.shown import shown_categories
 from reportgen.schema import Run, load_combination, load_run
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
     timing = record.get("timing") or {}
     profile = record.get("profile") or {}
     categories = (record.get("attribution") or {}).get("categories") or {}
+    # a dense model's row (and so the CSV of a run of them) has no mixer or moe.* shares
+    shown = shown_categories([categories])
     scale = _TO_MS.get(str(timing.get("unit", "ms")), 1.0)
 
     def ms(key: str) -> float | None:
@@ -98,7 +101,7 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
         "shares": {
             name: categories[name].get("share")
             for name in _ordered_categories(categories)
-            if isinstance(categories[name], Mapping)
+            if isinstance(categories[name], Mapping) and (name in shown or name not in CATEGORIES)
         },
     }
 

@@ -287,18 +287,16 @@ def _shrink_layers(config: Any, old_layers: Any) -> None:
         elif value and all(_int(v) and 0 <= v < old_layers for v in value):
             setattr(config, name, type(value)(chosen.index(v) for v in value if v in chosen))
     for name, value in list(vars(config).items()):
-        if name.endswith("_layer_period") and _int(value) and value > len(chosen):
+        if "shared_layers" in name and _int(value) and value >= len(chosen):
+            setattr(config, name, 0)  # layers that reuse an earlier layer's cache: none kept
+        elif name.endswith("_layer_period") and _int(value) and value > len(chosen):
             setattr(config, name, len(chosen))
         elif name.endswith("_layer_offset") and _int(value) and value >= len(chosen):
             setattr(config, name, len(chosen) - 1)
 
 
-def _shrink_mixtures(config: Any, old_hidden: Any) -> None:
-    """Experts, routing, latent attention and the inner widths of state-space and
-    linear-attention mixers, by their standard names."""
-    for name, value in list(vars(config).items()):
-        if name.endswith("intermediate_size") and _int(value) and value > TINY_FF:
-            setattr(config, name, TINY_FF)  # expert, shared-expert and dense-layer widths
+def _shrink_experts(config: Any) -> None:
+    """Several experts, more than one per token, one routing group, one leading dense layer."""
     for name in _EXPERT_NAMES:
         value = _get(config, name) if _has(config, name) else None
         if _int(value) and value > TINY_EXPERTS:
@@ -317,6 +315,17 @@ def _shrink_mixtures(config: Any, old_hidden: Any) -> None:
         value = _get(config, name) if _has(config, name) else None
         if _int(value) and value > 1:
             _set(config, name, 1)
+
+
+def _shrink_mixtures(config: Any, old_hidden: Any) -> None:
+    """Experts, routing, latent attention and the inner widths of state-space and
+    linear-attention mixers, by their standard names."""
+    for name, value in list(vars(config).items()):
+        if name.endswith("intermediate_size") and _int(value) and value > TINY_FF:
+            setattr(config, name, TINY_FF)  # expert, shared-expert and dense-layer widths
+        elif name.startswith("hidden_size_") and _int(value) and value > TINY_HIDDEN:
+            setattr(config, name, TINY_HIDDEN)  # another part's width (a global model's)
+    _shrink_experts(config)
     if _has(config, "qk_rope_head_dim"):
         for name, value in _LATENT.items():
             if _int(_get(config, name)):
@@ -354,28 +363,35 @@ def _shrink_mixtures(config: Any, old_hidden: Any) -> None:
             _set(config, name, max(1, round(value / old_hidden)) * TINY_HIDDEN)
 
 
-def shrink_config(config: Any, *, min_positions: int = 0) -> Any:
+def shrink_config(config: Any, *, min_positions: int = 0, widths: bool = True) -> Any:
     """Shrink any transformers config in place to a tiny one of the same architecture,
     through the standard attribute names and their common aliases; a composite config
     (a language model with a vision or audio encoder) shrinks each of its parts."""
-    _shrink_one(config, min_positions=min_positions)
+    _shrink_one(config, min_positions=min_positions, widths=widths)
     for name in getattr(config, "sub_configs", None) or {}:
         sub = _get(config, name)
         if sub is not None and sub is not config and hasattr(sub, "to_dict"):
-            shrink_config(sub, min_positions=min_positions)
+            shrink_config(sub, min_positions=min_positions, widths=widths)
     return config
 
 
-def _shrink_one(config: Any, *, min_positions: int = 0) -> Any:
+def _shrink_one(config: Any, *, min_positions: int = 0, widths: bool = True) -> Any:
+    """One config's shrink; ``widths`` False keeps every width and head count (only the
+    depth, the experts and the vocabulary shrink): the fallback for an architecture whose
+    parts tie widths to each other in ways the names do not say."""
     old_layers = _first(config, _LAYER_NAMES)
     old_hidden = _first(config, _HIDDEN_NAMES)
     old_heads = _first(config, _HEAD_NAMES)
     old_kv = _first(config, _KV_HEAD_NAMES)
+    _shrink_layers(config, old_layers)
+    if not widths:
+        _shrink_experts(config)
+        _shrink_vocab(config, min_positions)
+        return config
     for names, value in ((_HIDDEN_NAMES, TINY_HIDDEN), (_HEAD_NAMES, TINY_HEADS),
                          (_FF_NAMES, TINY_FF), (_HEAD_DIM_NAMES, TINY_HEAD_DIM)):
         for name in names:
             _set(config, name, value)
-    _shrink_layers(config, old_layers)
     _shrink_mixtures(config, old_hidden)
     # a partial rotary width (gptj, codegen) may not exceed the new head width
     rotary = getattr(config, "rotary_dim", None) if _has(config, "rotary_dim") else None
@@ -387,8 +403,16 @@ def _shrink_one(config: Any, *, min_positions: int = 0) -> Any:
         for name in _KV_HEAD_NAMES:
             if _has(config, name):
                 setattr(config, name, kv)
+    _shrink_vocab(config, min_positions)
+    return config
+
+
+def _shrink_vocab(config: Any, min_positions: int) -> None:
     if _has(config, "vocab_size"):
         config.vocab_size = TINY_VOCAB
+        if _has(config, "pad_token_id") and _get(config, "pad_token_id") is None:
+            # a model that masks padding by comparing ids needs one; inputs never use id 0
+            _set(config, "pad_token_id", 0)
         # special token ids feed padding_idx; out of range they would break the embedding
         for name, value in list(vars(config).items()):
             if not name.endswith("_token_id"):
@@ -402,7 +426,6 @@ def _shrink_one(config: Any, *, min_positions: int = 0) -> Any:
             current = getattr(config, name, None)
             if isinstance(current, int) and current < min_positions:
                 setattr(config, name, min_positions)
-    return config
 
 
 def architecture(config: Any) -> str:
@@ -540,6 +563,7 @@ class DecodeStep(Step):
         self.prefill_kwargs = prefill_kwargs
         self.cache_arg = cache_arg
         self.kv_len = kv_len
+        self._croppable = True
         self._fill()
 
     def _fill(self) -> None:
@@ -556,12 +580,17 @@ class DecodeStep(Step):
         extra = self.cache_len() - self.kv_len
         if extra <= 0:
             return
-        if getattr(self.cache, "is_croppable", True) and hasattr(self.cache, "crop"):
-            with torch.inference_mode():
-                # negative: remove that many tokens (the one form every transformers version reads)
-                self.cache.crop(-extra)
-        else:
-            self._fill()
+        if self._croppable and getattr(self.cache, "is_croppable", True) and hasattr(self.cache, "crop"):
+            try:
+                with torch.inference_mode():
+                    # negative: remove that many tokens (the one form every transformers version reads)
+                    self.cache.crop(-extra)
+                return
+            except (RuntimeError, NotImplementedError):
+                # a recurrent layer's state (state-space, linear attention) keeps no past
+                # to roll back to: fill the cache anew, now and at every later reset
+                self._croppable = False
+        self._fill()
 
 
 def _forward_params(model: nn.Module) -> set[str]:
@@ -877,6 +906,23 @@ def _instantiate(config: Any, arch: str, impl: str, dtype: torch.dtype, device: 
     return model.to(device).eval()
 
 
+def _default_builds(spec: ModelSpec, impl: str, exc: Exception) -> None:
+    """Where a model type's tiny build failed, whether transformers' own default config of
+    that type builds at all (on the meta device: no memory, no weights); if it does not
+    either, the type cannot be measured from its defaults, and that is the Skip's line."""
+    if spec.source != "model_type":
+        return
+    try:
+        config = spec.make_config("reference")
+        arch = architecture(config)
+        with torch.device("meta"):
+            _auto_class(config, arch).from_config(config, attn_implementation=impl)
+    except Exception as default_exc:  # noqa: BLE001 - any failure of transformers' own build
+        first = (str(default_exc).strip().splitlines() or [type(default_exc).__name__])[0]
+        raise Skip(f"transformers' default {spec.model_type} config does not build either: "
+                   f"{type(default_exc).__name__}: {first[:200]}") from exc
+
+
 _SKIP_RUNTIME = ("No available kernel", "not implemented for", "No viable backend")
 
 
@@ -916,8 +962,38 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     dtype = torch_dtype(combo.dtype)
     check_dtype(dtype, dev)
     impl, backend = attn_backend(combo.attn_implementation, dev, dtype)
+    scale = getattr(combo, "scale", "reference")
+    try:
+        return _build(combo, spec, dev, dtype, impl, backend, seed, scale)
+    except (Skip, UserError, torch.OutOfMemoryError):
+        raise
+    except Exception as exc:
+        if scale != "tiny":
+            raise
+        first = exc
+    # A tiny shrink that broke a width some part of the model ties to another: the same
+    # architecture again at its own widths, shrunk in depth (and experts) alone
+    free(None)
+    try:
+        built = _build(combo, spec, dev, dtype, impl, backend, seed, "tiny-depth")
+    except (Skip, UserError, torch.OutOfMemoryError):
+        raise
+    except Exception:
+        _default_builds(spec, impl, first)
+        raise first from None
+    built.info["tiny"] = ("depth only: the widths are the reference's (shrinking them failed: "
+                          f"{type(first).__name__}: {str(first).strip().splitlines()[0][:160]})")
+    return built
+
+
+def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, impl: str,
+           backend: Any, seed: int, scale: str) -> BuiltModel:
     needed = positions_needed(combo.mode, combo.seq_len)
-    config = spec.make_config(getattr(combo, "scale", "reference"), min_positions=needed)
+    if scale == "tiny-depth":
+        config = spec.make_config("reference")
+        shrink_config(config, min_positions=needed, widths=False)
+    else:
+        config = spec.make_config(scale, min_positions=needed)
     arch = architecture(config)
     if combo.mode != "forward" and arch != "decoder":
         raise Skip(f"{combo.mode} applies to causal LMs; {spec.name} is an {arch}")
@@ -942,7 +1018,11 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
         built_step = modality_step(model, model.config, main, batch_size=combo.batch_size,
                                    seq_len=combo.seq_len, device=dev, backend=backend, seed=seed,
                                    name=spec.name)
-    trial_ms = _trial(built_step)
+    try:
+        trial_ms = _trial(built_step)
+    except BaseException:
+        free(BuiltModel(model, info, built_step))
+        raise
     return BuiltModel(model, info, built_step, trial_ms)
 
 

@@ -13,8 +13,10 @@ from typing import Any
 import pandas as pd
 
 from reportgen import stats
-from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES
+from reportgen.categories import (ARCHITECTURE_CATEGORIES, ATTENTION_CATEGORIES, CATEGORIES,
+                                  MOE_CATEGORIES)
 from reportgen.render.load import Run
+from reportgen.render.shown import shown_categories
 from reportgen.shares import disagreement
 
 SETTING = ["scale", "mode", "dtype", "attn", "batch", "compile"]
@@ -23,6 +25,11 @@ SETTING = ["scale", "mode", "dtype", "attn", "batch", "compile"]
 # Preferred order when choosing a page's reference setting (the one its charts show).
 _ATTN_PREFERENCE = ("sdpa", "flash_attention_2", "eager")
 _MODE_PREFERENCE = ("forward", "prefill", "decode", "decode-nocache", "train")
+
+# Shares of the frame that sum several categories, stated beside the attention share:
+# the mixture-of-experts layers (router and experts) and the token mixers. A column is
+# shown where its categories are (``shown_categories``).
+GROUP_SHARES: dict[str, tuple[str, ...]] = {"mixer_share": ("mixer",), "moe_share": MOE_CATEGORIES}
 
 
 def _get(record: Mapping[str, Any] | None, *keys: str) -> Any:
@@ -111,6 +118,10 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
             row["attention_share"] = (sum(shares[c] for c in ATTENTION_CATEGORIES
                                           if not math.isnan(shares[c]))
                                       if row["status"] == "ok" and cats else math.nan)
+            for column, group in GROUP_SHARES.items():
+                # NaN where the record has none of them (dense models' older records)
+                known = [shares[c] for c in group if not math.isnan(shares[c])]
+                row[column] = (sum(known) if row["status"] == "ok" and known else math.nan)
             rows.append(row)
     columns = list(rows[0]) if rows else ["hardware", "model", "combo_id", "status", "seq"]
     df = pd.DataFrame(rows, columns=columns)
@@ -150,12 +161,25 @@ def select(frame: pd.DataFrame, setting: Mapping[str, Any]) -> pd.DataFrame:
     return frame[mask & (frame["status"] == "ok")].sort_values("seq", kind="mergesort")
 
 
-def shares_long(rows: pd.DataFrame, by: str = "seq") -> pd.DataFrame:
-    """Time and FLOP shares per category, one row per (``by`` value, measure, category)."""
+def shown_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns of a combinations frame (or a part of it) that a download of it holds:
+    all but those of the architecture categories no row shows (``shown_categories``)."""
+    hidden = set(ARCHITECTURE_CATEGORIES) - set(shown_categories(frame))
+    drop = {column for column, group in GROUP_SHARES.items() if hidden.issuperset(group)}
+    return [c for c in frame.columns
+            if c not in drop and not (":" in c and c.split(":", 1)[1] in hidden)]
+
+
+def shares_long(rows: pd.DataFrame, by: str = "seq",
+                categories: Sequence[str] | None = None) -> pd.DataFrame:
+    """Time and FLOP shares per category, one row per (``by`` value, measure, category);
+    ``categories`` those a chart of ``rows`` shows (default: ``shown_categories(rows)``),
+    ``order`` the category's place among them."""
+    shown = tuple(categories) if categories is not None else shown_categories(rows)
     out: list[dict[str, Any]] = []
     for _, row in rows.iterrows():
         for measure, prefix in (("time", "share:"), ("FLOPs", "flops_share:")):
-            for order, cat in enumerate(CATEGORIES):
+            for order, cat in enumerate(shown):
                 share = row[f"{prefix}{cat}"]
                 if isinstance(share, float) and math.isnan(share):
                     continue
@@ -281,6 +305,9 @@ def attribution_methods(record: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     hooks = (attribution.get("methods") or {}).get("hooks") or {}
     prof = (attribution.get("methods") or {}).get("profiler") or {}
+    # mixer and moe.* only where either method has them (never for older records)
+    shown = shown_categories([hooks.get("categories") or {}, prof.get("categories") or {}])
+    rows = [r for r in rows if r["category"] in shown or r["category"] not in CATEGORIES]
     cats = hooks.get("categories") or {}
     forward = _num(hooks.get("forward_ms"))
     sources = [{"where": k, "ms": v, "share": v / forward if forward > 0 else math.nan}
@@ -304,6 +331,13 @@ def top_ops(record: Mapping[str, Any], limit: int = 10) -> list[dict[str, Any]]:
     ops = [op for op in record.get("ops") or [] if isinstance(op, Mapping)]
     ops = sorted(ops, key=lambda op: (-_num(op.get("total_ms")), str(op.get("name"))))
     return [dict(op) for op in ops[:limit]]
+
+
+def group_shares(rows: pd.DataFrame) -> list[str]:
+    """Which ``GROUP_SHARES`` columns a table of ``rows`` states beside the attention
+    share: those whose categories the rows show (none for dense models)."""
+    shown = set(shown_categories(rows))
+    return [column for column, group in GROUP_SHARES.items() if shown.intersection(group)]
 
 
 def latest_runs(runs: Iterable[Run], limit: int = 10) -> list[Run]:

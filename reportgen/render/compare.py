@@ -31,6 +31,7 @@ from typing import Any
 from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
+from reportgen.render.shown import shown_categories
 from reportgen.schema import Run, iter_runs, load_run
 
 COMBINATION_KEYS: dict[str, str] = {
@@ -201,9 +202,11 @@ def compare_records(base: Mapping[str, Any], new: Mapping[str, Any],
                change="slower" if slower else "faster" if faster else "no significant difference",
                regression=bool(slower and ratio > 1.0 + threshold))
     sb, sn = _shares(base), _shares(new)
+    # mixer and moe.* only where a side has them: a dense model's older record (without
+    # their keys) compares with a newer one (where they are 0) as before
     row["shares"] = {c: {"base": sb.get(c), "new": sn.get(c),
                          "diff": (sn[c] - sb[c]) if c in sb and c in sn else None}
-                     for c in CATEGORIES if c in sb or c in sn}
+                     for c in shown_categories([sb, sn]) if c in sb or c in sn}
     return row
 
 

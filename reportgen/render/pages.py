@@ -98,6 +98,24 @@ _HEADLINE_COLUMNS = ("run_id", "combo_id", "seq", "median", "ci_low", "ci_high",
                      "pct_peak")
 
 
+# How a page names each of analysis.GROUP_SHARES: in a sentence and as a column heading.
+_GROUP_LABELS: dict[str, tuple[str, str]] = {
+    "mixer_share": ("the token mixers", "mixer share"),
+    "moe_share": ("the mixture-of-experts layers (router and experts)", "MoE share"),
+}
+
+
+def _group_labels(groups: Sequence[str]) -> list[dict[str, str]]:
+    return [{"key": g, "phrase": _GROUP_LABELS[g][0], "heading": _GROUP_LABELS[g][1]}
+            for g in groups]
+
+
+def _headline_columns(groups: Sequence[str]) -> tuple[str, ...]:
+    """The headline download's columns, with the ``groups`` after the attention share."""
+    at = _HEADLINE_COLUMNS.index("attention_share") + 1
+    return (*_HEADLINE_COLUMNS[:at], *groups, *_HEADLINE_COLUMNS[at:])
+
+
 def setting_label(setting: Mapping[str, Any]) -> str:
     scale = ("full-size model" if setting["scale"] == "reference"
              else f"{setting['scale']} test-size model")
@@ -120,7 +138,7 @@ def table_json(rows: Sequence[Mapping[str, Any]]) -> bytes:
 
 def all_combinations(frame: pd.DataFrame) -> dict[str, bytes]:
     """The combinations table as CSV and Parquet (suffix -> bytes)."""
-    table = frame.drop(columns=[c for c in _INTERNAL_COLUMNS if c in frame.columns])
+    table = frame[[c for c in analysis.shown_columns(frame) if c not in _INTERNAL_COLUMNS]]
     buffer = io.BytesIO()
     table.to_parquet(buffer, index=False, engine="pyarrow")
     return {".csv": table.to_csv(index=False, lineterminator="\n").encode("utf-8"),
@@ -310,16 +328,18 @@ class _Builder:
             longest = summary["longest"]
             record = self.records[(hw, longest["combo_id"])]
             headline = _rows(sel)
+            groups = analysis.group_shares(sel)
             categories = [{
                 "category": cat, "ms": longest[f"ms:{cat}"], "share": longest[f"share:{cat}"],
                 "share_ci_low": longest[f"share_ci_low:{cat}"],
                 "share_ci_high": longest[f"share_ci_high:{cat}"],
-                "flops_share": longest[f"flops_share:{cat}"]} for cat in CATEGORIES]
+                "flops_share": longest[f"flops_share:{cat}"]}
+                for cat in analysis.shown_categories(sel)]
             ctx["summary"] = {
                 "label": summary["label"], "setting": summary["setting"],
-                "headline": headline, "longest": longest,
+                "headline": headline, "longest": longest, "groups": _group_labels(groups),
                 "headline_data": self._table(path, "headline", [
-                    {k: r[k] for k in _HEADLINE_COLUMNS} for r in headline]),
+                    {k: r[k] for k in _headline_columns(groups)} for r in headline]),
                 "categories": categories,
                 "has_share_ci": any(c["share_ci_low"] is not None for c in categories),
                 "categories_data": self._table(path, "categories", categories),
@@ -361,7 +381,7 @@ class _Builder:
         path = self.hw_page(hw)
         out: list[Chart] = []
         models: list[dict[str, Any]] = []
-        shares: list[pd.DataFrame] = []
+        longests: list[pd.DataFrame] = []
         lines: list[dict[str, Any]] = []
         isolated: set[str] = set()  # isolated attention, not whole models: their own chart
         for model, part in rows.groupby("model", sort=True):
@@ -374,24 +394,28 @@ class _Builder:
                 entry["summary"] = {"label": s["label"], "longest": s["longest"],
                                     "crossover": s["crossover"],
                                     "core_exponent": s["core_exponent"]}
-                longest = s["rows"].iloc[[-1]].assign(model=model)
-                shares.append(analysis.shares_long(longest, by="model"))
+                longests.append(s["rows"].iloc[[-1]].assign(model=model))
                 lines.extend({"model": model, "setting": s["label"], "seq": int(r["seq"]),
                               "median": r["median"], "attention_share": r["attention_share"]}
                              for _, r in s["rows"].iterrows())
             models.append(entry)
+        # one frame for the shares chart, so every model's bars share its categories
+        longest_rows = pd.concat(longests, ignore_index=True) if longests else None
+        groups = analysis.group_shares(longest_rows) if longest_rows is not None else []
         ctx: dict[str, Any] = {"hardware": self.hw_labels[hw], "models": models,
                                "not_ok": self._not_ok(path, rows),
+                               "groups": _group_labels(groups),
                                "models_data": self._table(path, "models", [
                                    {"model": m["model"], "setting": m["summary"]["label"],
-                                    **{k: m["summary"]["longest"][k] for k in _HEADLINE_COLUMNS},
+                                    **{k: m["summary"]["longest"][k]
+                                       for k in _headline_columns(groups)},
                                     "core_exponent": m["summary"]["core_exponent"]}
                                    for m in models if m["summary"]]),
                                "headline_methods": analysis.headline_methods(rows, self.records)}
-        if shares:
+        if longest_rows is not None:
             ctx["shares_chart"] = self._chart(
                 path, "shares", "Category shares per model at its longest measured length",
-                charts.shares_chart(pd.concat(shares, ignore_index=True), by="model",
+                charts.shares_chart(analysis.shares_long(longest_rows, by="model"), by="model",
                                     by_title="model", by_type="N"), out)
             frame = pd.DataFrame(lines)
             whole = frame[~frame["model"].isin(isolated)]
@@ -420,7 +444,8 @@ class _Builder:
                                      "not_ok": int((part["status"] != "ok").sum())}
             if s is not None:
                 entry["summary"] = {"label": s["label"], "crossover": s["crossover"],
-                                    "core_exponent": s["core_exponent"]}
+                                    "core_exponent": s["core_exponent"],
+                                    "groups": _group_labels(analysis.group_shares(s["rows"]))}
                 entry["headline"] = _rows(s["rows"])
                 lines.extend({"hardware": self.hw_labels[hw], "setting": s["label"],
                               "seq": int(r["seq"]),
@@ -462,38 +487,50 @@ class _Builder:
             s = self._page_summary(part)
             entry: dict[str, Any] = {
                 "hardware": self.hw_labels[hw], "model": model,
-                "link": rel(path, self.combo_page(hw, model)), "summary": None}
+                "link": rel(path, self.combo_page(hw, model)), "summary": None,
+                "href": f"hardware/{self.hw_slugs[hw]}/{self.model_slugs[model]}/"}
             if s is not None:
                 longest = s["longest"]
                 entry["summary"] = {"seq": longest["seq"], "label": s["label"],
                                     "attention_share": longest["attention_share"],
-                                    "shares": [{"category": cat,
-                                                "share": longest[f"share:{cat}"],
-                                                "ci_low": longest[f"share_ci_low:{cat}"],
-                                                "ci_high": longest[f"share_ci_high:{cat}"]}
-                                               for cat in CATEGORIES]}
-                href = f"hardware/{self.hw_slugs[hw]}/{self.model_slugs[model]}/"
-                for order, c in enumerate(entry["summary"]["shares"]):
-                    if c["share"] is None:
-                        continue
-                    cells.append({"hardware": self.hw_labels[hw], "model": model,
-                                  "row": f"{model} ({self.hw_labels[hw]})"
-                                  if len(self.hw_slugs) > 1 else model,
-                                  "category": c["category"], "order": order,
-                                  "share": c["share"], "share_ci_low": c["ci_low"],
-                                  "share_ci_high": c["ci_high"], "seq": longest["seq"],
-                                  "href": href})
+                                    "longest": longest}
             breakdown.append(entry)
+        # each table (one per hardware) and the chart show the categories their rows have
+        summaries = [e["summary"] for e in breakdown if e["summary"]]
+        shown = analysis.shown_categories([x["longest"] for x in summaries])
         by_hw: dict[str, list[dict[str, Any]]] = {}
         for entry in breakdown:
             by_hw.setdefault(entry["hardware"], []).append(entry)
+        hw_categories = {hw: analysis.shown_categories([e["summary"]["longest"] for e in entries
+                                                         if e["summary"]])
+                         for hw, entries in by_hw.items()}
+        for entry in breakdown:
+            summary = entry["summary"]
+            if summary is None:
+                continue
+            longest = summary.pop("longest")
+            summary["shares"] = [{"category": cat, "share": longest[f"share:{cat}"],
+                                  "ci_low": longest[f"share_ci_low:{cat}"],
+                                  "ci_high": longest[f"share_ci_high:{cat}"]}
+                                 for cat in hw_categories[entry["hardware"]]]
+            for c in summary["shares"]:
+                if c["share"] is None:
+                    continue
+                cells.append({"hardware": entry["hardware"], "model": entry["model"],
+                              "row": f"{entry['model']} ({entry['hardware']})"
+                              if len(self.hw_slugs) > 1 else entry["model"],
+                              "category": c["category"], "order": shown.index(c["category"]),
+                              "share": c["share"], "share_ci_low": c["ci_low"],
+                              "share_ci_high": c["ci_high"], "seq": longest["seq"],
+                              "href": entry["href"]})
         measured = [{"label": self.hw_labels[hw], "link": rel(path, self.hw_page(hw)),
                      "models": int(f[f["hardware"] == hw]["model"].nunique()),
                      "ok": int(((f["hardware"] == hw) & (f["status"] == "ok")).sum())}
                     for hw in sorted(self.hw_slugs)]
         ctx: dict[str, Any] = {
             "models": [{"model": m, "link": rel(path, self.model_page(m))} for m in models],
-            "breakdown": [{"hardware": hw, "rows": rows} for hw, rows in by_hw.items()],
+            "breakdown": [{"hardware": hw, "rows": rows, "categories": hw_categories[hw]}
+                          for hw, rows in by_hw.items()],
             "has_share_ci": any(c["share_ci_low"] is not None for c in cells),
             "measured_on": measured,
             "gpu_measured": any(machine.has_gpu(self.hw_env.get(hw)) for hw in self.hw_slugs),

@@ -31,8 +31,9 @@ import pandas as pd
 
 from reportgen import shares, stats
 from reportgen.attribution import profiler_iterations
-from reportgen.categories import CATEGORIES
+from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES
 from reportgen.render import compare
+from reportgen.render.shown import shown_categories
 from reportgen.vocabulary import ATTENTION_MICRO, COMPILE_NONE, DECODE_NOCACHE
 
 
@@ -294,6 +295,9 @@ def iteration_series(record: Mapping[str, Any], trace: Path | None) -> Series | 
     if section:
         walls = section.get("iteration_ms") or []
         cats = {c: (section.get("categories") or {}).get(c, {}).get("per_iteration_ms") for c in CATEGORIES}
+        for c in ARCHITECTURE_CATEGORIES:  # records made before these categories lack them
+            if cats[c] is None:
+                cats[c] = [0.0] * len(walls)
         if walls and all(isinstance(v, list) and len(v) == len(walls) for v in cats.values()):
             return Series(str(attribution.get("headline_method") or "profiler"), "record",
                           tuple(map(float, walls)),
@@ -327,12 +331,16 @@ def predict(base: Series, new: Series, part: Sequence[str] = PART) -> dict[str, 
     ms), ``predicted`` (``amdahl(a, s)``), ``attributed`` (base forward / new forward: what
     the attribution says with every category) and per category the change in ms
     (``delta:<category>``, new - base)."""
+    # mixer and moe.* only where either side has time in them
+    shown = shown_categories([{c: math.fsum(v) for c, v in side.categories.items()}
+                              for side in (base, new)])
+
     def statistic(ib: Sequence[int], inew: Sequence[int]) -> dict[str, float]:
         tb, ab = base.forward(ib), base.mean(part, ib)
         a, s = _ratio(ab, tb), _ratio(ab, new.mean(part, inew))
         out = {"a": a, "s": s, "predicted": amdahl(a, s) if math.isfinite(s) and s > 0 else math.nan,
                "attributed": _ratio(tb, new.forward(inew))}
-        for c in CATEGORIES:
+        for c in shown:
             out[f"delta:{c}"] = new.mean([c], inew) - base.mean([c], ib)
         return out
 
@@ -358,7 +366,7 @@ def moved(prediction: Mapping[str, Any], part: Sequence[str] = PART) -> list[dic
     ms) with its interval, largest first; ``significant`` when the interval excludes 0."""
     rows = []
     for c in CATEGORIES:
-        if c in part:
+        if c in part or f"delta:{c}" not in prediction:  # a category neither side shows
             continue
         d, lo, hi = (prediction[f"delta:{c}"], prediction[f"delta:{c}_low"],
                      prediction[f"delta:{c}_high"])

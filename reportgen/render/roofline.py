@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reportgen import peaks, stats
-from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES
+from reportgen.categories import ATTENTION_CATEGORIES
+from reportgen.render.shown import shown_categories
 from reportgen.shares import combined_share, headline_section
 from reportgen.traffic import BYTE_CATEGORIES, record_bytes
 
@@ -90,7 +91,11 @@ def category_time(record: Mapping[str, Any], categories: Sequence[str]
         interval = (low, high) if low is not None and high is not None else None
     else:
         section = headline_section(record.get("attribution"))
-        combined = combined_share(section, categories) if section else None
+        # a record made before mixer and moe.* existed holds no series for them: they
+        # are not present (not a missing series that would void the interval)
+        shown = shown_categories([(section or {}).get("categories") or {}])
+        present = [c for c in categories if c in shown]
+        combined = combined_share(section, present) if section and present else None
         interval = (combined[1], combined[2]) if combined else None
     if interval is None:
         return share * med, share * lo, share * hi, "latency 95% CI (no share interval recorded)"
@@ -269,7 +274,8 @@ def chart_rows(points: Sequence[Mapping[str, Any]], roofs: Mapping[str, Roof]) -
     """One data set for a roofline chart: the points (``kind`` "category", with their
     ``panel``) and each panel's roof (``kind`` "roof"), over the intensities drawn."""
     drawn = [p for p in points if p.get("intensity") and p.get("flops_per_s")]
-    out: list[dict[str, Any]] = [{"kind": "category", "order": CATEGORIES.index(p["category"]),
+    order = {c: i for i, c in enumerate(shown_categories(drawn))}  # the chart's categories
+    out: list[dict[str, Any]] = [{"kind": "category", "order": order.get(p["category"], len(order)),
                                   **{k: p.get(k) for k in (
                                       "panel", "category", "intensity", "flops_per_s",
                                       "flops_per_s_low", "flops_per_s_high", "bandwidth",

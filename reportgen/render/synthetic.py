@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from reportgen.categories import CATEGORIES
+from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES
 
 SCHEMA_VERSION = 1
 _TIME = "2026-12-02T13:00:00Z"
@@ -99,8 +99,9 @@ def _ms(hw: SyntheticHardware, model: SyntheticModel, flops: dict[str, float], a
     calls = {"embeddings": 2, "attention.qkv": 3, "attention.core": 4, "attention.out": 1,
              "mlp": 3, "norm": 2, "head": 1, "other": 3, "overhead": 0}
     out: dict[str, float] = {}
-    # synthetic records are eager, written as records were before "compiled" existed
-    for cat in (c for c in CATEGORIES if c != "compiled"):
+    # synthetic records are of eager dense models, written as records were before
+    # "compiled" and the architecture categories (mixer, moe.*) existed
+    for cat in (c for c in CATEGORIES if c != "compiled" and c not in ARCHITECTURE_CATEGORIES):
         eff = _CORE_EFFICIENCY.get(attn, 0.3) if cat == "attention.core" else 0.7
         if cat in ("norm", "other", "embeddings"):
             eff = 0.05

@@ -1,0 +1,108 @@
+"""Every architecture transformers ships for text generation or encoding, built at tiny
+scale and attributed: ``ok`` or ``skipped`` with one line, never a crash; today's
+families (mixtures of experts, latent attention, state-space and hybrid models) put
+their experts, routers and token mixers in categories of their own.
+
+The model types are read from transformers (``reportgen.profile.catalog``), so a
+transformers release that adds an architecture adds it here. The sweep forks one
+process per type under a memory and a time limit, two at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from reportgen.profile import catalog  # noqa: E402
+
+# Families a reader asks "attention or experts?" of, and the state-space and hybrid ones.
+MOE = ("mixtral", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "ernie4_5_moe", "gpt_oss",
+       "qwen2_moe", "glm4_moe", "deepseek_v2", "deepseek_v3", "llama4_text", "jamba",
+       "switch_transformers", "minimax")
+STATE_SPACE = ("mamba", "falcon_mamba", "mamba2", "rwkv")
+HYBRID = ("qwen3_next", "falcon_h1", "nemotron_h", "bamba", "zamba2", "jamba", "kimi_linear")
+OTHER_LIMIT = 0.35  # at tiny scale the model's own glue (masks, residual adds) is large
+ENCODERS = ("vit", "whisper")
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, dict[str, Any]]:
+    types = sorted(set(catalog.text_model_types()) | set(ENCODERS))
+    swept = catalog.sweep(types, workers=2, seq_len=64)
+    return {row["model_type"]: row for row in swept}
+
+
+def test_the_list_is_transformers_own() -> None:
+    types = catalog.text_model_types()
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    assert set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) <= set(types)
+    assert {"bert", "t5", "mixtral", "mamba", "qwen3_next"} <= set(types)
+    assert "vit" in catalog.encoder_model_types() and "whisper" in catalog.encoder_model_types()
+
+
+@pytest.mark.slow
+def test_every_architecture_measures_or_says_why_not(rows: dict[str, dict[str, Any]]) -> None:
+    failed = [catalog.line(r) for r in rows.values() if r["status"] == "failed"]
+    assert not failed, f"{len(failed)} of {len(rows)} failed:\n" + "\n".join(failed)
+    for row in rows.values():
+        if row["status"] == "skipped":
+            assert row["reason"] and "\n" not in row["reason"], row
+        else:
+            assert math.isclose(sum(row["shares"].values()), 1.0, abs_tol=1e-6), row
+    assert sum(r["status"] == "ok" for r in rows.values()) >= 0.9 * len(rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", MOE)
+def test_experts_and_router_have_their_own_categories(rows: dict[str, dict[str, Any]],
+                                                      model_type: str) -> None:
+    row = rows[model_type]
+    assert row["status"] == "ok", catalog.line(row)
+    shares = row["shares"]
+    assert shares["moe.experts"] > 0.05, catalog.line(row)
+    assert shares["moe.router"] > 0, catalog.line(row)
+    assert shares["other"] <= OTHER_LIMIT, catalog.line(row)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", STATE_SPACE + HYBRID)
+def test_token_mixers_are_not_mlp(rows: dict[str, dict[str, Any]], model_type: str) -> None:
+    row = rows[model_type]
+    assert row["status"] == "ok", catalog.line(row)
+    shares = row["shares"]
+    assert shares["mixer"] > 0.1, catalog.line(row)
+    assert shares["other"] <= OTHER_LIMIT, catalog.line(row)
+    if model_type in STATE_SPACE:
+        assert shares["attention.core"] == 0, catalog.line(row)
+    else:  # a hybrid keeps a softmax-attention layer at tiny scale
+        assert shares["attention.core"] > 0, catalog.line(row)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ENCODERS)
+def test_vision_and_speech_encoders_measure(rows: dict[str, dict[str, Any]], model_type: str) -> None:
+    row = rows[model_type]
+    assert row["status"] == "ok", catalog.line(row)
+    assert row["input"] in ("pixel_values", "input_features")
+    assert row["shares"]["attention.core"] > 0
+
+
+def test_a_vision_encoder_needs_a_square_grid_of_patches() -> None:
+    row = catalog.check("vit", seq_len=50)
+    assert row["status"] == "skipped"
+    assert "50 patches" in row["reason"] and "square" in row["reason"]
+
+
+def test_a_crashing_or_hungry_type_is_a_failed_row_not_a_lost_sweep() -> None:
+    rows = catalog.sweep(["no_such_type", "bert"], workers=2, timeout_s=60)
+    by = {r["model_type"]: r for r in rows}
+    assert by["no_such_type"]["status"] in ("failed", "skipped")
+    assert by["bert"]["status"] == "ok"
+    hungry = catalog.sweep(["bert"], workers=1, memory_gib=0.05)
+    assert hungry[0]["status"] == "failed"
