@@ -28,7 +28,7 @@ from reportgen.categories import CATEGORIES
 
 TIMEOUT_S = 120.0
 ITERATIONS = 7  # hooked forwards per type: shares of the tiny forward, not of its first call
-MEMORY_GIB = 6
+MEMORY_GIB = 10  # address space, not resident memory: torch alone maps several GiB
 
 
 def text_model_types() -> list[str]:
@@ -75,7 +75,9 @@ def check(model_type: str, *, seq_len: int = 32, mode: str = "forward",
     except Skip as exc:
         row.update(status="skipped", reason=str(exc).strip().splitlines()[0])
     except Exception as exc:  # noqa: BLE001 - a failing architecture is the finding
-        row.update(status="failed", reason=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+        notes = " ".join(getattr(exc, "__notes__", []))
+        row.update(status="failed",
+                   reason=f"{type(exc).__name__}: {str(exc).strip()[:300]}" + (f" ({notes})" if notes else ""))
     finally:
         models.free(built)
     row["seconds"] = round(time.perf_counter() - started, 2)

@@ -408,6 +408,10 @@ def _shrink_one(config: Any, *, min_positions: int = 0, widths: bool = True) -> 
 
 
 def _shrink_vocab(config: Any, min_positions: int) -> None:
+    for name, value in list(vars(config).items()):
+        # other tables indexed by token: hashed n-gram and per-layer input embeddings
+        if "vocab" in name and name != "vocab_size" and _int(value) and value > TINY_VOCAB:
+            setattr(config, name, TINY_VOCAB)
     if _has(config, "vocab_size"):
         config.vocab_size = TINY_VOCAB
         if _has(config, "pad_token_id") and _get(config, "pad_token_id") is None:
@@ -978,8 +982,10 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
         built = _build(combo, spec, dev, dtype, impl, backend, seed, "tiny-depth")
     except (Skip, UserError, torch.OutOfMemoryError):
         raise
-    except Exception:
+    except Exception as second:
         _default_builds(spec, impl, first)
+        first.add_note(f"at the reference widths too: {type(second).__name__}: "
+                       f"{str(second).strip()[:200]}")
         raise first from None
     built.info["tiny"] = ("depth only: the widths are the reference's (shrinking them failed: "
                           f"{type(first).__name__}: {str(first).strip().splitlines()[0][:160]})")
