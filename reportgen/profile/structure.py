@@ -131,8 +131,9 @@ def is_token_mixer(module: nn.Module) -> bool:
 
 def is_experts(module: nn.Module) -> bool:
     """A mixture-of-experts layer's experts: a module that holds its experts' weights
-    stacked (a parameter of three or more dimensions that is no convolution's kernel), or
-    a list of at least two modules that each hold projections."""
+    stacked (a parameter of three or more dimensions, one per expert, that is no
+    convolution's kernel), or a list of at least two modules of one class that each hold
+    projections."""
     if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
         items = list(module.children())
         return (len(items) >= 2 and len({type(item) for item in items}) == 1
@@ -140,8 +141,10 @@ def is_experts(module: nn.Module) -> bool:
                         and not any(is_attention(m) for m in item.modules()) for item in items))
     if isinstance(module, nn.modules.conv._ConvNd):
         return False
-    # one leading dimension per expert, at least two of them (not a broadcast (1, 1, d) mix)
-    return any(p.dim() >= 3 and p.shape[0] >= 2 for _, p in module.named_parameters(recurse=False))
+    stacked = [p for _, p in module.named_parameters(recurse=False) if p.dim() >= 3]
+    # one leading dimension per expert, at least two of them (not a broadcast (1, 1, d)
+    # mix), or a class that says it holds experts (a config may keep a single one)
+    return any(p.shape[0] >= 2 for p in stacked) or bool(stacked and "Experts" in type(module).__name__)
 
 
 def is_moe(module: nn.Module) -> bool:
@@ -171,7 +174,8 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
         elif container == "moe":
             # a shared expert is an MLP beside the routed ones; gates and routers are left
             # to the layer's own time, the router's
-            if is_experts(module) or (not _is_leaf(module) and _has_descendant(module, is_projection)):
+            # (a router holds one projection, its gate; an expert MLP two or more)
+            if is_experts(module) or sum(1 for m in module.modules() if is_projection(m)) >= 2:
                 role, category, inner, inner_fqn = "experts", "moe.experts", "experts", fqn
         elif container is None and block is not None and is_token_mixer(module):
             role, category, inner, inner_fqn = "mixer", "mixer", "mixer", fqn
