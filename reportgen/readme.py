@@ -16,7 +16,7 @@ import jinja2
 from reportgen.commands.summary import run_rows
 from reportgen.schema import Run, current_runs, iter_runs
 
-BLOCKS = ("runs", "bench")
+BLOCKS = ("runs", "today", "bench")
 _TEMPLATE = jinja2.Environment(
     loader=jinja2.PackageLoader("reportgen", "templates"), undefined=jinja2.StrictUndefined,
     trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
@@ -48,6 +48,24 @@ def run_figures(run: Run) -> dict[str, Any]:
     }
 
 
+def today_figures(run: Run) -> dict[str, Any]:
+    """``run_figures`` with each combination's attention, experts, mixer shares and the
+    busiest expert's load against the mean (today's architectures)."""
+    from reportgen.categories import ATTENTION_CATEGORIES, MOE_CATEGORIES
+    from reportgen.schema import load_combination
+
+    figures = run_figures(run)
+    for row in figures["rows"]:
+        shares = row.get("shares") or {}
+        row["attention"] = sum(shares.get(c, 0.0) for c in ATTENTION_CATEGORIES)
+        row["moe"] = sum(shares.get(c, 0.0) for c in MOE_CATEGORIES)
+        row["mixer"] = shares.get("mixer", 0.0)
+        path = run.combination_path(row["id"])
+        moe = load_combination(path).get("moe") if path.is_file() else None
+        row["load"] = (moe or {}).get("max_over_mean")
+    return figures
+
+
 def latest_run(runs_root: Path, suite: str) -> Run | None:
     runs = [r for r in current_runs(iter_runs(runs_root)) if (r.record.get("suite") or {}).get("name") == suite]
     return max(runs, key=lambda r: str(r.record.get("updated") or ""), default=None)
@@ -66,10 +84,13 @@ def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
     from reportgen.bench.page import fmt_interval, fmt_value
 
     run = latest_run(runs_root, "cpu-default")
+    today = latest_run(runs_root, "cpu-today")
     bench = bench_figures(bench_dir)
     return {
         "runs": _TEMPLATE.get_template("readme_runs.md.j2").render(
             run=run_figures(run) if run else None),
+        "today": _TEMPLATE.get_template("readme_today.md.j2").render(
+            run=today_figures(today) if today else None),
         "bench": _TEMPLATE.get_template("readme_bench.md.j2").render(
             bench=bench, fmt_value=fmt_value, fmt_interval=fmt_interval),
     }

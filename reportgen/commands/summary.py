@@ -39,6 +39,9 @@ FORMATS: tuple[str, ...] = ("table", "json", "csv")
 PENDING = "pending"  # in the suite, no record yet (an interrupted or running run)
 
 _TO_MS = {"ms": 1.0, "s": 1e3, "us": 1e-3, "ns": 1e-6}
+MOE_LOAD = "moe_max_over_mean"
+"""A mixture-of-experts record's busiest expert's tokens against the mean (its ``moe``
+section; 1: balanced): a key of its row, and a column only where some row has it."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "summary",
         help="one row per combination of a run",
         description="One row per combination of a run: status, median latency with its "
-        "95%% CI, profiler overhead and the time share of each category.",
+        "95%% CI, profiler overhead, the time share of each category and, for "
+        "mixture-of-experts models, the busiest expert's load against the mean.",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds run.json)")
     parser.add_argument(
@@ -83,7 +87,7 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
         value = timing.get(key)
         return None if value is None else float(value) * scale
 
-    return {
+    row: dict[str, Any] = {
         "id": record.get("id"),
         **{key: combination.get(key) for key in COMBINATION_FIELDS},
         # records made before the compile axis ran eagerly
@@ -104,6 +108,28 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(categories[name], Mapping) and (name in shown or name not in CATEGORIES)
         },
     }
+    load = moe_load(record)
+    if load is None:
+        return row  # dense models and records made before routing was recorded: as before
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key == "shares":
+            out[MOE_LOAD] = load
+        out[key] = value
+    return out
+
+
+def moe_load(record: Mapping[str, Any]) -> float | None:
+    """The busiest expert's tokens against the mean, over the layers (``moe.max_over_mean``);
+    None without a ``moe`` section or that figure."""
+    value = (record.get("moe") or {}).get("max_over_mean")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def has_moe_load(rows: Iterable[Mapping[str, Any]]) -> bool:
+    return any(row.get(MOE_LOAD) is not None for row in rows)
 
 
 def pending_row(combo_id: str, combination: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -150,6 +176,7 @@ def csv_columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
         ["id", *COMBINATION_FIELDS, "status", "reason"]
         + [f"latency_ms.{f}" for f in LATENCY_FIELDS]
         + ["profiler_overhead", "compile_s"]
+        + ([MOE_LOAD] if has_moe_load(rows) else [])
         + [f"shares.{c}" for c in categories]
     )
 
@@ -200,6 +227,9 @@ def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     table.add_column("median ms", justify="right")
     table.add_column("95% CI", justify="right")
     table.add_column("profiled/unprofiled", justify="right")
+    moe = has_moe_load(rows)
+    if moe:
+        table.add_column("MoE busiest/mean", justify="right")
     table.add_column("top categories / reason", overflow="fold")
     styles = {"ok": "green", "skipped": "yellow", "failed": "red", PENDING: "dim"}
     for row in rows:
@@ -210,12 +240,14 @@ def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
             _shares_text(row.get("shares") or {}) if status == "ok" else (row.get("reason") or "")
         )
         # Text cells: a reason like "shape [1, 2]" must not be read as rich markup.
+        load = row.get(MOE_LOAD)
         table.add_row(
             Text(str(row.get("id"))),
             Text(status, style=styles.get(status, "")),
             "" if latency.get("median") is None else f"{latency['median']:.4g}",
             _ci_text(latency),
             "" if overhead is None else f"{overhead:.2f}x",
+            *(["" if load is None else f"{load:.2f}x"] if moe else []),
             Text(detail),
         )
     return table

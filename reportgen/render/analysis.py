@@ -15,6 +15,7 @@ import pandas as pd
 from reportgen import stats
 from reportgen.categories import (ARCHITECTURE_CATEGORIES, ATTENTION_CATEGORIES, CATEGORIES,
                                   MOE_CATEGORIES)
+from reportgen.render import fmt
 from reportgen.render.load import Run
 from reportgen.render.shown import shown_categories
 from reportgen.shares import disagreement
@@ -70,6 +71,9 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "dtype": str(c.get("dtype") or ""),
                 "attn": str(c.get("attn_implementation") or ""),
                 "batch": int(c.get("batch_size") or 0), "seq": int(c.get("seq_len") or 0),
+                # what the length counts (older records: tokens); filled per model below
+                "input": str(_get(rec, "inputs", "input") or ""),
+                "sequence": _get(rec, "inputs", "sequence"),
                 "device": str(c.get("device") or ""),
                 # records made before the compile axis lack it: they ran eagerly
                 "compile": str(c.get("compile") or "none"),
@@ -122,7 +126,10 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 # NaN where the record has none of them (dense models' older records)
                 known = [shares[c] for c in group if not math.isnan(shares[c])]
                 row[column] = (sum(known) if row["status"] == "ok" and known else math.nan)
+            # mixture-of-experts records: the busiest expert's load against the mean
+            row["moe_max_over_mean"] = _num(_get(rec, "moe", "max_over_mean"))
             rows.append(row)
+    _fill_sequence(rows)
     columns = list(rows[0]) if rows else ["hardware", "model", "combo_id", "status", "seq"]
     df = pd.DataFrame(rows, columns=columns)
     if df.empty:
@@ -132,6 +139,30 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
         df = df.drop_duplicates(["hardware", "combo_id"], keep="last")
     return df.sort_values(["hardware", "model", *SETTING, "seq", "combo_id"],
                           kind="mergesort").reset_index(drop=True)
+
+
+def _fill_sequence(rows: list[dict[str, Any]]) -> None:
+    """What each row's length counts: its record's ``inputs.sequence``; a record without
+    inputs (skipped, failed) takes its model's, and older records read as tokens."""
+    by_model: dict[str, tuple[str, str]] = {}
+    for row in rows:
+        if isinstance(row["sequence"], str) and row["sequence"]:
+            by_model.setdefault(row["model"], (row["sequence"], row["input"]))
+    for row in rows:
+        if not (isinstance(row["sequence"], str) and row["sequence"]):
+            unit, main = by_model.get(row["model"], (fmt.TOKENS, row["input"]))
+            row["sequence"], row["input"] = unit, row["input"] or main
+
+
+def sequence_of(rows: pd.DataFrame | Sequence[Mapping[str, Any]]) -> tuple[str, str | None]:
+    """What the lengths of ``rows`` (one model's) count, and the note that says what a
+    frame is: (``tokens``, None) for text models and for records made before inputs said."""
+    records = rows.to_dict(orient="records") if hasattr(rows, "to_dict") else list(rows)
+    for row in records:
+        unit = fmt.sequence_unit(row.get("sequence"))
+        if unit != fmt.TOKENS:
+            return unit, fmt.sequence_note(row.get("input"), unit)
+    return fmt.TOKENS, None
 
 
 def reference_setting(page: pd.DataFrame) -> dict[str, Any] | None:
@@ -166,6 +197,12 @@ def shown_columns(frame: pd.DataFrame) -> list[str]:
     all but those of the architecture categories no row shows (``shown_categories``)."""
     hidden = set(ARCHITECTURE_CATEGORIES) - set(shown_categories(frame))
     drop = {column for column, group in GROUP_SHARES.items() if hidden.issuperset(group)}
+    # what the lengths count, only where some row counts other than tokens; the MoE load
+    # only where some row has it: a table of text models keeps the columns it had
+    if "sequence" in frame and (frame["sequence"] == fmt.TOKENS).all():
+        drop |= {"input", "sequence"}
+    if "moe_max_over_mean" in frame and not frame["moe_max_over_mean"].notna().any():
+        drop.add("moe_max_over_mean")
     return [c for c in frame.columns
             if c not in drop and not (":" in c and c.split(":", 1)[1] in hidden)]
 

@@ -141,10 +141,11 @@ def shares_chart(long: pd.DataFrame, by: str = "seq", by_title: str = "sequence 
     return _spec(facet.configure_facet(spacing=8), _records(long))
 
 
-def scaling_chart(long: pd.DataFrame) -> dict[str, Any]:
-    """Milliseconds per category against sequence length, both axes logarithmic."""
+def scaling_chart(long: pd.DataFrame, unit: str = "tokens") -> dict[str, Any]:
+    """Milliseconds per category against sequence length, both axes logarithmic;
+    ``unit`` what the length counts (tokens, patches, frames)."""
     chart = alt.Chart().mark_line(point=True).encode(
-        x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2),
+        x=alt.X("seq:Q", title=f"sequence length ({unit})", scale=alt.Scale(type="log", base=2),
                 axis=alt.Axis(values=sorted({int(v) for v in long["seq"]}), format="d")),
         y=alt.Y("ms:Q", title="time per forward (ms)", scale=alt.Scale(type="log")),
         color=alt.Color("category:N", scale=category_scale(shown_categories(long)),
@@ -297,6 +298,29 @@ def tools_chart(long: pd.DataFrame, tools: Sequence[str]) -> dict[str, Any]:
     return _spec(chart, _records(long))
 
 
+def expert_load_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Tokens per expert, one bar per expert, one panel per mixture-of-experts layer, with
+    the layer's mean load as a dashed rule: the busiest bar against the rule is the
+    layer's busiest/mean. Rows: ``module``, ``layer`` (its order), ``expert``, ``tokens``,
+    ``mean``, ``over_mean``."""
+    base = alt.Chart()
+    tooltip = [alt.Tooltip("module:N", title="layer"), alt.Tooltip("expert:O"),
+               alt.Tooltip("tokens:Q"), alt.Tooltip("over_mean:Q", format=".2f",
+                                                    title="against the mean")]
+    bars = base.mark_bar(color=_COLOUR_OF["moe.experts"]).encode(
+        x=alt.X("expert:O", title="expert", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
+        y=alt.Y("tokens:Q", title="tokens"), tooltip=tooltip)
+    mean = base.mark_rule(color="#555555", strokeDash=[4, 3]).encode(
+        y=alt.Y("mean:Q"), tooltip=[alt.Tooltip("module:N", title="layer"),
+                                    alt.Tooltip("mean:Q", format=".3~g", title="mean tokens")])
+    chart = alt.layer(bars, mean).properties(width=WIDTH - 120, height=70).facet(
+        row=alt.Row("module:N", title=None, sort=alt.EncodingSortField("layer"),
+                    header=alt.Header(labelAngle=0, labelAlign="left", labelOrient="top",
+                                      labelAnchor="start", labelFontWeight="bold")),
+        data=_PLACEHOLDER).resolve_scale(y="independent")
+    return _spec(chart, [dict(r) for r in rows])
+
+
 def data_rows(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The rows a chart draws (its top-level inline values), for its CSV and JSON."""
     data = spec.get("data")
@@ -304,11 +328,13 @@ def data_rows(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(v) for v in values] if isinstance(values, list) else []
 
 
-def latency_lines(frame: pd.DataFrame, series: str, series_title: str) -> dict[str, Any]:
+def latency_lines(frame: pd.DataFrame, series: str, series_title: str,
+                  unit: str = "tokens") -> dict[str, Any]:
     """Median latency against sequence length, one line per ``series`` value, log-log;
-    the x axis shows the measured lengths only."""
+    the x axis shows the measured lengths only, ``unit`` what they count (``tokens or
+    patches`` where the lines count different things)."""
     chart = alt.Chart().mark_line(point=True).encode(
-        x=alt.X("seq:Q", title="sequence length (tokens)", scale=alt.Scale(type="log", base=2),
+        x=alt.X("seq:Q", title=f"sequence length ({unit})", scale=alt.Scale(type="log", base=2),
                 axis=alt.Axis(values=sorted({int(v) for v in frame["seq"]}), format="d")),
         y=alt.Y("median:Q", title="median latency (ms)", scale=alt.Scale(type="log")),
         color=alt.Color(f"{series}:N", title=series_title, scale=_SERIES_SCALE),

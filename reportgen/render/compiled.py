@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from reportgen import stats
-from reportgen.render import analysis
+from reportgen.render import analysis, fmt
 
 _MATCH = ["scale", "mode", "dtype", "attn", "batch", "seq"]
 COLUMNS = [*_MATCH, "compile", "eager_median", "eager_ci_low", "eager_ci_high", "eager_combo",
@@ -55,7 +55,7 @@ def shares(page: pd.DataFrame, matched: pd.DataFrame) -> pd.DataFrame:
     (e.g. ``forward sdpa s128 eager``, ``forward sdpa s128 compile default``), for ``charts.shares_chart``."""
     ids = list(dict.fromkeys([*matched["eager_combo"], *matched["compiled_combo"]]))
     rows = page[page["combo_id"].isin(ids)].copy()
-    rows["variant"] = [f"{r['mode']} {r['attn']} s{int(r['seq'])} "
+    rows["variant"] = [f"{r['mode']} {r['attn']} {fmt.length_short(r['seq'], r.get('sequence'))} "
                        + ("eager" if r["compile"] == "none" else f"compile {r['compile']}")
                        for _, r in rows.iterrows()]
     rows = rows.sort_values(["mode", "seq", "attn", "compile"], kind="mergesort")

@@ -108,6 +108,44 @@ def integer(x: Any) -> str:
     return DASH if f is None else f"{int(round(f)):,}"
 
 
+# What a record's sequence length counts (``inputs.sequence``; records without it count
+# tokens), and where the word alone does not say what a position is, a note by the
+# model's main input (``inputs.input``).
+TOKENS = "tokens"
+SEQUENCE_NOTES: dict[str, str] = {
+    "input_features": "spectrogram frames after the encoder's stride-2 convolution",
+    "input_values": "frames of the waveform after the feature encoder's convolutions",
+}
+
+
+def sequence_unit(value: Any) -> str:
+    """``inputs.sequence`` of a record: ``tokens`` where it is missing (older records)."""
+    return str(value) if isinstance(value, str) and value else TOKENS
+
+
+def sequence_note(input_name: Any, unit: Any = None) -> str | None:
+    """The note that says what a frame is (``input_features``, ``input_values``); None
+    for tokens and patches, which say it themselves."""
+    if sequence_unit(unit) == TOKENS:
+        return None
+    return SEQUENCE_NOTES.get(str(input_name or ""))
+
+
+def length(x: Any, unit: Any = None) -> str:
+    """A sequence length with what it counts: ``512 tokens``, ``196 patches``."""
+    return f"{integer(x)} {sequence_unit(unit)}"
+
+
+def length_short(x: Any, unit: Any = None) -> str:
+    """A sequence length in a label: ``s512`` for tokens, as combination ids write it;
+    ``196 patches`` or ``1,500 frames`` otherwise."""
+    unit = sequence_unit(unit)
+    if unit == TOKENS:
+        f = _finite(x)
+        return f"s{int(round(f))}" if f is not None else DASH
+    return length(x, unit)
+
+
 def nbytes(x: Any) -> str:
     f = _finite(x)
     if f is None:
@@ -195,6 +233,6 @@ def when(value: object) -> str:
 
 
 FILTERS = {"breakable": breakable, "when": when, "front_matter_title": front_matter_title, "html_attr": html_attr, "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
-           "fixed": fixed, "integer": integer, "nbytes": nbytes, "flops": flops,
+           "fixed": fixed, "integer": integer, "seq_length": length, "nbytes": nbytes, "flops": flops,
            "bandwidth": bandwidth, "quantity": quantity,
            "code_block": code_block, "url": url, "raw": Raw}

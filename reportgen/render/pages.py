@@ -20,7 +20,8 @@ import pandas as pd
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
-from reportgen.render import analysis, charts, cite, compiled, machine, roofline_pages, sections, studies
+from reportgen.render import (analysis, charts, cite, compiled, machine, moe, roofline_pages, sections,
+                              studies)
 from reportgen.render import tools as tools_page
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
@@ -125,6 +126,15 @@ def setting_label(setting: Mapping[str, Any]) -> str:
             + (f", torch.compile {compiled}" if compiled != "none" else ""))
 
 
+def units_title(units: Iterable[str]) -> str:
+    """What the lengths on one axis count: ``tokens``, or ``tokens or patches`` (``tokens,
+    frames or patches``) where the lines count different things; tokens first."""
+    found = sorted(set(units), key=lambda u: (u != "tokens", u))
+    if not found:
+        return "tokens"
+    return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} or {found[-1]}"
+
+
 def table_csv(rows: Sequence[Mapping[str, Any]]) -> bytes:
     frame = pd.DataFrame([dict(r) for r in rows])
     return frame.to_csv(index=False, lineterminator="\n").encode("utf-8")
@@ -179,6 +189,10 @@ class _Builder:
         self.hw_labels = {hw: machine.hardware_label(hw, self.hw_env.get(hw))
                           for hw in {run.hardware for run in self.runs} | set(self.hw_slugs)}
         self.model_slugs = unique_slugs(f["model"]) if not f.empty else {}
+        # what each model's lengths count on each hardware (tokens, patches, frames)
+        self.sequences: dict[tuple[str, str], str] = {} if f.empty else {
+            (str(hw), str(model)): analysis.sequence_of(part)[0]
+            for (hw, model), part in f.groupby(["hardware", "model"], sort=True)}
         self._summaries: dict[tuple[str, str], dict[str, Any] | None] = {}
         self.probes: dict[str, Any] = {}  # hardware -> (run id, CPU probe) or None
         self._combo_pages = ({} if f.empty else {
@@ -293,8 +307,10 @@ class _Builder:
         path = self.combo_page(hw, model)
         out: list[Chart] = []
         summary = self._page_summary(rows)
+        unit, note = analysis.sequence_of(rows)
         ctx: dict[str, Any] = {
             "hardware": self.hw_labels[hw], "model": model,
+            "seq_unit": unit, "seq_note": note,
             "hw_link": rel(path, self.hw_page(hw)),
             "model_link": rel(path, self.model_page(model)),
             "methodology": rel(path, "methodology.md"), "status_link": rel(path, "status.md"),
@@ -366,7 +382,8 @@ class _Builder:
             if sel["seq"].nunique() >= 2:
                 ctx["summary"]["scaling_chart"] = self._chart(
                     path, "scaling", "Time per category against sequence length (log-log)",
-                    charts.scaling_chart(analysis.category_ms_long(sel)), out)
+                    charts.scaling_chart(analysis.category_ms_long(sel), unit), out)
+        ctx["routing"] = self._routing(path, hw, rows, summary, out)
         ctx["roofline"] = roofline_pages.combination_section(self, path, hw, rows, out)
         comparison = analysis.attention_comparison(rows)
         ctx["attention"] = _rows(comparison)
@@ -376,6 +393,52 @@ class _Builder:
                 path, "attention", "Attention implementations: median latency with 95% CI",
                 charts.attention_chart(comparison), out)
         return Page(path, "combination.md.j2", ctx, tuple(out))
+
+    def _routing(self, path: str, hw: str, rows: pd.DataFrame, summary: Mapping[str, Any] | None,
+                 out: list[Chart]) -> dict[str, Any] | None:
+        """"Where the router sent the tokens": the figures of one combination's ``moe``
+        section (the headline combination's where it has one, else the longest one of
+        the reference setting, else the longest other), its layers as a table and a chart,
+        and every combination of the page that has one; None where none has."""
+        ok = rows[rows["status"] == "ok"]
+        found = [(r, moe.section(self.records.get((hw, str(r["combo_id"])))))
+                 for r in ok.to_dict(orient="records")]
+        found = [(r, m) for r, m in found if m is not None]
+        if not found:
+            return None
+        headline = str(summary["longest"]["combo_id"]) if summary is not None else None
+        setting = summary["setting"] if summary is not None else {}
+
+        def rank(item: tuple[Mapping[str, Any], Mapping[str, Any]]) -> tuple[Any, ...]:
+            r = item[0]
+            return (str(r["combo_id"]) != headline,
+                    any(r[k] != v for k, v in setting.items()), -int(r["seq"]))
+
+        row, section = min(found, key=rank)
+        layers = moe.layer_rows(section)
+        unit = str(row.get("sequence") or "tokens")
+        combos = []
+        for r, m in found:
+            figures = moe.overview(m, moe.layer_rows(m))
+            combos.append({"combo_id": str(r["combo_id"]), "mode": r["mode"], "seq": r["seq"],
+                           "sequence": r.get("sequence") or "tokens", "batch": r["batch"],
+                           **figures})
+        return {
+            "combo_id": str(row["combo_id"]), "mode": row["mode"], "seq": row["seq"],
+            "sequence": unit, "batch": row["batch"],
+            "label": setting_label(row), "headline": str(row["combo_id"]) == headline,
+            "json": self._links(path, row)["json"],
+            **moe.overview(section, layers),
+            "layer_rows": layers,
+            "layers_data": self._table(path, "routing-layers", moe.table_rows(layers)),
+            "chart": self._chart(path, "routing", "Tokens per expert in each layer (dashed: "
+                                 "the layer's mean)",
+                                 charts.expert_load_chart(moe.chart_rows(layers)), out),
+            "combinations": combos if len(combos) > 1 else [],
+            "combinations_data": (self._table(path, "routing-combinations", combos)
+                                  if len(combos) > 1 else None),
+            "decode": any(c["mode"] == moe.DECODE for c in combos),
+        }
 
     def hardware_page(self, hw: str, rows: pd.DataFrame) -> Page:
         path = self.hw_page(hw)
@@ -396,7 +459,8 @@ class _Builder:
                                     "core_exponent": s["core_exponent"]}
                 longests.append(s["rows"].iloc[[-1]].assign(model=model))
                 lines.extend({"model": model, "setting": s["label"], "seq": int(r["seq"]),
-                              "median": r["median"], "attention_share": r["attention_share"]}
+                              "median": r["median"], "attention_share": r["attention_share"],
+                              "sequence": r["sequence"]}
                              for _, r in s["rows"].iterrows())
             models.append(entry)
         # one frame for the shares chart, so every model's bars share its categories
@@ -423,12 +487,15 @@ class _Builder:
             if not whole.empty:
                 ctx["latency_chart"] = self._chart(
                     path, "latency", "Median latency per model against sequence length",
-                    charts.latency_lines(whole, "model", "model"), out)
+                    charts.latency_lines(whole.drop(columns="sequence"), "model", "model",
+                                         units_title(whole["sequence"])), out)
             if not alone.empty:
                 ctx["isolated_chart"] = self._chart(
                     path, "latency-isolated",
                     "Isolated attention (one attention layer alone): median latency against "
-                    "sequence length", charts.latency_lines(alone, "model", "benchmark"), out)
+                    "sequence length", charts.latency_lines(alone.drop(columns="sequence"),
+                                                            "model", "benchmark",
+                                                            units_title(alone["sequence"])), out)
         return Page(path, "hardware.md.j2", ctx, tuple(out))
 
     def model_page_for(self, model: str, rows: pd.DataFrame) -> Page:
@@ -436,6 +503,7 @@ class _Builder:
         out: list[Chart] = []
         entries: list[dict[str, Any]] = []
         lines: list[dict[str, Any]] = []
+        units: set[str] = set()
         for hw, part in rows.groupby("hardware", sort=True):
             s = self._page_summary(part)
             entry: dict[str, Any] = {"hardware": self.hw_labels[hw],
@@ -445,12 +513,14 @@ class _Builder:
             if s is not None:
                 entry["summary"] = {"label": s["label"], "crossover": s["crossover"],
                                     "core_exponent": s["core_exponent"],
-                                    "groups": _group_labels(analysis.group_shares(s["rows"]))}
+                                    "groups": _group_labels(analysis.group_shares(s["rows"])),
+                                    "sequence": analysis.sequence_of(s["rows"])[0]}
                 entry["headline"] = _rows(s["rows"])
                 lines.extend({"hardware": self.hw_labels[hw], "setting": s["label"],
                               "seq": int(r["seq"]),
                               "median": r["median"], "attention_share": r["attention_share"]}
                              for _, r in s["rows"].iterrows())
+                units.add(analysis.sequence_of(s["rows"])[0])
             entry["compiled"] = self._compiled_vs_eager(path, str(hw), model, part, out)
             entries.append(entry)
         ctx: dict[str, Any] = {"model": model, "entries": entries,
@@ -458,7 +528,8 @@ class _Builder:
         if lines:
             ctx["latency_chart"] = self._chart(
                 path, "latency", "Median latency per hardware against sequence length",
-                charts.latency_lines(pd.DataFrame(lines), "hardware", "hardware"), out)
+                charts.latency_lines(pd.DataFrame(lines), "hardware", "hardware",
+                                     units_title(units)), out)
         return Page(path, "model.md.j2", ctx, tuple(out))
 
     def _compiled_vs_eager(self, page: str, hw: str, model: str, rows: pd.DataFrame,
@@ -491,7 +562,8 @@ class _Builder:
                 "href": f"hardware/{self.hw_slugs[hw]}/{self.model_slugs[model]}/"}
             if s is not None:
                 longest = s["longest"]
-                entry["summary"] = {"seq": longest["seq"], "label": s["label"],
+                entry["summary"] = {"seq": longest["seq"], "sequence": longest["sequence"],
+                                    "label": s["label"],
                                     "attention_share": longest["attention_share"],
                                     "longest": longest}
             breakdown.append(entry)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from reportgen.render import analysis, charts, payoff
+from reportgen.render import analysis, charts, fmt, payoff
 from reportgen.render.charts import Chart
 from reportgen.render.pages import rel
 
@@ -34,7 +34,8 @@ _MISSING_COLUMNS = ("hardware", "model", "gain", "status", "why", "command")
 
 def _label(row: Mapping[str, Any], with_model: bool = True) -> str:
     head = f"{row['model']} · " if with_model else ""
-    return f"{head}{row['setting']} · s{int(row['seq'])} · {row['base_value']} → {row['new_value']}"
+    return (f"{head}{row['setting']} · {fmt.length_short(row['seq'], row.get('sequence'))} · "
+            f"{row['base_value']} → {row['new_value']}")
 
 
 def _grouped(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> list[tuple[str, list[tuple[str, list[Any]]]]]:
@@ -85,6 +86,7 @@ def speedups_page(b: _Builder, page_type: Callable[..., Page]) -> Page:
     rows = payoff.amdahl_rows(matched, records, traces)
     for r in rows:
         r["link"] = rel(path, b.combo_page(str(r["hardware"]), str(r["model"])))
+        r["sequence"] = b.sequences.get((str(r["hardware"]), str(r["model"])), fmt.TOKENS)
         r["label"] = _label(r, with_model=False)
     summary = {(str(s["hardware"]), str(s["model"])): s for s in payoff.agreement(rows)}
     sections = []
@@ -115,6 +117,7 @@ def payoff_page(b: _Builder, page_type: Callable[..., Page]) -> Page:
     absent = payoff.missing(b.frame, matched)
     for r in rows:
         r["link"] = rel(path, b.combo_page(str(r["hardware"]), str(r["model"])))
+        r["sequence"] = b.sequences.get((str(r["hardware"]), str(r["model"])), fmt.TOKENS)
         r["label"] = _label(r, with_model=False)
     for r in absent:
         r["link"] = rel(path, b.combo_page(str(r["hardware"]), str(r["model"])))

@@ -40,7 +40,7 @@ def selected(rows: pd.DataFrame) -> pd.DataFrame:
 
 def panel_label(row: Mapping[str, Any]) -> str:
     return (f"{row['mode']}, {row['dtype']}, {row['attn']}, batch {row['batch']}, "
-            f"{row['seq']} tokens")
+            f"{row['seq']} {fmt.sequence_unit(row.get('sequence'))}")
 
 
 def _roof_entry(panel: str, roof: roofline.Roof) -> dict[str, Any]:
