@@ -381,6 +381,331 @@ def test_stand_in_output_is_cached_zeros() -> None:
     assert stand_in.calls == 2
 
 
+# ---------------------------------------------------------------- stand-ins for experts and mixers
+
+
+def _tiny(model: str, batch_size: int = 2, seq_len: int = 16) -> Any:
+    from reportgen.suite import Combination
+
+    return Combination(model=model, scale="tiny", mode="forward", dtype="fp32",
+                       attn_implementation="eager", batch_size=batch_size, seq_len=seq_len,
+                       device="cpu")
+
+
+def _hooked_ms(built: Any, category: str, stand_in: bool, forwards: int = 5) -> tuple[float, float]:
+    """Median over ``forwards`` hooked forwards of (category ms, moe.router ms), with or
+    without the category's stand-in."""
+    import contextlib
+    import statistics
+
+    from reportgen.bench.ablation import category_stand_in
+    from reportgen.profile import regions
+    from reportgen.profile.structure import module_categories
+
+    clock = regions.device_clock(built.step)
+    proj = module_categories(built.model, built.step)
+    got = []
+    with category_stand_in(built.model, category) if stand_in else contextlib.nullcontext():
+        for _ in range(forwards):
+            _, cats = regions.hooked_forward(built.model, built.step, clock, proj)
+            built.step.reset()
+            got.append((cats.get(category, 0.0), cats.get("moe.router", 0.0)))
+    return (statistics.median(g[0] for g in got), statistics.median(g[1] for g in got))
+
+
+@pytest.mark.parametrize("model, category", [("mixtral", "moe.experts"), ("mamba", "mixer")])
+def test_module_stand_in_replaces_the_category_and_is_put_back(model: str, category: str) -> None:
+    import torch
+
+    from reportgen.bench.ablation import category_stand_in
+    from reportgen.profile import models
+
+    built = models.build(_tiny(model), "cpu")
+    try:
+        layers = int(built.model.config.num_hidden_layers)
+        before = built.step()[0]
+        with category_stand_in(built.model, category) as stand_in:
+            ablated = built.step()[0]
+            again = built.step()[0]
+        after = built.step()[0]
+        full_ms, full_router = _hooked_ms(built, category, stand_in=False)
+        stub_ms, stub_router = _hooked_ms(built, category, stand_in=True)
+        own_forwards = [n for n, m in built.model.named_modules() if "forward" in m.__dict__]
+    finally:
+        models.free(built)
+    assert stand_in.calls == 2 * layers  # one replaced module per layer, two forwards
+    assert len(stand_in.patched) == layers
+    assert ablated.shape == before.shape
+    assert not torch.equal(ablated, before)  # the work really was replaced
+    assert torch.equal(again, ablated)  # by the same zeros every time
+    assert torch.equal(after, before) and own_forwards == []  # and put back
+    # what the hooks method attributes to the category all but disappears with it in place
+    assert full_ms > 0 and stub_ms < 0.25 * full_ms
+    if category == "moe.experts":
+        assert full_router > 0 and stub_router > 0  # the router is kept
+
+
+def test_paired_forwards_read_the_target_category() -> None:
+    import statistics
+
+    from reportgen.bench import attribution_check
+    from reportgen.profile import models
+
+    built = models.build(_tiny("mixtral", batch_size=1), "cpu")
+    try:
+        got = attribution_check.paired_forwards(built.step, built.model, budget_s=0.0, min_pairs=3,
+                                                hooked_every=2, category="moe.experts")
+        layers = int(built.model.config.num_hidden_layers)
+    finally:
+        models.free(built)
+    assert got["category"] == "moe.experts" and got["calls"] == layers
+    assert len(got["full_ms"]) == 3 and len(got["hooked"]) == 2
+    full_experts = [h[1] for h in got["hooked"]]
+    left_experts = [h[3] for h in got["hooked"]]
+    # with the experts' stand-in in place little of what the clocks call moe.experts is
+    # left (read for attention.core, which the stand-in leaves alone, all of it would be);
+    # the least of the pairs, so one forward a busy host slowed cannot decide it
+    assert all(ms > 0 for ms in full_experts)
+    assert min(left_experts) < 0.5 * statistics.median(full_experts)
+
+
+def test_module_stand_in_for_a_list_of_experts_and_a_shared_one() -> None:
+    import torch
+    from torch import nn
+
+    from reportgen.bench.ablation import category_stand_in
+
+    class Expert(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.Linear(8, 16)
+            self.down = nn.Linear(16, 6)  # the last projection sets the output width
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.down(torch.relu(self.up(x)))
+
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.Linear(8, 16)
+            self.down = nn.Linear(16, 8)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+            return self.down(torch.relu(self.up(x))), None
+
+    class Moe(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = nn.Linear(8, 3)
+            self.experts = nn.ModuleList([Expert() for _ in range(3)])
+            self.shared_expert = Shared()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            pick = self.gate(x).argmax(-1)
+            out = torch.zeros(*x.shape[:-1], 6)
+            for i, expert in enumerate(self.experts):
+                rows = pick == i
+                out[rows] = expert(x[rows])
+            shared, _ = self.shared_expert(x)
+            out[..., :6] += shared[..., :6]  # in place onto the sum: the zeros stay zeros
+            return out
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mlp = Moe()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.mlp(x)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList([Layer()])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layers[0](x)
+
+    model = Model().eval()
+    x = torch.randn(2, 10, 8)
+    with torch.inference_mode():
+        before = model(x)
+        with category_stand_in(model, "moe.experts") as stand_in:
+            first = model(x)
+            experts_out = model.layers[0].mlp.experts[0](torch.randn(4, 8))
+            shared_out = model.layers[0].mlp.shared_expert(x)[0]
+            shared_out += 1.0  # a caller that writes into the output it was handed
+            again = model.layers[0].mlp.shared_expert(x)[0]
+        after = model(x)
+    assert {p.split(" ")[0] for p in stand_in.patched} == {
+        "layers.0.mlp.experts.0", "layers.0.mlp.experts.1", "layers.0.mlp.experts.2",
+        "layers.0.mlp.shared_expert"}
+    assert experts_out.shape == (4, 6) and not experts_out.any()
+    assert again is shared_out and not again.any()  # zeroed again before it is handed out
+    assert not first.any() and torch.equal(after, before)
+    assert stand_in.calls >= 4
+
+
+def test_module_stand_in_refuses_a_model_without_the_category() -> None:
+    from torch import nn
+
+    from reportgen.bench.ablation import category_stand_in
+
+    with pytest.raises(ValueError, match="no 'experts' module"):
+        with category_stand_in(nn.Sequential(nn.Linear(2, 2)), "moe.experts"):
+            pass
+    with pytest.raises(ValueError, match="no stand-in for 'mlp'"):
+        category_stand_in(nn.Linear(2, 2), "mlp")
+
+
+def _method_section(per_iteration: list[dict[str, float]], forward_ms: list[float]) -> dict[str, Any]:
+    from reportgen import shares
+
+    return shares.method_section(per_iteration, forward_ms, clock="torch.profiler", basis="cpu")
+
+
+def test_agreement_reads_the_target_category() -> None:
+    from reportgen.bench import ablation
+    from reportgen.bench.attribution_check import ablation_row
+
+    # forward 100 ms: attention.core 10 ms, the experts 40 ms, of which the stand-in leaves
+    # 1 ms (its own calls); the stubbed forward is 61 ms. Read for moe.experts the drop (39)
+    # equals the removable time (39); read for attention.core nothing would be removable.
+    full_cats = {"attention.core": 10.0, "moe.experts": 40.0, "moe.router": 5.0, "mlp": 0.0}
+    stub_cats = {"attention.core": 10.0, "moe.experts": 1.0, "moe.router": 5.0}
+    pair = ablation.hooked_pair(100.0, full_cats, 61.0, stub_cats, "moe.experts")
+    assert pair == (100.0, 40.0, 61.0, 1.0)
+    assert ablation.hooked_pair(100.0, full_cats, 61.0, stub_cats) == (100.0, 10.0, 61.0, 10.0)
+    full_ms = [100.0, 100.5, 99.5, 100.0]
+    ablated_ms = [61.0, 61.3, 60.7, 61.0]
+    profiled_full = _method_section([full_cats] * 3, [100.0] * 3)
+    profiled_left = _method_section([stub_cats] * 3, [61.0] * 3)
+    profiler = (ablation.category_series(profiled_full, "moe.experts"),
+                ablation.category_series(profiled_left, "moe.experts"))
+    assert profiler[0] == ([40.0] * 3, [100.0] * 3)
+    rounds = [ablation.Round(full_ms, ablated_ms, [pair] * 3, "moe.experts") for _ in range(3)]
+    methods = ablation.agreement(rounds, profiler)
+    for name in ("hooks", "profiler"):
+        got = methods[name]
+        assert got["category"] == "moe.experts"
+        assert got["share"] == pytest.approx(0.40)
+        assert got["removable_ms"] == pytest.approx(39.0, rel=1e-3)
+        assert got["rel_diff"] == pytest.approx(0.0, abs=1e-3)
+        assert got["verdict"] == "pass"
+    # the same forwards judged on attention.core: nothing the stand-in removes is attributed
+    core = ablation.agreement([ablation.Round(full_ms, ablated_ms, [(100.0, 10.0, 61.0, 10.0)] * 3)] * 3)
+    assert core["hooks"]["category"] == "attention.core" and core["hooks"]["verdict"] == "fail"
+    with pytest.raises(ValueError, match="different target categories"):
+        ablation.agreement([rounds[0], ablation.Round(full_ms, ablated_ms, [pair] * 3)])
+
+    # a combination's row from its rounds' units names the category once, at the top
+    unit = {"combination": "granitemoe--forward", "category": "moe.experts", "full_ms": full_ms,
+            "ablated_ms": ablated_ms, "hooked": [list(pair)] * 3, "calls": 4,
+            "patched": ["model.layers.0.mlp.experts (X)"], "wall_s": 1.0,
+            "profiler": {"full": profiler[0], "left": profiler[1]}}
+    row = ablation_row([unit, {**unit, "profiler": None}])
+    assert row["category"] == "moe.experts" and "hooks_category" not in row
+    assert row["attributed_share"] == pytest.approx(0.40) and row["verdict"] == "pass"
+    legacy = {k: v for k, v in unit.items() if k != "category"}  # units before the category
+    legacy["hooked"] = [[100.0, 39.0, 61.0, 0.0]] * 3
+    assert ablation_row([legacy])["category"] == "attention.core"
+
+
+def test_an_experts_ablation_round_gives_a_row_of_its_category() -> None:
+    from reportgen.bench import attribution_check
+    from reportgen.bench.ablation import verdict
+    from reportgen.suite import Combination
+
+    combo = Combination(model="mixtral", scale="tiny", mode="forward", dtype="fp32",
+                        attn_implementation="eager", batch_size=1, seq_len=32, device="cpu")
+    target = attribution_check.Target(combo, "moe.experts")
+    logged: list[str] = []
+    fig = attribution_check.ablation([target], rounds=1, max_rounds=2, precision=1e-9, min_pairs=4,
+                                     budget_s=0.0, iterations=2, log=logged.append)
+    (row,) = fig["rows"]
+    assert row["category"] == "moe.experts" and row["combination"] == combo.id
+    assert row["stand_in_calls"] == 2  # the experts of each of the 2 tiny layers, once
+    assert all("experts" in p for p in row["stand_in_patched"])
+    assert row["rounds"] == 2 and row["pairs"] == 28 and row["hooked_pairs"] == 4
+    assert row["headline_method"] == "hooks" and {"hooks_verdict", "profiler_verdict"} <= set(row)
+    assert row["attributed_share"] >= 0.05  # the experts are most of a tiny MoE's forward
+    assert row["verdict"] == verdict(row["attributed_share"], row["rel_diff"], row["rel_diff_low"],
+                                     row["rel_diff_high"])
+    assert row["hooks_verdict"] == verdict(row["hooks_share"], row["hooks_rel_diff"],
+                                           row["hooks_rel_low"], row["hooks_rel_high"])
+    assert row["drop_low_ms"] <= row["drop_ms"] <= row["drop_high_ms"]
+    assert fig["title"] == "Ablation" and "moe.experts" in fig["goal"]
+    assert any(f"{combo.id} [moe.experts]" in line for line in logged)
+
+
+def _ablation_row(combination: str, category: str | None, rel: float, verdict: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"combination": combination, "verdict": verdict, "rel_diff": rel,
+                           "rel_diff_low": rel - 0.02, "rel_diff_high": rel + 0.02, "drop_ms": 10.0,
+                           "removable_ms": 10.0, "headline_method": "hooks", "hooks_verdict": verdict,
+                           "attributed_share": 0.3, "forward_ms": 40.0}
+    if category is not None:
+        row["category"] = category
+    return row
+
+
+def test_ablation_rows_of_other_combinations_are_kept_on_a_partial_run() -> None:
+    from reportgen.bench.attribution_check import ablation_summary, merge_ablation
+
+    previous = ablation_summary([_ablation_row("bert", None, 0.03, "pass"),  # before categories
+                                 _ablation_row("granite", "moe.experts", 0.30, "fail")],
+                                rounds=4, min_pairs=12, budget_s=60.0)
+    previous["measured_at"] = "2026-12-01T10:00:00Z"
+    assert previous["title"] == "Ablation" and previous["status"] == "fail"
+    current = ablation_summary([_ablation_row("granite", "moe.experts", 0.04, "pass"),
+                                _ablation_row("falcon", "mixer", -0.05, "pass")],
+                               ["round 1: something failed"], rounds=2, min_pairs=12, budget_s=60.0)
+    merged = merge_ablation(previous, current)
+    assert [(r["combination"], r.get("category")) for r in merged["rows"]] == [
+        ("bert", None), ("granite", "moe.experts"), ("falcon", "mixer")]
+    assert merged["rows"][0]["measured_at"] == "2026-12-01T10:00:00Z"
+    assert "measured_at" not in merged["rows"][1]
+    assert merged["status"] == "pass"  # the re-measured granite row replaced the failing one
+    assert merged["value"] == pytest.approx(-0.05)
+    assert any("Kept from an earlier measurement" in n and "bert" in n for n in merged["notes"])
+    assert "round 1: something failed" in merged["notes"]
+    assert any(n.startswith("Measurement: 2 rounds") for n in merged["notes"])
+    assert merge_ablation({"rows": []}, current) is current
+    # the attention-only figure reads as it did before rows named their category
+    attention = ablation_summary([_ablation_row("bert", None, 0.03, "pass")], rounds=4,
+                                 min_pairs=12, budget_s=60.0)
+    assert attention["title"] == "Attention ablation"
+    assert attention["goal"].startswith("where the attributed attention.core is at least 5%")
+
+
+def test_validation_page_shows_the_ablation_category() -> None:
+    rows = [_ablation_row("bert", None, 0.03, "pass"), _ablation_row("granite", "moe.experts", 0.04, "pass")]
+    fig = R.figure("Ablation", "q", value=0.04, unit="fraction", goal="within 10%",
+                   goal_spec={"kind": "rel_within", "target": 0.1}, rows=rows)
+    md = render_validation(_doc(attribution_ablation=fig))
+    assert "| combination | category | forward&#95;ms |" in md
+    assert "| bert | attention.core | 40 |" in md  # a row from before: the attention core
+    assert "| granite | moe.experts | 40 |" in md
+    spec = chart_specs(_doc(attribution_ablation=fig))["attribution_ablation"]
+    assert "granite [moe.experts]" in json.dumps(spec)
+
+
+def test_bench_selects_the_ablation_combinations() -> None:
+    from reportgen.bench import orchestrate
+    from reportgen.profile import models
+
+    plan = orchestrate.plan(quick=False)
+    chosen = orchestrate.ablation_targets(plan, {"moe", "hybrid"})
+    assert [(t.combo.model, t.category) for t in chosen] == [
+        ("granitemoe-1b-a400m-4l", "moe.experts"), ("falcon-h1-0.5b-4l", "mixer")]
+    assert all(t.combo.seq_len == 512 and t.combo.attn_implementation == "eager"
+               and t.combo.mode == "forward" and t.combo.scale == "reference" for t in chosen)
+    assert all(models.resolve(t.combo.model).source == "preset" for t in chosen)  # no network
+    everything = orchestrate.ablation_targets(plan)
+    assert len(everything) == 6 and sum(t.category == "attention.core" for t in everything) == 4
+    with pytest.raises(SystemExit):
+        orchestrate.main(["--only", "ablation", "--ablation-models", "moe,dense"])
+
+
 # ---------------------------------------------------------------- figures from records
 
 

@@ -1,14 +1,26 @@
-"""A stand-in for the attention core: same output shape, negligible cost.
+"""Stand-ins for a category's work: same output shape, negligible cost.
 
-Used by the ablation cross-check (figure 3b): the forward time that disappears when the
-attention core is replaced is an independent estimate of what the core costs, to be
-compared with the time reportgen attributes to ``attention.core``.
+Used by the ablation cross-check (figure 3b): the forward time that disappears when a
+category's work is replaced is an independent estimate of what it costs, to be compared
+with the time reportgen attributes to that category. Targets (``TARGETS``):
 
-Generic, no model names: transformers models call the attention core through
-``AttentionInterface`` (``sdpa``, flash, flex) or, for ``eager``, through the
-``eager_attention_forward`` function of their own modelling module. The stand-in replaces
-the registered ``sdpa`` function in the class-wide mapping and the ``eager_attention_forward``
-of the module that defines each attention class found in the model.
+- ``attention.core``: transformers models call the attention core through
+  ``AttentionInterface`` (``sdpa``, flash, flex) or, for ``eager``, through the
+  ``eager_attention_forward`` function of their own modelling module. The stand-in
+  replaces the registered ``sdpa`` function in the class-wide mapping and the
+  ``eager_attention_forward`` of the module that defines each attention class found.
+- ``moe.experts``: every module ``structure.classify`` gives the role ``experts`` (routed
+  and shared: the category holds both; the router is kept) gets an instance ``forward``
+  that returns cached zeros: of the first tensor argument's shape for experts whose weights
+  are stacked (transformers' fused ``forward(hidden_states, top_k_index, top_k_weights)``),
+  of the input's leading dimensions by the last projection's width for each item of a list
+  of experts (each sees its own number of tokens), and as recorded (below) for any other
+  (a shared expert).
+- ``mixer``: every module with the role ``mixer`` returns cached zeros of the structure its
+  original returned, recorded by calling the original once per input shapes (the first
+  call, which ``attribution_check`` makes before any timed or profiled forward).
+
+Generic, no model names: the targets are found from the module structure alone.
 """
 
 from __future__ import annotations
@@ -16,7 +28,8 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +44,11 @@ from reportgen.stats import median
 AGREEMENT = 0.10
 RESOLUTION = 0.05
 VERDICTS = ("pass", "fail", "below resolution")
+# The categories a stand-in can remove, and the structural role of the modules that do
+# that category's work (attention.core is an attention function, not a module).
+TARGETS: tuple[str, ...] = ("attention.core", "moe.experts", "mixer")
+DEFAULT_TARGET = "attention.core"
+TARGET_ROLES: dict[str, str] = {"moe.experts": "experts", "mixer": "mixer"}
 
 
 @dataclass
@@ -104,13 +122,233 @@ def attention_stand_in(model: torch.nn.Module) -> Iterator[StandIn]:
             target[name] = original
 
 
+# ---------------------------------------------------------------- module stand-ins
+
+
+@dataclass
+class ModuleStandIn:
+    """The replacement ``forward`` of a category's modules, counting its calls so a run
+    can prove it was used; ``patched`` names the modules replaced."""
+
+    category: str
+    calls: int = 0
+    patched: list[str] = field(default_factory=list)
+
+
+class _Zeros:
+    """One module's cached outputs by input key: structures (tensor, tuple, list, dict,
+    None) whose tensors are zeros made outside inference mode, so their version counters
+    tell when the caller wrote into one (an in-place add onto an expert's output); such a
+    tensor is zeroed again before it is handed out once more."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Any, tuple[Any, list[list[Any]]]] = {}
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        entry = self._cache.get(key)
+        if entry is None:
+            value = make()  # in the caller's mode: a mixer's original forward
+            tensors: list[list[Any]] = []
+            with torch.inference_mode(False), torch.no_grad():
+                template = _zeros_like(value, tensors)
+            entry = self._cache[key] = (template, tensors)
+        template, tensors = entry
+        for slot in tensors:
+            tensor, version = slot
+            if tensor._version != version:
+                tensor.zero_()
+                slot[1] = tensor._version
+        return _fresh(template)
+
+
+def _zeros_like(value: Any, tensors: list[list[Any]]) -> Any:
+    if isinstance(value, torch.Tensor):
+        out = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
+        tensors.append([out, out._version])
+        return out
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        return type(value)(_zeros_like(v, tensors) for v in value)
+    if type(value) is dict:
+        return {k: _zeros_like(v, tensors) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot stand in for an output of type {type(value).__name__}")
+
+
+def _fresh(template: Any) -> Any:
+    """The template with new containers (the caller may change a list or dict it is
+    handed) around the same cached tensors."""
+    if isinstance(template, list):
+        return [_fresh(v) for v in template]
+    if isinstance(template, dict):
+        return {k: _fresh(v) for k, v in template.items()}
+    return template
+
+
+# module -> its stand-in's cached outputs: kept across stand-in blocks (a mixer's output
+# structure is recorded once), weak so a freed model takes its entries along
+_OUTPUTS: weakref.WeakKeyDictionary[torch.nn.Module, _Zeros] = weakref.WeakKeyDictionary()
+
+
+def _tensors(args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    return [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+
+
+def _signature(tensor: torch.Tensor) -> tuple[Any, ...]:
+    return (tuple(tensor.shape), tensor.dtype, tensor.device)
+
+
+def _first_tensor(args: Sequence[Any], kwargs: dict[str, Any]) -> torch.Tensor:
+    found = _tensors(args, kwargs)
+    if not found:
+        raise TypeError("the stand-in was called without a tensor argument")
+    return found[0]
+
+
+def _output_width(module: torch.nn.Module) -> int:
+    """The width of what a module made of projections returns: its last projection's
+    output features (``nn.Linear.out_features``; GPT-2's ``Conv1D`` names it ``nf``)."""
+    from reportgen.profile.structure import is_projection
+
+    projections = [m for m in module.modules() if is_projection(m)]
+    if not projections:
+        raise ValueError(f"{type(module).__name__} holds no projection: its output width is unknown")
+    last = projections[-1]
+    width = getattr(last, "out_features", None) or getattr(last, "nf", None)
+    return int(width if width is not None else last.weight.shape[0])
+
+
+def _like_first(stand_in: ModuleStandIn, module: torch.nn.Module, original: Any) -> Callable[..., Any]:
+    """Fused experts: the output has the shape of the first tensor argument."""
+    outputs = _OUTPUTS.setdefault(module, _Zeros())
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        stand_in.calls += 1
+        first = _first_tensor(args, kwargs)
+        return outputs.get(_signature(first), lambda: first)
+    return forward
+
+
+def _by_width(stand_in: ModuleStandIn, module: torch.nn.Module, original: Any) -> Callable[..., Any]:
+    """An expert that is a module of its own: the input's leading dimensions by the last
+    projection's width (each expert of a list sees its own number of tokens)."""
+    outputs = _OUTPUTS.setdefault(module, _Zeros())
+    width = _output_width(module)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        stand_in.calls += 1
+        first = _first_tensor(args, kwargs)
+        shape = (*first.shape[:-1], width)
+        return outputs.get((shape, first.dtype, first.device),
+                           lambda: first.new_empty(shape))
+    return forward
+
+
+def _as_recorded(stand_in: ModuleStandIn, module: torch.nn.Module, original: Any) -> Callable[..., Any]:
+    """Any module: on the first call with inputs of new shapes the original runs once and
+    its output's structure is recorded; every call returns zeros of that structure."""
+    outputs = _OUTPUTS.setdefault(module, _Zeros())
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        stand_in.calls += 1
+        key = tuple(_signature(t) for t in _tensors(args, kwargs))
+        return outputs.get(key, lambda: original(*args, **kwargs))
+    return forward
+
+
+def _module_targets(model: torch.nn.Module, category: str
+                    ) -> list[tuple[str, torch.nn.Module, Callable[..., Callable[..., Any]]]]:
+    """(name, module, replacement maker) for every module doing ``category``'s work."""
+    from reportgen.profile.structure import classify, is_experts
+
+    role = TARGET_ROLES[category]
+    modules = dict(model.named_modules())
+    found: list[tuple[str, torch.nn.Module, Callable[..., Callable[..., Any]]]] = []
+    for fqn, info in classify(model).items():
+        if info.role != role or fqn not in modules:
+            continue
+        module = modules[fqn]
+        if role == "mixer":
+            found.append((fqn, module, _as_recorded))
+        elif isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            # a list is never called itself: each of its experts is
+            found += [(f"{fqn}.{name}", item, _by_width) for name, item in module.named_children()]
+        elif is_experts(module):
+            found.append((fqn, module, _like_first))
+        else:
+            # a shared expert (an MLP beside the routed ones), or whatever else the structure
+            # counts as experts: its output recorded, whatever its structure
+            found.append((fqn, module, _as_recorded))
+    return found
+
+
+_UNSET = object()  # a module without a forward of its own (the class's)
+
+
+@contextlib.contextmanager
+def module_stand_in(model: torch.nn.Module, category: str) -> Iterator[ModuleStandIn]:
+    """Within the block, every module doing ``category``'s work (``moe.experts``:
+    experts, routed and shared; ``mixer``: token mixers) returns cached zeros; the
+    instances' own ``forward`` attributes are restored afterwards."""
+    if category not in TARGET_ROLES:
+        raise ValueError(f"no module stand-in for {category!r}; choose from {', '.join(TARGET_ROLES)}")
+    stand_in = ModuleStandIn(category)
+    targets = _module_targets(model, category)
+    if not targets:
+        raise ValueError(f"the model has no {TARGET_ROLES[category]!r} module: nothing stands in for {category}")
+    restore: list[tuple[torch.nn.Module, Any]] = []
+    try:
+        for fqn, module, make in targets:
+            own = module.__dict__.get("forward", _UNSET)
+            replacement = make(stand_in, module, module.forward)
+            restore.append((module, own))
+            module.forward = replacement  # type: ignore[method-assign]
+            stand_in.patched.append(f"{fqn} ({type(module).__name__})")
+        yield stand_in
+    finally:
+        for module, own in reversed(restore):
+            if own is _UNSET:
+                del module.forward
+            else:
+                module.forward = own  # type: ignore[method-assign]
+
+
+def category_stand_in(model: torch.nn.Module, category: str = DEFAULT_TARGET
+                      ) -> contextlib.AbstractContextManager[StandIn | ModuleStandIn]:
+    """The stand-in for ``category`` (one of ``TARGETS``) on ``model``."""
+    if category == "attention.core":
+        return attention_stand_in(model)
+    if category in TARGET_ROLES:
+        return module_stand_in(model, category)
+    raise ValueError(f"no stand-in for {category!r}; choose from {', '.join(TARGETS)}")
+
+
 # ---------------------------------------------------------------- the agreement rule (pure)
+
+
+def category_series(section: dict[str, Any], category: str = DEFAULT_TARGET
+                    ) -> tuple[list[float], list[float]]:
+    """(``category`` ms, forward ms) per iteration of an attribution method's section; a
+    category the section does not list took no time."""
+    forward = [float(x) for x in section["iteration_ms"]]
+    entry = section["categories"].get(category)
+    if entry is None:
+        return [0.0] * len(forward), forward
+    return [float(x) for x in entry["per_iteration_ms"]], forward
 
 
 def core_series(section: dict[str, Any]) -> tuple[list[float], list[float]]:
     """(attention.core ms, forward ms) per iteration of an attribution method's section."""
-    core = section["categories"]["attention.core"]["per_iteration_ms"]
-    return [float(x) for x in core], [float(x) for x in section["iteration_ms"]]
+    return category_series(section, "attention.core")
+
+
+def hooked_pair(full_ms: float, full_categories: dict[str, float], stub_ms: float,
+                stub_categories: dict[str, float], category: str = DEFAULT_TARGET
+                ) -> tuple[float, float, float, float]:
+    """A hooked pair as ``Round.hooked`` holds it, from its two forwards' category times:
+    (full forward ms, its ``category`` ms, stand-in forward ms, its ``category`` ms)."""
+    return (float(full_ms), float(full_categories.get(category, 0.0)), float(stub_ms),
+            float(stub_categories.get(category, 0.0)))
 
 
 def hodges_lehmann(values: Sequence[float]) -> float:
@@ -138,16 +376,18 @@ def relative_drops(full_ms: Sequence[float], ablated_ms: Sequence[float]) -> lis
 class Round:
     """One round of the ablation: a fresh process at its own moment of the run.
 
-    ``full_ms``/``ablated_ms``: unprofiled forwards in back-to-back pairs (with the core,
-    with the stand-in). ``hooked``: pairs run under the hooks method's clocks among them,
-    each ``(full forward ms, its attention.core ms, stand-in forward ms, its
-    attention.core ms)``: what the method calls attention.core less what it still calls so
-    with the stand-in in place (rotary, reshapes around the call) is what the stand-in
-    can remove."""
+    ``full_ms``/``ablated_ms``: unprofiled forwards in back-to-back pairs (with the target
+    category's work, with the stand-in). ``hooked``: pairs run under the hooks method's
+    clocks among them, each ``(full forward ms, its category ms, stand-in forward ms, its
+    category ms)`` (``hooked_pair``): what the method attributes to the category less what
+    it still attributes with the stand-in in place (for attention.core: rotary, reshapes
+    around the call) is what the stand-in can remove. ``category``: the target (one of
+    ``TARGETS``) the hooked times are of."""
 
     full_ms: Sequence[float]
     ablated_ms: Sequence[float]
     hooked: Sequence[tuple[float, float, float, float]]
+    category: str = DEFAULT_TARGET
 
     @property
     def drops(self) -> list[float]:
@@ -161,10 +401,11 @@ class Round:
 
     @property
     def neighbours(self) -> list[float]:
-        """Per hooked pair, how much the forward outside ``attention.core`` (projections,
-        MLP, norms, the blocks' own time) sped up with the stand-in in place, as a fraction
-        of the full forward: a cost the real core puts on the code around it, which the
-        drop contains and no exclusive attribution can place in the core."""
+        """Per hooked pair, how much the forward outside the target category (for
+        attention.core: projections, MLP, norms, the blocks' own time) sped up with the
+        stand-in in place, as a fraction of the full forward: a cost the real work puts on
+        the code around it, which the drop contains and no exclusive attribution can place
+        in the category."""
         return [((fw - fc) - (aw - ac)) / fw for fw, fc, aw, ac in self.hooked]
 
 
@@ -176,15 +417,17 @@ def _round_estimate(drops: Sequence[float], removable: Sequence[float]) -> float
 def agreement(rounds: Sequence[Round], profiler: tuple[tuple[list[float], list[float]],
                                                        tuple[list[float], list[float]]] | None = None,
               *, reps: int = 2000, seed: int = 0, confidence: float = 0.95) -> dict[str, dict[str, Any]]:
-    """The forward's drop against the attributed attention.core time, per method, with
-    intervals that span rounds.
+    """The forward's drop against the time attributed to the rounds' target category
+    (``Round.category``, the same in every round; recorded as each method's ``category``),
+    per method, with intervals that span rounds.
 
     The drop is the Hodges-Lehmann estimate of the per-pair fraction that disappeared,
     pooled over the rounds' unprofiled pairs. The hooks method's removable fraction is the
     Hodges-Lehmann estimate over its hooked pairs, which ran among the unprofiled ones:
     the same moments, so a host whose relative costs shift over a run shifts both.
-    ``profiler``: that method's per-iteration (core ms, forward ms) on the full model and
-    with the stand-in in place (one profiled pass); its removable fraction is
+    ``profiler``: that method's per-iteration (category ms, forward ms) on the full model
+    and with the stand-in in place (one profiled pass, ``category_series``); its removable
+    fraction is
     share - left_share * (1 - drop). The interval is a two-level percentile bootstrap:
     rounds drawn with replacement, then within each drawn round its pairs (and the
     profiler's iterations) with replacement, so variation between processes and moments
@@ -192,9 +435,13 @@ def agreement(rounds: Sequence[Round], profiler: tuple[tuple[list[float], list[f
     """
     import numpy as np
 
+    categories = {r.category for r in rounds}
+    if len(categories) > 1:
+        raise ValueError(f"rounds of different target categories: {sorted(categories)}")
     rounds = [r for r in rounds if len(r.full_ms) and len(r.hooked)]
     if not rounds:
         raise ValueError("no round with both unprofiled and hooked pairs")
+    category = rounds[0].category
     drops = [np.asarray(r.drops) for r in rounds]
     removable = [np.asarray(r.removable) for r in rounds]
     full_ms = [x for r in rounds for x in r.full_ms]
@@ -233,7 +480,7 @@ def agreement(rounds: Sequence[Round], profiler: tuple[tuple[list[float], list[f
     def method(share_: float, removable_: float, draws: list[float]) -> dict[str, Any]:
         rel = drop / removable_ - 1.0 if removable_ > 0 else math.nan
         low, high = percentiles(draws, confidence)
-        return {**common, "share": share_, "attributed_ms": share_ * forward,
+        return {**common, "category": category, "share": share_, "attributed_ms": share_ * forward,
                 "left_ms": (share_ - removable_) * forward, "removable_ms": removable_ * forward,
                 "rel_diff": rel, "rel_low": low, "rel_high": high,
                 "rel_diff_full": drop / share_ - 1.0 if share_ > 0 else math.nan,
@@ -241,8 +488,8 @@ def agreement(rounds: Sequence[Round], profiler: tuple[tuple[list[float], list[f
 
     out = {"hooks": method(share, hooks_removable, hooks_draws)}
     out["hooks"]["left_share"] = left_share
-    # what the same clocks saw change outside the core: the drop less the removable core
-    # less this is what neither explains (the clocks' own effect and the noise)
+    # what the same clocks saw change outside the category: the drop less the removable
+    # time less this is what neither explains (the clocks' own effect and the noise)
     neighbours = hodges_lehmann([x for r in rounds for x in r.neighbours])
     out["hooks"]["neighbours_ms"] = neighbours * forward
     out["hooks"]["unexplained_ms"] = (drop - hooks_removable - neighbours) * forward
@@ -254,7 +501,7 @@ def agreement(rounds: Sequence[Round], profiler: tuple[tuple[list[float], list[f
 
 
 def verdict(share: float, rel: float, low: float, high: float) -> str:
-    """``below resolution`` where the attributed core is under RESOLUTION of the forward;
+    """``below resolution`` where the attributed category is under RESOLUTION of the forward;
     ``pass`` where the relative difference and its whole interval lie within AGREEMENT;
     ``fail`` otherwise (an interval that reaches past the bound has not shown agreement)."""
     if share < RESOLUTION:

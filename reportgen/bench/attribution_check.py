@@ -2,12 +2,14 @@
 
 (a) Breadth: many transformers text architectures at tiny scale go through reportgen's
     profiled pass; the shares must sum to 1 and ``attention.core`` must be found.
-(b) Ablation: at reference size, the attention core is replaced by a stand-in of
-    negligible cost (``reportgen.bench.ablation``); the drop in unprofiled forward time is
-    an independent estimate of the core's cost, compared with what each attribution method
-    attributes to ``attention.core`` and the stand-in removes. Measured in rounds, each a
-    freshly spawned process, so the interval spans what changes between processes and
-    moments of the run.
+(b) Ablation: at reference size, a target category's work (the attention core; a
+    mixture-of-experts model's experts, its router kept; a hybrid's token mixers) is
+    replaced by a stand-in of negligible cost (``reportgen.bench.ablation``); the drop in
+    unprofiled forward time is an independent estimate of that work's cost, compared with
+    what each attribution method attributes to the category (``attention.core``,
+    ``moe.experts``, ``mixer``) and the stand-in removes. Measured in rounds, each a freshly
+    spawned process, so the interval spans what changes between processes and moments of
+    the run.
 """
 
 from __future__ import annotations
@@ -16,18 +18,22 @@ import contextlib
 import math
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reportgen.bench.ablation import (
     AGREEMENT,
+    DEFAULT_TARGET,
     RESOLUTION,
+    TARGETS,
     VERDICTS,
     Round,
     agreement,
-    attention_stand_in,
-    core_series,
+    category_series,
+    category_stand_in,
     figure_status,
+    hooked_pair,
 )
 from reportgen.bench.common import (
     build,
@@ -60,7 +66,10 @@ ABLATION_QUESTION = (
     "stand-in that returns a tensor of the right shape at negligible cost; the forward time "
     "that disappears is compared with the attributed `attention.core` time (its share times "
     "the unprofiled median), for both attribution methods: the profiler's and the "
-    "module-boundary clocks'. The method the device's headline uses decides the verdict."
+    "module-boundary clocks'. The method the device's headline uses decides the verdict. "
+    "The same check covers a mixture-of-experts model's experts (`moe.experts`: the experts "
+    "stand in, the router is kept) and a hybrid's token mixers (`mixer`): each row names "
+    "its category."
 )
 
 
@@ -182,9 +191,11 @@ def architectures(model_types: Sequence[str] = ARCHITECTURES, *,
 
 
 def paired_forwards(step: Any, model: Any, *, budget_s: float, min_pairs: int,
-                    hooked_every: int = HOOKED_EVERY, warmup: int = 2) -> dict[str, Any]:
-    """Forwards in back-to-back pairs, one with the attention core and one with the
-    stand-in, in ABBA order (full, stand-in, stand-in, full, ...), until ``budget_s`` has
+                    hooked_every: int = HOOKED_EVERY, warmup: int = 2,
+                    category: str = DEFAULT_TARGET) -> dict[str, Any]:
+    """Forwards in back-to-back pairs, one with the target ``category``'s work (one of
+    ``ablation.TARGETS``: the attention core by default) and one with its stand-in, in ABBA
+    order (full, stand-in, stand-in, full, ...), until ``budget_s`` has
     passed and at least ``min_pairs`` unprofiled pairs are done. Every ``hooked_every``-th
     pair runs under the hooks method's clocks instead, so the attribution is measured at
     the same moments as the drop. Pairing forward by forward (not block by block) matters
@@ -192,8 +203,8 @@ def paired_forwards(step: Any, model: Any, *, budget_s: float, min_pairs: int,
     neighbours is steady.
 
     Returns ``full_ms`` and ``ablated_ms`` (the unprofiled pairs), ``hooked`` (per hooked
-    pair: full ms, its attention.core ms, stand-in ms, its attention.core ms) and
-    ``calls`` (stand-in calls per forward).
+    pair: full ms, its ``category`` ms, stand-in ms, its ``category`` ms), ``calls``
+    (stand-in calls per forward) and ``category``.
     """
     import time
 
@@ -203,24 +214,19 @@ def paired_forwards(step: Any, model: Any, *, budget_s: float, min_pairs: int,
     clock = regions.device_clock(step)
     proj_category = module_categories(model, step)
 
-    def one(stub: bool, hooked: bool) -> tuple[float, float]:
-        with attention_stand_in(model) if stub else contextlib.nullcontext():
+    def one(stub: bool, hooked: bool) -> tuple[float, dict[str, float]]:
+        with category_stand_in(model, category) if stub else contextlib.nullcontext():
             if hooked:
                 ms, cats = regions.hooked_forward(model, step, clock, proj_category)
-                core = cats.get("attention.core", 0.0)
             else:
                 t0 = time.perf_counter()
                 step()
                 step.sync()
-                ms, core = (time.perf_counter() - t0) * 1000.0, math.nan
+                ms, cats = (time.perf_counter() - t0) * 1000.0, {}
         step.reset()
-        return ms, core
+        return ms, cats
 
-    with attention_stand_in(model) as probe:
-        step()
-        step.reset()
-    if probe.calls == 0:
-        raise RuntimeError("the stand-in was never called: attention not replaced")
+    probe = _probe(step, model, category)
     for _ in range(warmup):
         for hooked in (False, True):
             one(False, hooked)
@@ -239,26 +245,65 @@ def paired_forwards(step: Any, model: Any, *, budget_s: float, min_pairs: int,
             a = one(True, hooked)
             f = one(False, hooked)
         if hooked:
-            hooked_pairs.append((f[0], f[1], a[0], a[1]))
+            hooked_pairs.append(hooked_pair(f[0], f[1], a[0], a[1], category))
         else:
             full.append(f[0])
             stub.append(a[0])
         pair += 1
-    return {"full_ms": full, "ablated_ms": stub, "hooked": hooked_pairs, "calls": probe.calls}
+    return {"full_ms": full, "ablated_ms": stub, "hooked": hooked_pairs, "calls": probe.calls,
+            "category": category}
 
 
-def _profiler_series(built: Any, iterations: int, trace_dir: Path, name: str) -> tuple[list[float], list[float]]:
+def _probe(step: Any, model: Any, category: str) -> Any:
+    """One forward with the stand-in, untimed: it proves the stand-in is called (its
+    ``calls`` per forward) and lets a mixer's stand-in record its output before any
+    measured forward."""
+    with category_stand_in(model, category) as probe:
+        step()
+        step.reset()
+    if probe.calls == 0:
+        raise RuntimeError(f"the stand-in was never called: {category} not replaced")
+    return probe
+
+
+def _profiler_series(built: Any, iterations: int, trace_dir: Path, name: str,
+                     category: str = DEFAULT_TARGET) -> tuple[list[float], list[float]]:
     from reportgen.profile import regions
 
     profiled = _profile(built, iterations, trace_dir, name)
-    return core_series(regions.profiler_method(profiled["per_iteration"],
-                                               profiled["attribution"]["basis"]))
+    return category_series(regions.profiler_method(profiled["per_iteration"],
+                                                   profiled["attribution"]["basis"]), category)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A combination and the category whose work its ablation replaces."""
+
+    combo: Any
+    category: str = DEFAULT_TARGET
+
+    def __post_init__(self) -> None:
+        if self.category not in TARGETS:
+            raise ValueError(f"no stand-in for {self.category!r}; choose from {', '.join(TARGETS)}")
+
+    @property
+    def key(self) -> str:
+        """The row's identity within the figure (a combination may be ablated for two
+        categories: a hybrid's attention core and its mixers)."""
+        label = combo_label(self.combo)
+        return label if self.category == DEFAULT_TARGET else f"{label} [{self.category}]"
+
+
+def as_target(item: Any) -> Target:
+    """A Target, or a bare combination: its attention core."""
+    return item if isinstance(item, Target) else Target(item)
 
 
 def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float,
-                  iterations: int, trace_dir: Path) -> dict[str, Any]:
-    """One combination's round: its pairs and, in the profiled round, the profiler
-    method's passes on the full model and with the stand-in in place."""
+                  iterations: int, trace_dir: Path, category: str = DEFAULT_TARGET) -> dict[str, Any]:
+    """One combination's round for the target ``category``: its pairs and, in the
+    profiled round, the profiler method's passes on the full model and with the stand-in
+    in place."""
     import gc
 
     from reportgen.profile import models
@@ -270,16 +315,15 @@ def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float
         gc.freeze()
         built = build(combo)
         try:
+            patched = list(_probe(built.step, built.model, category).patched)
             profiler = None
             if profiled:
-                full = _profiler_series(built, iterations, trace_dir, "full")
-                with attention_stand_in(built.model):
-                    left = _profiler_series(built, iterations, trace_dir, "ablated")
+                full = _profiler_series(built, iterations, trace_dir, "full", category)
+                with category_stand_in(built.model, category):
+                    left = _profiler_series(built, iterations, trace_dir, "ablated", category)
                 profiler = {"full": full, "left": left}
-            with attention_stand_in(built.model) as probe:
-                pass
-            pairs = paired_forwards(built.step, built.model, budget_s=budget_s, min_pairs=min_pairs)
-            patched = list(probe.patched)
+            pairs = paired_forwards(built.step, built.model, budget_s=budget_s, min_pairs=min_pairs,
+                                    category=category)
         finally:
             models.free(built)
     return {"combination": combo_label(combo), **pairs, "patched": patched, "profiler": profiler,
@@ -289,32 +333,36 @@ def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float
 def ablation_round(combos: Sequence[Any], *, profiled: bool, min_pairs: int, budget_s: float,
                    iterations: int) -> tuple[list[dict[str, Any]], list[str]]:
     """One round of the ablation, in the process it is called in (a fresh one: `ablation`
-    spawns it): each combination in the order given. A combination that fails is a note."""
+    spawns it): each combination (a ``Target``, or a bare combination for its attention
+    core) in the order given. A combination that fails is a note."""
     from reportgen.profile import heap
 
     heap.steady()
     units: list[dict[str, Any]] = []
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-ablation-") as tmp:
-        for combo in combos:
+        for item in combos:
+            target = as_target(item)
             try:
-                units.append(ablation_unit(combo, profiled=profiled, min_pairs=min_pairs,
+                units.append(ablation_unit(target.combo, profiled=profiled, min_pairs=min_pairs,
                                            budget_s=budget_s, iterations=iterations,
-                                           trace_dir=Path(tmp)))
+                                           trace_dir=Path(tmp), category=target.category))
             except Exception as exc:  # noqa: BLE001 - a failure is a finding, not the end
-                notes.append(f"{combo_label(combo)} failed: {type(exc).__name__}: {exc}")
+                notes.append(f"{target.key} failed: {type(exc).__name__}: {exc}")
     return units, notes
 
 
 def ablation_row(units: Sequence[dict[str, Any]], device: str = "cpu") -> dict[str, Any]:
-    """A combination's figure row from its rounds (pure: ``ablation_unit``'s results)."""
+    """A combination's figure row from its rounds (pure: ``ablation_unit``'s results; a
+    unit without ``category`` is of the attention core)."""
     import numpy as np
 
     from reportgen import shares
 
     first = next((u for u in units if u.get("profiler")), None)
     profiler = None if first is None else (first["profiler"]["full"], first["profiler"]["left"])
-    rounds = [Round(u["full_ms"], u["ablated_ms"], [tuple(h) for h in u["hooked"]]) for u in units]
+    rounds = [Round(u["full_ms"], u["ablated_ms"], [tuple(h) for h in u["hooked"]],
+                    u.get("category", DEFAULT_TARGET)) for u in units]
     methods = agreement(rounds, profiler)
     headline = shares.headline_method(device)
     if headline not in methods:
@@ -323,7 +371,8 @@ def ablation_row(units: Sequence[dict[str, Any]], device: str = "cpu") -> dict[s
     full_ms = [x for u in units for x in u["full_ms"]]
     ablated_ms = [x for u in units for x in u["ablated_ms"]]
     return {
-        "combination": units[0]["combination"], "headline_method": headline,
+        "combination": units[0]["combination"], "category": chosen["category"],
+        "headline_method": headline,
         "forward_ms": median(full_ms), "ablated_ms": median(ablated_ms),
         "drop_fraction": chosen["drop_fraction"], "drop_ms": chosen["drop_ms"],
         "drop_low_ms": chosen["drop_low_ms"], "drop_high_ms": chosen["drop_high_ms"],
@@ -332,7 +381,7 @@ def ablation_row(units: Sequence[dict[str, Any]], device: str = "cpu") -> dict[s
         "rel_diff": chosen["rel_diff"], "rel_diff_low": chosen["rel_low"],
         "rel_diff_high": chosen["rel_high"], "verdict": chosen["verdict"],
         **{f"{m}_{k}": v for m, a in methods.items() for k, v in a.items()
-           if k not in ("drop_fraction", "drop_ms", "drop_low_ms", "drop_high_ms")},
+           if k not in ("drop_fraction", "drop_ms", "drop_low_ms", "drop_high_ms", "category")},
         "stand_in_calls": units[0]["calls"], "stand_in_patched": units[0]["patched"],
         "rounds": len(units), "pairs": len(full_ms),
         "hooked_pairs": sum(len(u["hooked"]) for u in units),
@@ -344,8 +393,14 @@ def ablation_row(units: Sequence[dict[str, Any]], device: str = "cpu") -> dict[s
     }
 
 
+def _key(row: dict[str, Any]) -> str:
+    """A row's identity within the figure, as ``Target.key`` gives it."""
+    category = row.get("category", DEFAULT_TARGET)
+    return row["combination"] if category == DEFAULT_TARGET else f"{row['combination']} [{category}]"
+
+
 def _describe(row: dict[str, Any]) -> str:
-    return (f"{row['combination']}: drop {row['drop_ms']:.2f} ms [{row['drop_low_ms']:.2f}, "
+    return (f"{_key(row)}: drop {row['drop_ms']:.2f} ms [{row['drop_low_ms']:.2f}, "
             f"{row['drop_high_ms']:.2f}] vs removable attributed {row['removable_ms']:.2f} ms "
             f"({row['rel_diff']:+.1%} [{row['rel_diff_low']:+.1%}, {row['rel_diff_high']:+.1%}], "
             f"{row['headline_method']}, {row['rounds']} rounds, {row['pairs']} pairs): {row['verdict']}")
@@ -377,7 +432,9 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
              stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
     """The ablation figure: at least ``rounds`` rounds, each a freshly spawned process
     visiting the combinations in its own shuffled order and spending ``budget_s`` (at least
-    ``min_pairs`` pairs) on each; the profiler method's passes run in round 0.
+    ``min_pairs`` pairs) on each; the profiler method's passes run in round 0. ``combos``:
+    ``Target`` items (a combination and the category whose work is replaced) or bare
+    combinations (their attention core).
 
     With ``precision`` and ``max_rounds``, rounds continue past ``rounds`` until every
     combination at resolution has an interval no wider than ``precision`` either side, or
@@ -388,7 +445,10 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    units: dict[str, list[dict[str, Any]]] = {combo_label(c): [] for c in combos}
+    targets = [as_target(c) for c in combos]
+    units: dict[str, list[dict[str, Any]]] = {t.key: [] for t in targets}
+    if len(units) < len(targets):
+        raise ValueError("the same combination and category twice")
     notes: list[str] = []
     context = multiprocessing.get_context("spawn")
     limit = max(rounds, max_rounds or rounds)
@@ -411,7 +471,7 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
             if stop():
                 notes.append(f"time limit reached after {index} rounds")
                 break
-            order = list(combos)
+            order = list(targets)
             random.Random(index).shuffle(order)
             try:
                 with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
@@ -425,9 +485,9 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
             done_rounds += 1
             notes += [f"round {index}: {n}" for n in failed]
             for unit in done:
-                units[unit["combination"]].append(unit)
+                units[_key(unit)].append(unit)
             log(f"  ablation round {index + 1}: " + ", ".join(
-                f"{u['combination']} {len(u['full_ms'])}+{len(u['hooked'])} pairs" for u in done)
+                f"{_key(u)} {len(u['full_ms'])}+{len(u['hooked'])} pairs" for u in done)
                 + (f"; {len(failed)} failed" if failed else ""))
         else:
             if precision is not None and limit > rounds and not precise_enough():
@@ -449,15 +509,25 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
                      min_pairs: int, budget_s: float, duration_s: float | None = None,
                      min_rounds: int | None = None, max_rounds: int | None = None,
                      precision: float | None = None) -> dict[str, Any]:
-    """The figure from per-combination rows (pure): pass/fail by ``ablation.verdict``."""
-    goal = (f"where the attributed attention.core is at least {RESOLUTION:.0%} of the forward, "
+    """The figure from per-combination rows (pure): pass/fail by ``ablation.verdict``.
+    A row without ``category`` (measured before rows named it) is of the attention core."""
+    categories = [c for c in TARGETS if any(r.get("category", DEFAULT_TARGET) == c for r in rows)]
+    named = " / ".join(categories) if categories else DEFAULT_TARGET
+    title = "Attention ablation" if categories in ([], [DEFAULT_TARGET]) else "Ablation"
+    goal = (f"where the attributed {named} is at least {RESOLUTION:.0%} of the forward, "
             f"the drop agrees with it within {AGREEMENT:.0%} (relative), whole 95% interval "
             "inside; below that, below resolution")
     spec = {"kind": "rel_within", "target": AGREEMENT}
+    # what the figure was computed from besides its rows, so merge_ablation can compute
+    # it again over more rows
+    measurement = {"rounds": rounds, "min_pairs": min_pairs, "budget_s": budget_s,
+                   "min_rounds": min_rounds, "max_rounds": max_rounds, "precision": precision,
+                   "notes": list(notes)}
     if not rows:
-        return figure("Attention ablation", ABLATION_QUESTION, value=None, unit="fraction",
+        return figure(title, ABLATION_QUESTION, value=None, unit="fraction",
                       goal=goal, goal_spec=spec, status="not measured",
-                      notes=list(notes) or ["no combination measured"])
+                      notes=list(notes) or ["no combination measured"],
+                      extra={"measurement": measurement})
     status = figure_status([r["verdict"] for r in rows])
     judged = [r for r in rows if r["verdict"] != "below resolution"]
     worst = max(judged or rows, key=lambda r: abs(r["rel_diff"])
@@ -469,26 +539,22 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
             per_method.append(f"{m}: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
     where = "Worst at resolution" if judged else "No combination at resolution; largest difference"
     out_notes = [
-        f"{where}: {worst['combination']} ({worst['headline_method']} method), drop "
+        f"{where}: {_key(worst)} ({worst['headline_method']} method), drop "
         f"{worst['drop_ms']:.2f} ms vs {worst['removable_ms']:.2f} ms attributed "
         f"({worst['rel_diff']:+.1%}, interval {worst['rel_diff_low']:+.1%} to "
         f"{worst['rel_diff_high']:+.1%}).",
         "Verdicts by method (the headline method decides the figure): " + "; ".join(per_method) + ".",
-        "The stand-in replaces the attention function transformers calls (sdpa / eager), not "
-        "the work around it inside the attention module (head reshapes, rotary embedding), "
-        "which both methods count as attention.core. Each method therefore also attributes "
-        "the model with the stand-in in place, and the drop is compared with the attributed "
-        "time less what the method still calls attention.core then (removable_ms); "
-        "rel_diff_full compares with the whole attributed time.",
-        "hooks_neighbours_ms: how much the rest of the forward (projections, MLP, norms, the "
-        "blocks' own time) sped up with the stand-in in place, read by the hooks method's "
-        "clocks in the same hooked pairs: a cost the real core puts on the code after it "
-        "(caches, the threads' state), inside the drop but outside any exclusive attribution "
-        "of the core. hooks_unexplained_ms is the drop less both.",
+        *_stand_in_notes(categories),
+        "hooks_neighbours_ms: how much the rest of the forward (outside the row's category: "
+        "projections, MLP, norms, the blocks' own time) sped up with the stand-in in place, "
+        "read by the hooks method's clocks in the same hooked pairs: a cost the real work "
+        "puts on the code after it (caches, the threads' state), inside the drop but outside "
+        "any exclusive attribution of the category. hooks_unexplained_ms is the drop less both.",
         f"Measurement: {rounds} rounds{_rounds_rule(min_rounds, max_rounds, precision)}, each a "
         "freshly spawned process that visits the "
         f"combinations in its own shuffled order and spends {budget_s:.0f} s (at least "
-        f"{min_pairs} pairs) on each: forwards in back-to-back pairs (with the core, with the "
+        f"{min_pairs} pairs) on each: forwards in back-to-back pairs (with the row's category's "
+        "work, with the "
         f"stand-in; ABBA order), every {HOOKED_EVERY}th pair under the hooks method's clocks "
         "and the rest unprofiled. The drop is the Hodges-Lehmann estimate of the unprofiled "
         "pairs' fraction of the forward that disappeared: the host's speed wanders by tens of "
@@ -503,13 +569,64 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
         *notes,
     ]
     return figure(
-        "Attention ablation", ABLATION_QUESTION,
+        title, ABLATION_QUESTION,
         value=worst["rel_diff"], unit="fraction",
         interval=[worst["rel_diff_low"], worst["rel_diff_high"]],
         interval_kind="worst combination at resolution, two-level bootstrap over rounds",
         goal=goal, goal_spec=spec, status=status, notes=out_notes, rows=rows,
-        duration_s=duration_s,
+        duration_s=duration_s, extra={"measurement": measurement},
     )
+
+
+STAND_IN_NOTES: dict[str, str] = {
+    "attention.core": (
+        "The stand-in replaces the attention function transformers calls "
+        "(sdpa / eager), not the work around it inside the attention module (head reshapes, "
+        "rotary embedding), which both methods count as attention.core. Each method therefore "
+        "also attributes the model with the stand-in in place, and the drop is compared with "
+        "the attributed time less what the method still calls attention.core then "
+        "(removable_ms); rel_diff_full compares with the whole attributed time."),
+    "moe.experts": (
+        "Every module the structure calls experts (routed and shared) returns "
+        "cached zeros of its output's shape; the router (gate, top-k, dispatch, combination) "
+        "still runs. What the methods still attribute to moe.experts with the stand-in in "
+        "place (the replaced calls themselves) is left out of removable_ms."),
+    "mixer": (
+        "Every token mixer (state-space scan, linear attention, short convolution) "
+        "returns cached zeros of the output its original gave once for inputs of the same "
+        "shapes; what the methods still attribute to mixer with the stand-in in place is "
+        "left out of removable_ms."),
+}
+
+
+def _stand_in_notes(categories: Sequence[str]) -> list[str]:
+    """What each category's stand-in replaces; named by category where there are several."""
+    categories = list(categories) or [DEFAULT_TARGET]
+    if len(categories) == 1:
+        return [STAND_IN_NOTES[categories[0]]]
+    return [f"{c}: {STAND_IN_NOTES[c]}" for c in categories]
+
+
+def merge_ablation(previous: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """``current`` (a figure measured for some combinations) with the rows of
+    ``previous`` for the combinations and categories it did not measure (pure): the
+    verdict and worst case are taken over all rows again. A kept row carries its own
+    rounds and pairs, and ``measured_at`` (its own, else the previous figure's)."""
+    new = {_key(r) for r in current.get("rows") or []}
+    when = previous.get("measured_at")
+    kept = [{**r, "measured_at": r.get("measured_at") or when}
+            for r in previous.get("rows") or [] if _key(r) not in new]
+    if not kept:
+        return current
+    m = dict(current.get("measurement") or {})
+    notes = [*m.get("notes", []),
+             "Kept from an earlier measurement (not measured again; each row's measured_at "
+             "says when): " + ", ".join(_key(r) for r in kept) + "."]
+    return ablation_summary([*kept, *(current.get("rows") or [])], notes,
+                            rounds=m.get("rounds", 0), min_pairs=m.get("min_pairs", 0),
+                            budget_s=m.get("budget_s", 0.0), duration_s=current.get("duration_s"),
+                            min_rounds=m.get("min_rounds"), max_rounds=m.get("max_rounds"),
+                            precision=m.get("precision"))
 
 
 def _rounds_rule(min_rounds: int | None, max_rounds: int | None, precision: float | None) -> str:

@@ -30,6 +30,36 @@ FIGURE_GROUPS: tuple[str, ...] = ("suite", "coverage", "isolation", "latency", "
 
 
 @dataclass(frozen=True)
+class AblationCase:
+    """One combination of the ablation and the category whose work its stand-in replaces.
+    ``group`` is what ``--ablation-models`` selects by."""
+
+    group: str
+    model: str
+    mode: str
+    attn: str
+    seq_len: int
+    category: str = "attention.core"
+
+
+# --ablation-models: the attention core of the dense models, a mixture-of-experts model's
+# experts, a hybrid's token mixers
+ABLATION_GROUPS: tuple[str, ...] = ("attention", "moe", "hybrid")
+
+
+def ablation_cases(seq_len: int) -> tuple[AblationCase, ...]:
+    """The ablation's mixture-of-experts and hybrid combinations (``models.PRESETS``, as the
+    cpu-today suite measures them): ibm-granite/granite-3.0-1b-a400m's widths and experts
+    (32, 8 per token) at 4 of its 24 layers, whose experts stand in (the router kept);
+    tiiuae/Falcon-H1-0.5B's widths (attention beside a Mamba-2 mixer in every layer) at 4 of
+    its 36, whose mixers stand in. Forward, eager attention: on a 2-core CPU at 512 tokens
+    the hooks method gave the experts 60% of the forward and the mixers 40%, far above the
+    rule's resolution."""
+    return (AblationCase("moe", "granitemoe-1b-a400m-4l", "forward", "eager", seq_len, "moe.experts"),
+            AblationCase("hybrid", "falcon-h1-0.5b-4l", "forward", "eager", seq_len, "mixer"))
+
+
+@dataclass(frozen=True)
 class Plan:
     """Sizes of everything; ``quick`` is a smoke test, not a validation."""
 
@@ -41,7 +71,7 @@ class Plan:
     instr_rounds: int
     instr_budget_s: float
     architectures: tuple[str, ...]
-    ablation: tuple[tuple[str, str, str, int], ...]  # model, mode, attn, seq
+    ablation: tuple[AblationCase, ...]
     ablation_scale: str
     ablation_rounds: int  # each a freshly spawned process; at least this many
     ablation_max_rounds: int  # more rounds, up to this many, while an interval is wider than
@@ -61,7 +91,9 @@ def plan(quick: bool) -> Plan:
             latency_rounds=2, latency_budget_s=0.3, timer_min_run_s=0.2,
             instr_rounds=2, instr_budget_s=0.2,
             architectures=QUICK_ARCHITECTURES,
-            ablation=(("bert-base", "forward", "sdpa", 64), ("llama-small", "prefill", "sdpa", 64)),
+            ablation=(AblationCase("attention", "bert-base", "forward", "sdpa", 64),
+                      AblationCase("attention", "llama-small", "prefill", "sdpa", 64),
+                      *ablation_cases(64)),
             ablation_scale="tiny", ablation_rounds=2, ablation_max_rounds=2,
             ablation_precision=0.05, ablation_min_pairs=4, ablation_budget_s=0.3,
             render_sizes=(5, 10, 20),
@@ -71,8 +103,11 @@ def plan(quick: bool) -> Plan:
         latency_rounds=6, latency_budget_s=0.6, timer_min_run_s=0.4,
         instr_rounds=4, instr_budget_s=0.5,
         architectures=ARCHITECTURES,
-        ablation=(("bert-base", "forward", "sdpa", 512), ("llama-small", "prefill", "sdpa", 512),
-                  ("bert-base", "forward", "eager", 512), ("llama-small", "prefill", "eager", 512)),
+        ablation=(AblationCase("attention", "bert-base", "forward", "sdpa", 512),
+                  AblationCase("attention", "llama-small", "prefill", "sdpa", 512),
+                  AblationCase("attention", "bert-base", "forward", "eager", 512),
+                  AblationCase("attention", "llama-small", "prefill", "eager", 512),
+                  *ablation_cases(512)),
         ablation_scale="reference", ablation_rounds=4, ablation_max_rounds=10, ablation_precision=0.05,
         ablation_min_pairs=12, ablation_budget_s=60.0,
         render_sizes=(50, 500, 2000),
@@ -108,12 +143,20 @@ def main(argv: list[str] | None = None) -> int:
                              "of --out from their stored rows")
     parser.add_argument("--merge", action="store_true",
                         help="with --only: keep the other figures of an existing results file")
+    parser.add_argument("--ablation-models", default=None, metavar="GROUPS",
+                        help="comma-separated subset of the ablation's combinations: "
+                             f"{', '.join(ABLATION_GROUPS)} (default all: the dense models' "
+                             "attention core, a mixture-of-experts model's experts, a hybrid's "
+                             "token mixers); with --merge the other groups' rows of the existing "
+                             "results file are kept")
     parser.add_argument("--suite", default="cpu-default", help="suite measured (default cpu-default)")
     parser.add_argument("--time-limit", type=float, default=7200.0, metavar="S",
                         help="stop starting new measurements after S seconds (default 7200: on "
                              "2 cores the steps took 4,359 s when last measured, the suite twice "
-                             "in eight rounds and the ablation's pairs the largest parts; the "
-                             "ablation adds rounds, up to 10, while its intervals are wide)")
+                             "in eight rounds and the ablation's pairs the largest parts, before "
+                             "the ablation's mixture-of-experts and hybrid combinations, whose "
+                             "forwards take seconds each, were added; the ablation adds rounds, "
+                             "up to 10, while its intervals are wide)")
     parser.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
                         help="before each figure wait up to S seconds for other processes to use "
                              "under 10%% of the CPU (default 60; 0: do not wait)")
@@ -122,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = only - set(FIGURE_GROUPS)
     if unknown:
         parser.error(f"--only: unknown {sorted(unknown)}; choose from {', '.join(FIGURE_GROUPS)}")
+    ablation_groups = (set(ABLATION_GROUPS) if not args.ablation_models
+                       else {s.strip() for s in args.ablation_models.split(",")})
+    unknown = ablation_groups - set(ABLATION_GROUPS)
+    if unknown:
+        parser.error(f"--ablation-models: unknown {sorted(unknown)}; choose from {', '.join(ABLATION_GROUPS)}")
 
     if args.resummarise:
         return resummarise(args.out or REPO / "bench" / f"{_hardware_guess()}.json")
@@ -227,15 +275,20 @@ def main(argv: list[str] | None = None) -> int:
             p.architectures, log=log, stop=stop)})
     if "ablation" in only:
         from reportgen.bench import attribution_check
-        from reportgen.suite import Combination
 
-        abl = [Combination(model=m, scale=p.ablation_scale, mode=mode, dtype="fp32",
-                           attn_implementation=attn, batch_size=1, seq_len=s, device="cpu")
-               for m, mode, attn, s in p.ablation]
-        step("ablation", lambda: {"attribution_ablation": attribution_check.ablation(
-            abl, rounds=p.ablation_rounds, max_rounds=p.ablation_max_rounds,
-            precision=p.ablation_precision, min_pairs=p.ablation_min_pairs, budget_s=p.ablation_budget_s,
-            log=log, stop=stop)})
+        abl = ablation_targets(p, ablation_groups)
+        previous = figures.get("attribution_ablation") if ablation_groups != set(ABLATION_GROUPS) else None
+
+        def ablation_figure() -> dict[str, dict[str, Any]]:
+            fig = attribution_check.ablation(
+                abl, rounds=p.ablation_rounds, max_rounds=p.ablation_max_rounds,
+                precision=p.ablation_precision, min_pairs=p.ablation_min_pairs,
+                budget_s=p.ablation_budget_s, log=log, stop=stop)
+            if previous and previous.get("rows"):  # --merge: the groups not measured stay
+                fig = attribution_check.merge_ablation(previous, fig)
+            return {"attribution_ablation": fig}
+
+        step("ablation", ablation_figure)
     if "render" in only:
         from reportgen.bench import render_scaling
 
@@ -248,6 +301,17 @@ def main(argv: list[str] | None = None) -> int:
     for name, fig in doc["figures"].items():
         log(f"  {name}: {fig['status']} value={fig['value']} interval={fig['interval']} goal={fig['goal']}")
     return 0
+
+
+def ablation_targets(p: Plan, groups: set[str] | frozenset[str] = frozenset(ABLATION_GROUPS)) -> list[Any]:
+    """The ablation's ``attribution_check.Target`` items of ``groups``, in the plan's order."""
+    from reportgen.bench.attribution_check import Target
+    from reportgen.suite import Combination
+
+    return [Target(Combination(model=c.model, scale=p.ablation_scale, mode=c.mode, dtype="fp32",
+                               attn_implementation=c.attn, batch_size=1, seq_len=c.seq_len,
+                               device="cpu"), c.category)
+            for c in p.ablation if c.group in groups]
 
 
 def resummarise(path: Path) -> int:

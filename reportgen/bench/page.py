@@ -79,6 +79,7 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
         charts={name: Markup(block(name, spec)) for name, spec in charts.items()},
         status_badge=STATUS_BADGE,
         columns=row_columns,
+        row_value=row_value,
     )
 
 
@@ -175,13 +176,13 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "attribution_architectures": ("model_type", "architecture", "class", "share_sum",
                                   "attention_core_share", "other_share", "overhead_share",
                                   "ok", "error"),
-    "attribution_ablation": ("combination", "forward_ms", "drop_ms", "drop_low_ms",
+    "attribution_ablation": ("combination", "category", "forward_ms", "drop_ms", "drop_low_ms",
                              "drop_high_ms", "headline_method", "attributed_share",
                              "removable_ms", "rel_diff", "rel_diff_low", "rel_diff_high",
                              "verdict", "hooks_share", "hooks_neighbours_ms",
                              "hooks_unexplained_ms", "hooks_rel_diff", "hooks_verdict",
                              "profiler_share", "profiler_rel_diff", "profiler_verdict",
-                             "rounds", "pairs", "hooked_pairs", "pair_drop_sd"),
+                             "rounds", "pairs", "hooked_pairs", "pair_drop_sd", "measured_at"),
     "attribution_remainder": ("combination", "mode", "method", "share", "share_low",
                               "share_high", "largest_source", "largest_source_ms"),
     "flops_agreement": ("combination", "category", "analytic", "counted", "rel_diff",
@@ -199,15 +200,30 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
+# What a column holds in rows written before it existed: every ablation row measured
+# before rows named their category was of the attention core.
+ROW_DEFAULTS: dict[str, dict[str, Any]] = {
+    "attribution_ablation": {"category": "attention.core"},
+}
+
+
 def row_columns(name: str, rows: list[Mapping[str, Any]]) -> list[str]:
-    """Columns shown for a figure's rows: the known ones present, in order."""
+    """Columns shown for a figure's rows: the known ones present (or with a default), in
+    order."""
     known = ROW_COLUMNS.get(name)
     if not rows:
         return []
-    present = set().union(*(r.keys() for r in rows))
+    present = set().union(*(r.keys() for r in rows)) | set(ROW_DEFAULTS.get(name, {}))
     if known:
         return [c for c in known if c in present]
     return sorted(present)
+
+
+def row_value(name: str, row: Mapping[str, Any], column: str) -> Any:
+    """A row's value in a column, or the column's default for rows written before it."""
+    if column in row:
+        return row[column]
+    return ROW_DEFAULTS.get(name, {}).get(column)
 
 
 def chart_specs(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -279,17 +295,24 @@ def _bar_chart(field: str, title: str, category: str = "combination"
 
 def _ablation_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
     values = []
+    categories = []
     for r in rows:
+        category = row_value("attribution_ablation", r, "category")
+        if category not in categories:
+            categories.append(category)
+        # a combination ablated for two categories has a row for each
+        label_ = r["combination"] if category == "attention.core" else f"{r['combination']} [{category}]"
         for key, label in (("drop_ms", "ablation drop"),
                            ("hooks_removable_ms", "attributed, hooks method"),
                            ("profiler_removable_ms", "attributed, profiler method"),
-                           ("attributed_ms", "attributed attention.core")):
+                           ("attributed_ms", f"attributed {category}")):
             if key == "attributed_ms" and "hooks_removable_ms" in r:
                 continue  # rows with both methods show each method's removable time
             if r.get(key) is not None:
-                values.append({"combination": r["combination"], "estimate": label, "ms": r[key]})
+                values.append({"combination": label_, "estimate": label, "ms": r[key]})
+    what = "attention core" if categories == ["attention.core"] else "the row's category"
     return (alt.Chart(alt.Data(values=values)).mark_bar()
-            .encode(x=alt.X("ms:Q", title="attention core, ms per forward"),
+            .encode(x=alt.X("ms:Q", title=f"{what}, ms per forward"),
                     y=alt.Y("estimate:N", title=None), color="estimate:N",
                     row=alt.Row("combination:N", title=None), tooltip=["combination:N", "estimate:N", "ms:Q"])
             .properties(width=440, title=fig["title"]))
