@@ -121,3 +121,31 @@ def test_category_walks_up_to_nearest_mapped_ancestor() -> None:
 def test_missing_dims_give_zeros() -> None:
     out: dict[str, Any] = flops.analytic({"architecture": "encoder"}, SimpleNamespace(batch_size=1, seq_len=4))
     assert sum(out.values()) == 0
+
+
+def test_analytic_flops_of_experts_and_mixers_come_from_the_structure() -> None:
+    from types import SimpleNamespace
+
+    from reportgen.profile import models
+
+    def combo(model: str) -> SimpleNamespace:
+        return SimpleNamespace(model=model, scale="tiny", mode="forward", dtype="fp32",
+                               attn_implementation="eager", batch_size=1, seq_len=16, device="cpu")
+
+    built = models.build(combo("mixtral"))
+    config = built.model.config
+    hints = models.analytic_hints(built.model)
+    out = flops.analytic(built.info, combo("mixtral"), hints)
+    # per token and layer: top-k experts of gate, up and down projections (hidden x ff each)
+    per_expert = 3 * config.hidden_size * config.intermediate_size
+    expected = 2 * 16 * config.num_experts_per_tok * per_expert * config.num_hidden_layers
+    assert out["moe.experts"] == expected
+    assert out["moe.router"] == 2 * 16 * config.hidden_size * config.num_local_experts * config.num_hidden_layers
+    assert out["mlp"] == 0 and out["mixer"] == 0
+    models.free(built)
+
+    built = models.build(combo("mamba"))
+    out = flops.analytic(built.info, combo("mamba"), models.analytic_hints(built.model))
+    assert out["mixer"] > 0 and out["mlp"] == 0
+    assert out["attention.core"] == 0  # no softmax attention in a Mamba
+    models.free(built)

@@ -19,6 +19,9 @@ from reportgen.categories import CATEGORIES
 from reportgen.traffic import cfg, gated, shapes
 
 CORE_NOTE = "attention.core counts the full Lq x Lk score matrix, not halved for causal masks"
+PARTS_NOTE = ("experts, routers and token mixers are counted from the structure: 2 FLOPs per "
+              "weight element a token meets (routed experts: the config's experts per token); "
+              "a token mixer's scan or recurrence itself is not counted")
 
 
 def _zero() -> dict[str, float]:
@@ -43,6 +46,9 @@ def analytic(info: Mapping[str, Any], combo: Any, hints: Mapping[str, Any] | Non
     d = info.get("hidden_size")
     h = info.get("num_heads")
     layers = info.get("num_layers")
+    parts = hints.get("parts")
+    if parts and not h and d and not parts["attention_calls"]:
+        h = 1  # no softmax attention to count (a pure state-space model): heads unused
     if not (d and h and layers):
         return out
     kvh = info.get("num_kv_heads") or h
@@ -62,6 +68,15 @@ def analytic(info: Mapping[str, Any], combo: Any, hints: Mapping[str, Any] | Non
     t, lq, lk, head_tokens = s["t"], s["lq"], s["lk"], s["head_tokens"]
     dims = {"d": d, "h": h, "kvh": kvh, "hd": hd}
 
+    if parts and arch != "encoder-decoder":
+        # experts, routers, token mixers: the structure's weight elements a token meets in
+        # each category (routed experts: top-k of them), 2 FLOPs each; softmax attention
+        # only in the layers that have it. A mixer's scan is not counted (see notes).
+        _attention(out, b=b, tq=t, tk=t, lq=lq, lk=lk, calls=int(parts["attention_calls"]), **dims)
+        for category, elements in parts["weight_elements"].items():
+            out[category] += 2 * t * int(elements)
+        out["head"] += 2 * head_tokens * d * vocab
+        return out
     _attention(out, b=b, tq=t, tk=t, lq=lq, lk=lk, calls=layers, **dims)
     if arch == "attention":  # attention-micro: the attention call alone, no projections
         out["attention.qkv"] = out["attention.out"] = 0.0

@@ -65,6 +65,8 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
     hints = models.analytic_hints(built.model)
     analytic = flops_mod.analytic(built.info, combo, hints)
     notes = [flops_mod.CORE_NOTE]
+    if hints.get("parts"):
+        notes.append(flops_mod.PARTS_NOTE)
     # FLOPs are counted on the eager model: the same arithmetic, and a counting mode
     # around a compiled model would only make it compile again
     compiled = getattr(built.step, "compiled", None)

@@ -832,8 +832,47 @@ def analytic_hints(model: nn.Module) -> dict[str, Any]:
     width = max((max(w.shape) for w in weights), default=None)
     params = sum(int(w.numel()) for w in weights)
     pooler = any("Pooler" in type(m).__name__ for m in model.modules())
-    return {"mlp_projections": len(projs) or None, "mlp_width": width, "mlp_weight_elements": params or None,
-            "pooler": pooler}
+    hints: dict[str, Any] = {"mlp_projections": len(projs) or None, "mlp_width": width,
+                             "mlp_weight_elements": params or None, "pooler": pooler}
+    parts = _mixture_parts(model)
+    if parts is not None:
+        hints["parts"] = parts
+    return hints
+
+
+def _mixture_parts(model: nn.Module) -> dict[str, Any] | None:
+    """For a model with experts or token mixers (whose layers differ from a dense
+    transformer's): weight elements a token meets in each category over the whole model,
+    read from the structure. Routed experts count ``top_k`` of their experts per token
+    (the config's experts per token); shared experts, routers, token mixers and dense
+    MLPs all their projections; and how many softmax-attention calls a forward makes."""
+    from reportgen.profile.structure import classify, is_experts
+
+    roles = classify(model)
+    modules = dict(model.named_modules())
+    if not any(r.role in ("mixer", "moe", "experts") for r in roles.values()):
+        return None
+    config: Any = getattr(model, "config", None)
+    top_k = _first(config, _TOP_K_NAMES) if config is not None else None
+    found = {"mlp": 0, "moe.router": 0, "moe.experts": 0, "mixer": 0}
+    for fqn, info in roles.items():
+        module = modules.get(fqn)
+        if module is None:
+            continue
+        if info.role == "experts" and info.container == "moe" and is_experts(module):
+            if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+                items = list(module.children())
+                per_expert = sum(int(m.weight.numel()) for m in items[0].modules() if is_projection(m))
+                count = len(items)
+            else:
+                stacked = [p for p in module.parameters(recurse=False) if p.dim() >= 3]
+                count = max(int(p.shape[0]) for p in stacked)
+                per_expert = sum(int(p.numel()) for p in stacked) // count
+            found["moe.experts"] += per_expert * int(top_k if _int(top_k) else 1)
+        elif is_projection(module) and info.category in found:
+            found[info.category] += int(module.weight.numel())  # type: ignore[union-attr]
+    attention = sum(1 for r in roles.values() if r.role == "attn")
+    return {"weight_elements": found, "attention_calls": attention, "top_k": top_k if _int(top_k) else None}
 
 
 def model_info(name: str, model: nn.Module, arch: str) -> dict[str, Any]:
