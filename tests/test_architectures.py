@@ -23,7 +23,7 @@ from reportgen.profile import catalog  # noqa: E402
 # Families a reader asks "attention or experts?" of, and the state-space and hybrid ones.
 MOE = ("mixtral", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "ernie4_5_moe", "gpt_oss",
        "qwen2_moe", "glm4_moe", "deepseek_v2", "deepseek_v3", "llama4_text", "jamba",
-       "switch_transformers", "minimax")
+       "switch_transformers", "minimax", "jetmoe")
 STATE_SPACE = ("mamba", "falcon_mamba", "mamba2", "rwkv")
 HYBRID = ("qwen3_next", "falcon_h1", "nemotron_h", "bamba", "zamba2", "jamba", "kimi_linear")
 OTHER_LIMIT = 0.35  # at tiny scale the model's own glue (masks, residual adds) is large

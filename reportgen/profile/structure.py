@@ -200,7 +200,9 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
         elif container is None and (module is out_emb or any(
                 marker in type(module).__name__ for marker in HEAD_MARKERS)):
             role, category, inner, inner_fqn = "head", "head", "head", fqn
-        elif is_projection(module):
+        elif is_projection(module) or (container == "attn" and _is_leaf(module) and is_experts(module)):
+            # (inside attention, a leaf of stacked per-expert weights is a projection
+            # that routes each token to some of its experts: a mixture of attention heads)
             if container == "attn":
                 role, category = "proj", "attention.qkv"
             elif container == "mlp" or (container is None and block is not None):
