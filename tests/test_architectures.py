@@ -24,8 +24,9 @@ from reportgen.profile import catalog  # noqa: E402
 MOE = ("mixtral", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "ernie4_5_moe", "gpt_oss",
        "qwen2_moe", "glm4_moe", "deepseek_v2", "deepseek_v3", "llama4_text", "jamba",
        "switch_transformers", "minimax", "jetmoe")
-STATE_SPACE = ("mamba", "falcon_mamba", "mamba2", "rwkv")
-HYBRID = ("qwen3_next", "falcon_h1", "nemotron_h", "bamba", "zamba2", "jamba", "kimi_linear")
+# (bamba's default config names no attention layer: at its defaults it is a pure Mamba-2)
+STATE_SPACE = ("mamba", "falcon_mamba", "mamba2", "rwkv", "bamba")
+HYBRID = ("qwen3_next", "falcon_h1", "nemotron_h", "zamba2", "jamba", "kimi_linear")
 OTHER_LIMIT = 0.35  # at tiny scale the model's own glue (masks, residual adds) is large
 ENCODERS = ("vit", "whisper")
 
