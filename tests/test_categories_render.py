@@ -69,7 +69,7 @@ def _zeros(record: dict[str, Any]) -> None:
     """A dense model measured after the architecture categories existed: all at 0."""
     cats = record["attribution"]["categories"]
     for c in ARCHITECTURE_CATEGORIES:
-        cats[c] = {**cats["mlp"], "ms": 0.0, "share": 0.0}
+        cats[c] = {**cats["mlp"], "ms": 0.0, "share": 0.0, "share_low": 0.0, "share_high": 0.0}
 
 
 def _split(into: dict[str, float]) -> Any:
@@ -79,10 +79,11 @@ def _split(into: dict[str, float]) -> Any:
         flops = record["flops"]["analytic"]
         for c in ARCHITECTURE_CATEGORIES:
             part = into.get(c, 0.0)
-            cats[c] = {**cats["mlp"], "ms": cats["mlp"]["ms"] * part,
-                       "share": cats["mlp"]["share"] * part}
+            mlp = cats["mlp"]
+            cats[c] = {**mlp, "ms": mlp["ms"] * part, "share": mlp["share"] * part,
+                       **{k: mlp[k] * part for k in ("share_low", "share_high") if mlp.get(k) is not None}}
             flops[c] = flops["mlp"] * part
-        cats["mlp"] = {**cats["mlp"], "ms": 0.0, "share": 0.0}
+        cats["mlp"] = {**cats["mlp"], "ms": 0.0, "share": 0.0, "share_low": 0.0, "share_high": 0.0}
         flops["mlp"] = 0.0
     return edit
 
@@ -167,8 +168,8 @@ def test_a_mixture_of_experts_gets_its_columns(tmp_path: Path) -> None:
             dict(zip(names, (c.strip() for c in line.split("|")[1:-1])))
             for line in home.splitlines() if line.startswith("| [")}
     assert rows["bert-base"]["moe.<wbr>router"] == rows["bert-base"]["moe.<wbr>experts"] == "–"
-    assert rows["gpt2"]["moe.<wbr>router"] == rows["gpt2"]["moe.<wbr>experts"] == "0.0%"
-    assert rows["llama-tiny"]["mlp"] == "0.0%" and rows["llama-tiny"]["moe.<wbr>experts"] != "–"
+    assert rows["gpt2"]["moe.<wbr>router"] == rows["gpt2"]["moe.<wbr>experts"] == "0.0% <small>[0.0%, 0.0%]</small>"
+    assert rows["llama-tiny"]["mlp"].startswith("0.0%") and rows["llama-tiny"]["moe.<wbr>experts"] != "–"
     moe = _read(docs, f"hardware/{HW}/llama-tiny.md")
     longest = json.loads(next((docs / "data").rglob("llama-tiny--*--s256.json")).read_text())
     cats = longest["attribution"]["categories"]

@@ -113,9 +113,10 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
             for cat in CATEGORIES:
                 row[f"ms:{cat}"] = _num(_get(cats, cat, "ms"))
                 row[f"share:{cat}"] = shares[cat]
-                # optional: an interval on the share, where the record carries one
-                row[f"share_ci_low:{cat}"] = _num(_get(cats, cat, "share_ci_low"))
-                row[f"share_ci_high:{cat}"] = _num(_get(cats, cat, "share_ci_high"))
+                # optional: the share's bootstrap interval over the attributed iterations,
+                # where the record carries one (records store it as share_low/share_high)
+                row[f"share_ci_low:{cat}"] = _num(_get(cats, cat, "share_low"))
+                row[f"share_ci_high:{cat}"] = _num(_get(cats, cat, "share_high"))
                 fl = _num(flops_src.get(cat))
                 row[f"flops_share:{cat}"] = (fl / flops_total if flops_total > 0 and fl >= 0
                                              else math.nan)

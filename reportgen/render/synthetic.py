@@ -165,7 +165,9 @@ def combination_record(hw: SyntheticHardware, model: SyntheticModel, attn: str, 
     lo_i, hi_i = 9, 20  # order-statistic 95% CI of the median for n=30
     device = hw.device != "cpu"
     categories = {
-        cat: {"ms": ms, "share": ms / forward, "cpu_ms": None if device else ms,
+        # the share's bootstrap interval, as records carry it (a fixed +-4% here)
+        cat: {"ms": ms, "share": ms / forward, "share_low": 0.96 * ms / forward,
+              "share_high": min(1.0, 1.04 * ms / forward), "cpu_ms": None if device else ms,
               "device_ms": ms if device else None,
               "launches": (4 * model.num_layers if device and cat != "overhead" else None)}
         for cat, ms in cat_ms.items()
