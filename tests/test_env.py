@@ -501,3 +501,9 @@ def test_env_command_cuda_on_a_cpu_host_is_a_user_error(capsys: pytest.CaptureFi
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "no CUDA device is available; valid here: auto, cpu" in captured.err
+
+
+def test_the_interpreter_is_recorded_by_name_not_by_local_path() -> None:
+    import sys
+
+    assert env.python_info()["executable"] == Path(sys.executable).name

@@ -57,6 +57,11 @@ def test_profile_tiny_model(name: str, tmp_path: Path) -> None:
     assert prof["trace"] == f"traces/{trace_path.name}"
     assert prof["trace_bytes"] == trace_path.stat().st_size
     assert [p.name for p in trace_path.parent.iterdir()] == [trace_path.name]  # no temp files
+    # the trace names its place in the run, not the temporary file it was exported to
+    import gzip
+    import json
+
+    assert json.loads(gzip.decompress(trace_path.read_bytes()))["traceName"] == prof["trace"]
 
     att = result["attribution"]
     assert att["basis"] == "cpu"

@@ -31,6 +31,7 @@ from typing import Any
 from reportgen import __version__
 from reportgen.errors import UserError
 from reportgen.profile import nvml
+from reportgen.scrub import interpreter
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 
@@ -327,7 +328,7 @@ def python_info() -> dict[str, Any]:
     return {
         "version": platform.python_version(),
         "implementation": platform.python_implementation(),
-        "executable": sys.executable,
+        "executable": interpreter(sys.executable),  # its name: no local path is published
         "compiler": platform.python_compiler(),
     }
 

@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from reportgen.attribution import ATTRIBUTION_KEYS, ITERATION_LABEL, analyse_trace
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import install_hooks
+from reportgen.scrub import gzip_trace, trace_name
 from reportgen.store import atomic_write_bytes
 
 __all__ = ["profile_step", "record_pass", "write_gzip_atomic"]
@@ -31,8 +32,7 @@ __all__ = ["profile_step", "record_pass", "write_gzip_atomic"]
 def write_gzip_atomic(path: Path, data: bytes) -> int:
     """Gzip ``data`` to ``path`` atomically (a reader never sees a half-written trace);
     returns the size written."""
-    # mtime=0: the same trace gives the same bytes.
-    packed = gzip.compress(data, compresslevel=6, mtime=0)
+    packed = gzip_trace(data)
     atomic_write_bytes(path, packed)
     return len(packed)
 
@@ -82,7 +82,7 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     tmp = Path(tmp_name)
     try:
         record_pass(step, model, iterations, warmup, tmp, label_modules)
-        raw = tmp.read_bytes()
+        raw = trace_name(tmp.read_bytes(), f"traces/{trace_path.name}")
     finally:
         tmp.unlink(missing_ok=True)
     trace = json.loads(raw)

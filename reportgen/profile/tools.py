@@ -51,6 +51,7 @@ from reportgen.categories import CATEGORIES
 from reportgen.profile import models
 from reportgen.profile.profiling import record_pass, write_gzip_atomic
 from reportgen.profile.structure import classify, label, module_categories
+from reportgen.scrub import trace_name
 from reportgen.vocabulary import COMPILE_NONE
 
 __all__ = ["ITERATIONS", "hta_tool", "key_averages_tool", "nsys_availability", "nsys_tool",
@@ -404,7 +405,7 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
         for index in range(toolcompare.PASSES):
             raw_path = Path(scratch) / f"pass-{index}.json"
             prof = record_pass(step, model, ITERATIONS, WARMUP, raw_path, label_modules=True)
-            raw = raw_path.read_bytes()
+            raw = trace_name(raw_path.read_bytes(), f"traces/{trace_path.name}")
             raw_path.unlink()
             averages = prof.key_averages()
             trace = json.loads(raw)
