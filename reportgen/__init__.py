@@ -1,3 +1,3 @@
 """reportgen: where a transformer's time goes, measured and published."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

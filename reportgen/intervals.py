@@ -22,7 +22,7 @@ interval's exact coverage (``stats.coverage``) as the confidence.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reportgen import stats
@@ -100,3 +100,11 @@ def summarize_rounds(rounds: Sequence[Sequence[float]], confidence: float = 0.95
     out.update(ci_low=ci["ci_low"], ci_high=ci["ci_high"], confidence=ci["confidence"],
                ci_method=ci["ci_method"])
     return out
+
+
+def unstable_reason(record: Mapping[str, Any]) -> str | None:
+    """Why a record's figures were taken under contention (``timing.unstable``, the
+    profiled pass's ``profile.unstable``), in words; None for a clean measurement."""
+    reasons = [str(section["unstable"]) for section in (record.get("timing"), record.get("profile"))
+               if isinstance(section, Mapping) and section.get("unstable")]
+    return "; ".join(reasons) or None

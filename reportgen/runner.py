@@ -22,7 +22,7 @@ from reportgen.execute import plan
 from reportgen.execute.console import Progress
 from reportgen.execute.devices import MEASURE, PREFLIGHT, worker_specs
 from reportgen.execute.local import Job
-from reportgen.execute.record import git_of, run_record, utc_now
+from reportgen.execute.record import environment_differences, git_of, run_record, utc_now
 from reportgen.store import RunStore
 from reportgen.suite import Settings, Suite
 
@@ -113,6 +113,14 @@ def run_suite(
     store = RunStore(out, hardware or hardware_slug(environment), suite)
     if force and store.read_run() is not None:
         store = store.new_run()
+    elif (earlier := store.read_run()) is not None:
+        # only what this environment measured is resumed or reused
+        differs = environment_differences(earlier.get("environment") or {}, environment)
+        if differs:
+            earlier_id, store = store.run_id, store.new_run()
+            if show_progress:
+                print(f"{earlier_id} was measured under {', '.join(differs)}: measuring a new run, "
+                      f"{store.run_id}", file=sys.stderr)
     if executor is None:
         if measure is not None:
             from reportgen.execute.inline import InlineExecutor

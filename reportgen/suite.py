@@ -52,7 +52,7 @@ MATRIX_DEFAULTS: dict[str, list[Any]] = {
 }
 TOP_LEVEL_KEYS: tuple[str, ...] = ("name", "description", "settings", "matrix")
 SETTINGS_KEYS: tuple[str, ...] = ("budget_s", "profile_iterations", "seed", "scale", "device", "rounds",
-                                  "trust_remote_code", "studies")
+                                  "min_rounds", "target", "trust_remote_code", "studies")
 
 # The CLI flag that overrides each key, so a bad flag value names the flag.
 OVERRIDE_FLAGS: dict[str, str] = {
@@ -133,6 +133,11 @@ class Settings:
     # Each combination is timed in this many rounds, each round a fresh worker process
     # visiting the combinations in a shuffled order; ``budget_s`` is split between them.
     rounds: int = 1
+    # Rounds stop early once ``min_rounds`` clean rounds (default: six, or ``rounds`` if
+    # fewer) give an interval within ``target`` of the median (relative half-width,
+    # default 0.02); every round's timing stops at the target too (execute.rounds.Policy)
+    min_rounds: int | None = None
+    target: float | None = None
     trust_remote_code: bool = False
     # Studies (vocabulary.STUDIES) run in each combination's profiled round, after its
     # attribution; each gets ``study_budget_s``.
@@ -148,6 +153,9 @@ class Settings:
         out = dataclasses.asdict(self)
         if out["rounds"] == 1:
             del out["rounds"]  # the one-round default keeps the hash suites had before rounds
+        for key in ("min_rounds", "target"):
+            if out[key] is None:
+                del out[key]  # absent unless set: suites without them keep their hash
         if not self.trust_remote_code:  # absent unless set: suites without it keep their hash
             del out["trust_remote_code"]
         if self.studies:  # absent unless asked for: suites without studies keep their hash
@@ -386,7 +394,13 @@ def _check_setting(key: str, value: Any, label: str) -> Any:
         if not value > 0:  # also rejects NaN
             raise UserError(f"{label}: {value!r} must be > 0")
         return float(value)
-    if key in ("profile_iterations", "seed", "rounds"):
+    if key == "target":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{label}: expected a relative half-width such as 0.02, got {_type_name(value)} {value!r}")
+        if not 0 < value < 1:
+            raise UserError(f"{label}: {value!r} must be between 0 and 1 (0.02: the interval within 2% of the median)")
+        return float(value)
+    if key in ("profile_iterations", "seed", "rounds", "min_rounds"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"{label}: expected an integer, got {_type_name(value)} {value!r}")
         minimum = 0 if key == "seed" else 1

@@ -37,19 +37,37 @@ def test_a_run_compared_with_itself_exits_0(capsys: pytest.CaptureFixture[str]) 
 
 def test_a_ten_percent_slowdown_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     slow = _scaled_copy(tmp_path, 1.10, name="cpu-default-c11f32ec-20990101T0000")
-    code, data = _json(capsys, str(RUN), str(slow))
-    assert code == 1
+    # no bench results: no measured drift, so significance alone decides
+    code, data = _json(capsys, str(RUN), str(slow), "--bench", str(tmp_path / "no-bench"))
+    assert code == 1 and data["noise_floor"] is None
     significant = [r for r in data["rows"] if r["significant"]]
     # every combination with enough samples for p < 0.002 is a significant slowdown
     assert significant and all(r["change"] == "slower" for r in significant)
     for row in significant:
         assert row["ratio"] == pytest.approx(1.10, rel=1e-9)
         assert row["ci_low"] <= 1.10 <= row["ci_high"]
-        if row["method"] == "mann-whitney":
+        if row["method"].startswith("mann-whitney"):
             assert row["p_value"] < stats.ALPHA
     # the same slowdown under a 20% threshold passes
-    assert main(["compare", str(RUN), str(slow), "--threshold", "20%"]) == 0
+    assert main(["compare", str(RUN), str(slow), "--threshold", "20%", "--bench", str(tmp_path / "no-bench")]) == 0
     capsys.readouterr()
+
+
+def test_a_change_within_the_hosts_drift_is_noise(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bench re-measured this host's suite and saw its medians move by up to ~14%
+    (90% of them): a 10% change between two runs there is within noise, 25% is not."""
+    from reportgen.render.compare import read_drift
+
+    hardware = RUN.parent.name
+    floor = read_drift(ROOT / "bench")[hardware]["floor"]
+    assert 0.10 < floor < 0.25
+    slow = _scaled_copy(tmp_path, 1.10, name="cpu-default-c11f32ec-20990101T0000")
+    code, data = _json(capsys, str(RUN), str(slow), "--bench", str(ROOT / "bench"))
+    assert code == 0 and data["noise_floor"] == floor and data["counts"]["slower"] == 0
+    assert data["counts"]["within noise"] > 0
+    much = _scaled_copy(tmp_path / "much", 1.25, name="cpu-default-c11f32ec-20990101T0001")
+    code, data = _json(capsys, str(RUN), str(much), "--bench", str(ROOT / "bench"))
+    assert code == 1 and data["counts"]["slower"] > 0 and data["counts"]["within noise"] == 0
 
 
 def test_a_speedup_is_not_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,3 +176,39 @@ def test_thousands_of_samples_stay_quick_and_cover_the_shift() -> None:
     assert exact and low < 1.02 < high
     verdict = stats.difference(base, new)
     assert verdict.significant and verdict.method == "mann-whitney" and verdict.p_value < 1e-10
+
+
+def _rounds_record(medians: list[float], *, excluded: int | None = None) -> dict[str, Any]:
+    samples = [m * (1 + 0.001 * k) for m in medians for k in range(-10, 11)]
+    ordered = sorted(samples)
+    rounds = [{"round": i, "n": 21, "median": m, **({"excluded": "another process used 50% of the CPU"}
+                                                       if i == excluded else {})}
+              for i, m in enumerate(medians)]
+    mid = stats.median(medians)
+    return {"id": "x", "status": "ok", "combination": {},
+            "timing": {"median": mid, "ci_low": min(medians), "ci_high": max(medians), "samples": ordered,
+                       "rounds": rounds, "unit": "ms"},
+            "attribution": {"categories": {}}}
+
+
+def test_records_in_rounds_are_tested_on_their_round_medians() -> None:
+    from reportgen.render.compare import compare_records
+
+    base = _rounds_record([10.0, 10.4, 9.8, 10.1, 10.3, 9.9, 10.2, 10.0])
+    # every sample is 3% slower, but the rounds overlap: the pooled samples (168 each) would
+    # call it significant, the round medians do not
+    new = _rounds_record([m * 1.03 for m in [10.0, 10.4, 9.8, 10.1, 10.3, 9.9, 10.2, 10.0]])
+    assert stats.difference(base["timing"]["samples"], new["timing"]["samples"]).significant
+    row = compare_records(base, new)
+    assert row["method"] == "mann-whitney on round medians" and not row["significant"]
+    assert row["change"] == "no significant difference"
+    # rounds that moved as a whole are a change
+    far = _rounds_record([m * 1.3 for m in [10.0, 10.4, 9.8, 10.1, 10.3, 9.9, 10.2, 10.0]])
+    row = compare_records(base, far)
+    assert row["significant"] and row["change"] == "slower" and row["p_value"] < stats.ALPHA
+    # a floor of 35% (the host's drift) makes the same change noise
+    assert compare_records(base, far, floor=0.35)["change"] == "within noise"
+    # an excluded (contended) round is no round median
+    from reportgen.render.compare import round_medians
+
+    assert len(round_medians(_rounds_record([10.0, 50.0, 10.1], excluded=1)["timing"])) == 2

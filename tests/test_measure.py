@@ -138,7 +138,7 @@ def test_measure_composition_with_fake_profile(tmp_path: Path, monkeypatch: pyte
     calls = _fake_profile(monkeypatch)
     seen: dict[str, Any] = {}
 
-    def fake_time_step(step: Any, *, budget_s: float, prior_warmup: list[float]) -> dict[str, Any]:
+    def fake_time_step(step: Any, *, budget_s: float, prior_warmup: list[float], **_: Any) -> dict[str, Any]:
         seen["budget_s"] = budget_s
         seen["prior_warmup"] = prior_warmup
         return {"median": 10.0, "samples": [10.0], "n": 1, "stop_reason": "budget"}

@@ -192,8 +192,8 @@ def test_each_round_runs_in_a_fresh_worker_and_the_record_pools_them(
         assert timing["n"] == len(timing["samples"]) == sum(r["n"] for r in timing["rounds"])
         assert timing["ci_method"] == "hierarchical-bootstrap" and timing["confidence"] == 0.75
         assert timing["budget_s"] == pytest.approx(0.3)
-        # every round spends its budget: the interval is built across rounds, not within one
-        assert {r["stop_reason"] for r in timing["rounds"]} == {"budget"}
+        # every round stops at the suite's target (the fake's samples converge at once)
+        assert {r["stop_reason"] for r in timing["rounds"]} == {"converged"}
         assert record["profile"] is not None and record["execution"]["rounds"] == 3
         assert sorted(rounds.read_rounds(run_dir, combo_id)) == [0, 1, 2]
         # only round 0 carries the profiled pass

@@ -209,6 +209,32 @@ def test_run_suite_takes_an_injected_measure(tmp_path: Path) -> None:
                                  "started", "finished", "duration_s", "git"]
 
 
+def test_a_run_measured_under_other_versions_is_not_resumed(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from reportgen.suite import load_suite, parse_overrides
+
+    suite = load_suite("tiny", parse_overrides({"models": "gpt2", "seq_lens": "16", "attn": "eager",
+                                                "modes": "forward", "device": "cpu"}))
+    before = {"git": None, "libraries": {"torch": "2.11.0", "transformers": "5.17.0", "reportgen": "0.1.0"},
+              "device": {"type": "cpu", "name": "AMD EPYC"}}
+    first = runner.run_suite(suite, out=tmp_path, measure=InProcessMeasure(), environment=before,
+                             hardware="test-host", show_progress=False)
+    # the same environment: a finished run measures nothing
+    again = InProcessMeasure()
+    runner.run_suite(suite, out=tmp_path, measure=again, environment=before, hardware="test-host",
+                     show_progress=False)
+    assert again.calls == []
+    now = {**before, "libraries": {**before["libraries"], "torch": "2.13.0+cpu"}}
+    fresh = InProcessMeasure()
+    result = runner.run_suite(suite, out=tmp_path, measure=fresh, environment=now, hardware="test-host",
+                              show_progress=True)
+    assert fresh.calls == ["gpt2--forward--fp32--eager--b1--s16--tiny"]
+    assert result.store.run_dir != first.store.run_dir and first.store.run_dir.is_dir()
+    err = capsys.readouterr().err
+    assert (f"{first.store.run_id} was measured under torch 2.11.0 (now 2.13.0+cpu): measuring a new run, "
+            f"{result.store.run_id}") in err
+
+
 # --- in a real process: SIGKILL and SIGINT ----------------------------------------------
 
 FAKE_SCRIPT = """

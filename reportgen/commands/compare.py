@@ -44,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--runs", type=Path, default=Path("runs"),
                         help="runs tree the filters select from (default: runs/)")
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    parser.add_argument("--bench", type=Path, default=Path("bench"),
+                        help="bench results (<hardware>.json): a host's measured run-to-run drift is the "
+                             "floor below which a significant change is 'within noise' (default: bench)")
     parser.add_argument("--threshold", type=_fraction, default=0.05,
                         help="slowdown that fails the comparison, as a fraction (default: 0.05 = 5%%)")
     parser.set_defaults(func=run)
@@ -60,11 +63,11 @@ def _fraction(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reportgen.render.compare import compare, select
+    from reportgen.render.compare import compare, read_drift, select
 
     base = select(args.base, args.runs, "BASE")
     new = select(args.new, args.runs, "NEW")
-    result = compare(base, new, threshold=args.threshold)
+    result = compare(base, new, threshold=args.threshold, drift=read_drift(args.bench))
     data = result.as_dict()
     if args.format == "json":
         sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
@@ -98,15 +101,20 @@ def text(data: dict[str, Any]) -> str:
             lines.append(f"{r['id']:<{width}}  not comparable: {r['reason']}")
             continue
         ci = f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
-        change = r["change"] + (" (over threshold)" if r.get("regression") else "")
+        change = (r["change"] + (" (over threshold)" if r.get("regression") else "")
+                  + (f" (unstable: {r['unstable']})" if r.get("unstable") else ""))
         lines.append(f"{r['id']:<{width}}  {_num(r['base_median']):>9}  {_num(r['new_median']):>9}  "
                      f"{_num(r['ratio']):>7}  {ci:<17}  {_num(r['p_value']):>9}  {change}")
     counts = data["counts"]
     lines.append("")
+    floor = data.get("noise_floor")
     lines.append(f"{counts['slower']} slower, {counts['faster']} faster, "
-                 f"{counts['no significant difference']} no significant difference"
+                 + (f"{counts['within noise']} within noise (at most {100 * floor:.1f}%, this host's "
+                    "run-to-run drift), " if floor is not None else "")
+                 + f"{counts['no significant difference']} no significant difference"
                  + (f", {counts['not comparable']} not comparable" if counts["not comparable"] else "")
-                 + f" (Mann-Whitney U, p < {data['alpha']}; interval overlap where samples are few)")
+                 + f" (Mann-Whitney U, p < {data['alpha']}, on round medians where measured in rounds; "
+                 "interval overlap where they are few)")
     if data["shares"]:
         lines.append("share change (new - base, median over combinations, 95% CI, percentage points):")
         for s in data["shares"]:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.intervals import unstable_reason
 from reportgen.render.shown import shown_categories
 from reportgen.schema import Run, load_combination, load_run
 
@@ -108,6 +109,9 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(categories[name], Mapping) and (name in shown or name not in CATEGORIES)
         },
     }
+    unstable = unstable_reason(record) if record.get("status") == "ok" else None
+    if unstable:
+        row["unstable"] = unstable  # a key only where it applies: clean runs' CSVs stay as they were
     load = moe_load(record)
     if load is None:
         return row  # dense models and records made before routing was recorded: as before
@@ -176,6 +180,7 @@ def csv_columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
         ["id", *COMBINATION_FIELDS, "status", "reason"]
         + [f"latency_ms.{f}" for f in LATENCY_FIELDS]
         + ["profiler_overhead", "compile_s"]
+        + (["unstable"] if any(row.get("unstable") for row in rows) else [])
         + ([MOE_LOAD] if has_moe_load(rows) else [])
         + [f"shares.{c}" for c in categories]
     )
@@ -239,6 +244,8 @@ def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
         detail = (
             _shares_text(row.get("shares") or {}) if status == "ok" else (row.get("reason") or "")
         )
+        if row.get("unstable"):
+            detail = f"unstable: {row['unstable']}" + (f"; {detail}" if detail else "")
         # Text cells: a reason like "shape [1, 2]" must not be read as rich markup.
         load = row.get(MOE_LOAD)
         table.add_row(

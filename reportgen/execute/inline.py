@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from reportgen.errors import Skip
-from reportgen.execute.console import Progress
 from reportgen.execute import rounds
+from reportgen.execute.console import Progress
 from reportgen.execute.local import Job, rounds_combo
 from reportgen.execute.record import utc_now
 from reportgen.execute.supervisor import Outcome
@@ -42,13 +42,17 @@ class InlineExecutor:
         for record in job.finish_ready():
             progress.finish(rounds_combo(job, record), "inline", record)
         ended: set[str] = set()
-        for unit in job.units():
+        queue = job.units()
+        while queue:
+            unit = queue.pop(0)
             if not job.unit_wanted(unit, ended):
                 continue
             progress.start(unit.combo, "inline")
             started, t0 = utc_now(), time.perf_counter()
             outcome = self._one(job, unit)
-            record = job.finish_unit(unit, outcome, started=started, seconds=time.perf_counter() - t0)
+            record = job.finish_unit(unit, outcome, started=started, seconds=time.perf_counter() - t0,
+                                     pending=[u.round for u in queue if u.combo.id == unit.combo.id])
+            queue.extend(job.take_retries())
             if record is None:
                 progress.pause("inline")
             else:

@@ -9,9 +9,10 @@ every finished record and leaves the unfinished ones pending.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,8 @@ class Job:
     force: bool = False
     executor: str = "local"
     records: list[dict[str, Any]] = field(default_factory=list)
+    # rounds to measure again (contended), appended by finish_unit for the executor
+    retries: list[rounds.Unit] = field(default_factory=list)
 
     def task(self, combo: Combination) -> dict[str, Any]:
         out = {"combo": combo, "combo_id": combo.id, "run_dir": self.store.run_dir,
@@ -67,32 +70,51 @@ class Job:
             return False
         return unit.rounds == 1 or not rounds.round_path(self.store.run_dir, unit.combo.id, unit.round).exists()
 
+    @property
+    def policy(self) -> rounds.Policy:
+        return rounds.Policy.of(self.settings)
+
     def finish_unit(self, unit: rounds.Unit, outcome: Outcome, *, started: str, seconds: float,
-                    slurm: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+                    slurm: Mapping[str, Any] | None = None,
+                    pending: Iterable[int] = ()) -> dict[str, Any] | None:
         """Write what one unit produced: the combination's record when it is finished (its
-        last round, or a round that failed or was skipped), else the round alone (None)."""
+        rounds decided it, ``rounds.decide``; or a round that failed or was skipped), else
+        the round alone (None). ``pending``: the combination's rounds still queued; a round
+        to measure again is added to ``retries``."""
         if unit.rounds > 1 and outcome.status == "ok":
             rounds.save_round(self.store.run_dir, rounds.round_payload(
                 unit, outcome, started=started, finished=utc_now(), seconds=seconds))
-            found = rounds.complete(self.store.run_dir, unit)
+            found, retry = rounds.complete(self.store.run_dir, unit, self.policy, pending)
+            if retry is not None:
+                self.retries.append(retry)
             if found is None:
                 return None
-            outcome, started, seconds = rounds.combination_outcome(found)
+            outcome, started, seconds = rounds.combination_outcome(found, self.policy)
+        elif outcome.status == "ok" and outcome.sections:
+            outcome = dataclasses.replace(outcome, sections=rounds.single_round(outcome.sections))
         record = outcome_record(self, unit.combo, outcome, started=started, seconds=seconds, slurm=slurm)
         self.store.write_combination(record)
         self.records.append(record)
         return record
 
+    def take_retries(self) -> list[rounds.Unit]:
+        out, self.retries[:] = list(self.retries), []
+        return out
+
     def finish_ready(self) -> list[dict[str, Any]]:
-        """Records for combinations whose every round is on disk but whose record is not
-        (a run killed between the two writes)."""
+        """Records for combinations whose rounds on disk already decide them but whose
+        record is not written (a run killed between the two writes)."""
         written = []
         if self.settings.rounds > 1:
+            policy = self.policy
             for combo in self.todo:
-                unit = rounds.Unit(combo, self.settings.rounds - 1, self.settings.rounds)
-                found = rounds.complete(self.store.run_dir, unit)
-                if found is not None and read_record(self.store.run_dir, combo.id) is None:
-                    outcome, started, seconds = rounds.combination_outcome(found)
+                found = rounds.read_rounds(self.store.run_dir, combo.id)
+                if not found or read_record(self.store.run_dir, combo.id) is not None:
+                    continue
+                planned = set(range(self.settings.rounds)) - set(found)
+                last = rounds.Unit(combo, max(found), self.settings.rounds)
+                if rounds.decide(last, found, policy, planned).done:
+                    outcome, started, seconds = rounds.combination_outcome(found, policy)
                     record = outcome_record(self, combo, outcome, started=started, seconds=seconds)
                     self.store.write_combination(record)
                     self.records.append(record)
@@ -171,8 +193,9 @@ class LocalExecutor:
                         continue
                     if unit is None:
                         return
-                    if unit.rounds > 1 and current_round is not None and unit.round != current_round:
-                        sup.close()  # each round in a fresh worker process
+                    if (unit.rounds > 1 and current_round is not None and unit.round != current_round
+                            and unit.round < unit.rounds):
+                        sup.close()  # each round in a fresh worker process (a retry: any later one)
                     current_round = unit.round
                     combo = unit.combo
                     active[slot] = combo.id
@@ -188,8 +211,12 @@ class LocalExecutor:
                     if stop.is_set():
                         claims.release(combo.id)
                         return
+                    with queue_lock:
+                        pending = [u.round for u in queue if u.combo.id == combo.id]
                     record = job.finish_unit(unit, outcome, started=started, seconds=time.perf_counter() - t0,
-                                             slurm=claims.me.get("slurm"))
+                                             slurm=claims.me.get("slurm"), pending=pending)
+                    with queue_lock:
+                        queue.extend(job.take_retries())
                     claims.release(combo.id)
                     active.pop(slot, None)
                     if record is None:

@@ -116,3 +116,32 @@ def run_record(
     if execution is not None:
         record["execution"] = dict(execution)
     return record
+
+
+# What a run's records depend on beyond the suite: a run measured under other versions of
+# these, or on another device, is not resumed or reused; the suite is measured as a new run.
+REUSE_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("torch", ("libraries", "torch")),
+    ("transformers", ("libraries", "transformers")),
+    ("reportgen", ("libraries", "reportgen")),
+    ("device", ("device", "name")),
+    ("device type", ("device", "type")),
+)
+
+
+def environment_differences(measured: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """What differs between the environment a run was measured in and this one, each as
+    ``"torch 2.11.0 (now 2.13.0+cpu)"``; [] when its records may be resumed or reused."""
+    out = []
+    for label, path in REUSE_KEYS:
+        before, after = _dig(measured, path), _dig(now, path)
+        if before != after:
+            out.append(f"{label} {before or 'unknown'} (now {after or 'unknown'})")
+    return out
+
+
+def _dig(data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = data
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value

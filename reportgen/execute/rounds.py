@@ -15,7 +15,23 @@ interval, the profiled round's other sections); a combination is done exactly wh
 record exists, as with one round. A round that fails or is skipped ends the combination
 at once: its record says so and the rounds left are not measured.
 
-With one round nothing changes: no round files, the record written directly.
+Effort adapts (``Policy``): each round's timing stops once its own interval is within
+the target (a fast model converges in a fraction of a second), and the combination
+stops taking rounds once ``min_rounds`` clean rounds give an interval within the target
+of the median (six rounds can state 95%); rounds up to ``rounds`` are taken only while
+it is wider.
+
+Contention is detected, not averaged in: each round's timing pass and the profiled pass
+carry what the host (and the GPU) gave the process (``reportgen.profile.contention``).
+A round taken while another process took cores it needed is kept on disk but left out
+of the interval and measured again at the end of the queue, at most ``retries`` times
+per combination; a contended profiled pass is repeated the same way. A combination that
+cannot get enough clean rounds is recorded ``ok`` with ``timing.unstable``: the reason
+in words ("another process used 48% of the CPU during 2 of 8 rounds"), and its interval
+from every round.
+
+With one round nothing changes: no round files, the record written directly (a
+contended pass still says so in ``timing.unstable``).
 """
 
 from __future__ import annotations
@@ -40,15 +56,49 @@ PROFILED_ROUND = 0
 WAIT: Any = object()
 
 
+# six rounds bound the median with probability 1 - 2**-5 (97%): the fewest that state 95%
+MIN_ROUNDS = 6
+TARGET_REL_HALFWIDTH = 0.02
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How many rounds a combination takes: at least ``min_rounds`` clean ones, then
+    more (up to ``rounds``) while the interval's half-width exceeds ``target`` of the
+    median; at most ``retries`` rounds measured again for contention."""
+
+    rounds: int
+    min_rounds: int = MIN_ROUNDS
+    target: float | None = TARGET_REL_HALFWIDTH
+    retries: int | None = None
+
+    @property
+    def floor(self) -> int:
+        return max(1, min(self.min_rounds, self.rounds))
+
+    @property
+    def retry_cap(self) -> int:
+        return self.retries if self.retries is not None else max(2, self.rounds // 2)
+
+    @classmethod
+    def of(cls, settings: Any) -> Policy:
+        rounds = int(settings.rounds)
+        target = getattr(settings, "target", None)
+        return cls(rounds=rounds, min_rounds=int(getattr(settings, "min_rounds", None) or MIN_ROUNDS),
+                   target=TARGET_REL_HALFWIDTH if target is None else float(target))
+
+
 @dataclass(frozen=True)
 class Unit:
     combo: Combination
     round: int
     rounds: int
+    # a retry that repeats the profiled pass as well (the first one was contended)
+    reprofile: bool = False
 
     @property
     def profiled(self) -> bool:
-        return self.round == PROFILED_ROUND
+        return self.round == PROFILED_ROUND or self.reprofile
 
 
 def rounds_dir(run_dir: str | Path, combo_id: str) -> Path:
@@ -104,9 +154,15 @@ def task(job: Job, unit: Unit) -> dict[str, Any]:
     out = job.task(unit.combo)
     if unit.rounds > 1:
         out["budget_s"] = job.settings.budget_s / unit.rounds
-        # a round spends its budget: the interval is built across rounds, and rounds of
-        # equal length weigh alike in it
-        out["options"] = {**out.get("options", {}), "profiled": unit.profiled, "converge": False}
+        # a round stops at the target or its share of the budget; the interval quoted is
+        # built across rounds (reportgen.intervals)
+        policy = Policy.of(job.settings)
+        options = {**out.get("options", {}), "profiled": unit.profiled}
+        if policy.target is None:
+            options["converge"] = False
+        else:
+            options["target_rel_halfwidth"] = policy.target
+        out["options"] = options
         out["round"] = unit.round
     return out
 
@@ -123,38 +179,146 @@ def save_round(run_dir: str | Path, payload: Mapping[str, Any]) -> None:
     atomic_write_json(round_path(run_dir, str(payload["id"]), int(payload["round"])), payload)
 
 
-def merged_sections(rounds: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    """The record's measurement sections from all rounds: the profiled round's sections,
-    with ``timing`` pooled over the rounds and the figures that divide by the median
-    (profiler overhead, achieved FLOP/s) recomputed from the pooled median."""
+def timing_contended(payload: Mapping[str, Any]) -> bool:
+    return bool((((payload.get("sections") or {}).get("timing") or {}).get("contention") or {}).get("contended"))
+
+
+def profile_contended(payload: Mapping[str, Any]) -> bool:
+    return bool((((payload.get("sections") or {}).get("profile") or {}).get("contention") or {}).get("contended"))
+
+
+def _profiled(payload: Mapping[str, Any]) -> bool:
+    return bool((payload.get("sections") or {}).get("profile"))
+
+
+def _clean(ordered: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in ordered if not timing_contended(r)]
+
+
+def _used(ordered: list[Mapping[str, Any]], policy: Policy) -> tuple[list[Mapping[str, Any]], bool]:
+    """The rounds the interval is built from and whether they are all clean: the clean
+    ones when there are enough of them, else every round (the record is then unstable)."""
+    clean = _clean(ordered)
+    if len(clean) >= min(policy.floor, len(ordered)):
+        return clean, True
+    return ordered, False
+
+
+def contention_reason(rounds: list[Mapping[str, Any]], total: int) -> str:
+    """"another process used 48% of the CPU during 2 of 8 rounds" (the mean share of
+    the contended rounds), or the device's reason where the GPU was contended."""
+    readings = [((r.get("sections") or {}).get("timing") or {}).get("contention") or {} for r in rounds]
+    readings = [c for c in readings if c.get("contended")]
+    if not readings:
+        return ""
+    gpu = [c["gpu"]["reason"] for c in readings if (c.get("gpu") or {}).get("reason")]
+    host = [c for c in readings if not (c.get("gpu") or {}).get("contended") or c.get("others_share")]
+    parts = []
+    if host:
+        steal = sum(float(c.get("steal_share") or 0.0) for c in host) / len(host)
+        share = sum(float(c.get("others_share") or 0.0) for c in host) / len(host)
+        what = (f"the hypervisor gave {100 * steal:.0f}% of the CPU to other guests" if steal >= share / 2 and steal
+                else f"another process used {100 * share:.0f}% of the CPU")
+        parts.append(f"{what} during {len(host)} of {total} rounds")
+    if gpu:
+        parts.append(f"{gpu[-1]} during {len(gpu)} of {total} rounds")
+    return "; ".join(parts)
+
+
+def _interval_rel_halfwidth(groups: list[list[float]]) -> float:
+    from reportgen.intervals import hierarchical_median_ci
+
+    ci = hierarchical_median_ci(groups, replicates=500)
+    median = ci["median"]
+    if not median:
+        return float("inf")
+    return max(median - ci["ci_low"], ci["ci_high"] - median) / abs(median)
+
+
+@dataclass(frozen=True)
+class Decision:
+    done: bool
+    retry: Unit | None = None
+
+
+def decide(unit: Unit, found: Mapping[int, Mapping[str, Any]], policy: Policy,
+           pending: Iterable[int] = ()) -> Decision:
+    """After a round of ``unit``'s combination arrived: is the combination done, and is
+    a round to be measured again? ``pending``: its rounds still queued or running."""
+    pending = set(pending) - set(found)
+    ordered = [found[i] for i in sorted(found)]
+    if not ordered:
+        return Decision(False)
+    clean = _clean(ordered)
+    profile_ok = any(_profiled(r) and not profile_contended(r) for r in ordered)
+    if len(clean) >= policy.floor and policy.target is not None and profile_ok:
+        groups = [list(r["sections"]["timing"]["samples"]) for r in clean]
+        if _interval_rel_halfwidth(groups) <= policy.target:
+            return Decision(True)
+    if len(clean) >= policy.rounds and profile_ok:
+        return Decision(True)
+    retries_used = sum(1 for i in set(found) | pending if i >= policy.rounds)
+    last = found.get(unit.round)
+    needs_profile = not profile_ok and any(_profiled(r) for r in ordered) and not any(
+        i >= policy.rounds for i in pending)
+    if last is not None and (timing_contended(last) or needs_profile) and retries_used < policy.retry_cap:
+        index = max([policy.rounds - 1, *found, *pending]) + 1
+        return Decision(False, Unit(unit.combo, index, unit.rounds, reprofile=needs_profile))
+    return Decision(not pending)
+
+
+def merged_sections(rounds: Mapping[int, Mapping[str, Any]], policy: Policy | None = None) -> dict[str, Any]:
+    """The record's measurement sections from all rounds: the profiled round's sections
+    (the last one whose profiled pass was clean), with ``timing`` pooled over the clean
+    rounds (every round, and ``unstable``, when too few are clean) and the figures that
+    divide by the median (profiler overhead, achieved FLOP/s) recomputed from the pooled
+    median."""
     from reportgen.intervals import summarize_rounds
 
     ordered = [rounds[i] for i in sorted(rounds)]
-    profiled = next((r for r in ordered if (r["sections"] or {}).get("profile")), ordered[0])
+    policy = policy or Policy(rounds=len(ordered))
+    profiled_rounds = [r for r in ordered if _profiled(r)]
+    clean_profiled = [r for r in profiled_rounds if not profile_contended(r)]
+    profiled = (clean_profiled or profiled_rounds or ordered)[-1]
     sections = {k: v for k, v in (profiled["sections"] or {}).items()}
-    timings = [r["sections"]["timing"] for r in ordered]
+    used, all_clean = _used(ordered, policy)
+    timings = [r["sections"]["timing"] for r in used]
     groups = [list(t["samples"]) for t in timings]
     first = timings[0]
+    every = [r["sections"]["timing"] for r in ordered]
     timing = {
         "method": first.get("method"), "unit": first.get("unit", "ms"),
         "samples": [x for g in groups for x in g],
         "warmup_samples": [x for t in timings for x in t.get("warmup_samples") or []],
         **summarize_rounds(groups),
         "stop_reason": _stop_reason([t.get("stop_reason") for t in timings]),
-        "target_rel_halfwidth": first.get("target_rel_halfwidth"),
-        "budget_s": sum(float(t.get("budget_s") or 0.0) for t in timings),
+        "target_rel_halfwidth": policy.target if policy.target is not None else first.get("target_rel_halfwidth"),
+        "budget_s": sum(float(t.get("budget_s") or 0.0) for t in every),
         **({"heap": first["heap"]} if "heap" in first else {}),
+        **({"threads": first["threads"]} if "threads" in first else {}),
         "rounds": [{"round": r["round"], "n": len(t["samples"]), "median": t.get("median"),
                     "warmup_n": len(t.get("warmup_samples") or []), "stop_reason": t.get("stop_reason"),
                     "worker_pid": (r.get("execution") or {}).get("worker_pid"), "started": r["started"],
-                    "duration_s": r["duration_s"]}
-                   for r, t in zip(ordered, timings)],
+                    "duration_s": r["duration_s"],
+                    **({"contention": _brief(t["contention"])} if t.get("contention") else {}),
+                    **({"excluded": t["contention"].get("reason") or "contended"}
+                       if all_clean and (t.get("contention") or {}).get("contended") else {})}
+                   for r, t in zip(ordered, every)],
     }
+    contended = [r for r in ordered if timing_contended(r)]
+    if contended:
+        timing["contended_rounds"] = len(contended)
+    if not all_clean:
+        timing["unstable"] = contention_reason(contended, len(ordered))
     sections["timing"] = timing
     median = timing["median"]
     profile = dict(sections.get("profile") or {})
     if profile.get("median_ms") is not None and median:
         profile["overhead_ratio"] = profile["median_ms"] / median
+    if profile_contended(profiled):
+        profile["unstable"] = ("the profiled pass ran while " + _lower(profile["contention"].get("reason") or "the host was busy")
+                               + ": its overhead is not the profiler's alone")
+    if profile:
         sections["profile"] = profile
     flops = dict(sections.get("flops") or {})
     if flops.get("total_analytic") is not None and median:
@@ -163,6 +327,35 @@ def merged_sections(rounds: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
             flops["percent_of_peak"] = 100.0 * flops["achieved_flops_per_s"] / flops["peak_flops_per_s"]
         sections["flops"] = flops
     return sections
+
+
+def _lower(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def _brief(reading: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("others_share", "steal_share", "involuntary_switches", "contended", "reason")
+    out = {k: reading[k] for k in keys if k in reading}
+    if reading.get("gpu"):
+        out["gpu"] = {k: reading["gpu"][k] for k in ("other_processes", "throttle", "contended") if k in reading["gpu"]}
+    return out
+
+
+def single_round(sections: Mapping[str, Any]) -> dict[str, Any]:
+    """A one-round record's sections with ``unstable`` where its timing or profiled pass
+    was contended (nothing is measured again in one round)."""
+    out = dict(sections)
+    timing = dict(out.get("timing") or {})
+    reading = timing.get("contention") or {}
+    if reading.get("contended"):
+        timing["unstable"] = f"{reading.get('reason') or 'the host was busy'} while it was timed"
+        out["timing"] = timing
+    profile = dict(out.get("profile") or {})
+    if (profile.get("contention") or {}).get("contended"):
+        profile["unstable"] = ("the profiled pass ran while " + _lower(profile["contention"].get("reason") or "the host was busy")
+                               + ": its overhead is not the profiler's alone")
+        out["profile"] = profile
+    return out
 
 
 def _stop_reason(reasons: list[Any]) -> str | None:
@@ -175,7 +368,8 @@ def _stop_reason(reasons: list[Any]) -> str | None:
     return "budget" if "budget" in known else str(known[-1])
 
 
-def combination_outcome(rounds: Mapping[int, Mapping[str, Any]]) -> tuple[Outcome, str, float]:
+def combination_outcome(rounds: Mapping[int, Mapping[str, Any]],
+                        policy: Policy | None = None) -> tuple[Outcome, str, float]:
     """A finished combination's outcome from its rounds: (outcome, started, seconds)."""
     from reportgen.execute.supervisor import Outcome
 
@@ -185,12 +379,15 @@ def combination_outcome(rounds: Mapping[int, Mapping[str, Any]]) -> tuple[Outcom
     execution["rounds"] = len(ordered)
     execution["measure_s"] = sum(float((r.get("execution") or {}).get("measure_s") or 0.0) for r in ordered)
     first = ordered[0]
-    outcome = Outcome("ok", sections=merged_sections(rounds), preflight=first.get("preflight"),
+    outcome = Outcome("ok", sections=merged_sections(rounds, policy), preflight=first.get("preflight"),
                       device=last.get("device"), execution=execution)
     return outcome, first["started"], sum(float(r["duration_s"]) for r in ordered)
 
 
-def complete(run_dir: str | Path, unit: Unit) -> dict[int, dict[str, Any]] | None:
-    """All rounds of ``unit``'s combination when every one is on disk, else None."""
+def complete(run_dir: str | Path, unit: Unit, policy: Policy | None = None,
+             pending: Iterable[int] = ()) -> tuple[dict[int, dict[str, Any]] | None, Unit | None]:
+    """(all rounds of ``unit``'s combination when it is done, else None; a round to
+    measure again, if any), after ``unit`` arrived (``decide``)."""
     found = read_rounds(run_dir, unit.combo.id)
-    return found if len(found) >= unit.rounds and all(i in found for i in range(unit.rounds)) else None
+    decision = decide(unit, found, policy or Policy(rounds=unit.rounds), pending)
+    return (found if decision.done else None), decision.retry

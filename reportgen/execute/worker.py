@@ -167,7 +167,8 @@ def run_task(task: Mapping[str, Any], spec: WorkerSpec, measure: Callable[..., A
             result["preflight"] = preflight(combo, spec.device, reusable_bytes=reusable)
         result["sections"] = dict(measure(
             combo, run_dir=task["run_dir"], combo_id=task["combo_id"], budget_s=task["budget_s"],
-            seed=task["seed"], profile_iterations=task["profile_iterations"], **(task.get("options") or {})))
+            seed=task["seed"], profile_iterations=task["profile_iterations"],
+            **({"gpu_index": index} if index is not None else {}), **(task.get("options") or {})))
     except Skip as exc:
         result.update(status="skipped", reason=str(exc) or "skipped")
         result["preflight"] = getattr(exc, "preflight", None) or result["preflight"]

@@ -32,6 +32,7 @@ from reportgen import __version__
 from reportgen.errors import UserError
 from reportgen.profile import nvml
 from reportgen.scrub import interpreter
+from reportgen.vocabulary import omp_wait_policy
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 
@@ -384,6 +385,8 @@ def torch_info() -> dict[str, Any]:
                 name: os.environ.get(name)
                 for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
             },
+            # what the measuring workers run with (set for them where this process has none)
+            "omp_wait_policy": omp_wait_policy(dict(os.environ)),
         },
         "numerics": {
             "matmul_allow_tf32": _safe(lambda: b.cuda.matmul.allow_tf32),

@@ -9,6 +9,7 @@ profile, attribution, ops, memory, flops, and ``studies`` when the suite asks fo
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,9 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
 def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
              profile_iterations: int, holder: list[models.BuiltModel], profiled: bool = True,
              studies: Sequence[str] = (), study_budget_s: float | None = None,
-             converge: bool = True) -> dict[str, Any]:
+             converge: bool = True, target_rel_halfwidth: float | None = None,
+             gpu_index: int | None = None) -> dict[str, Any]:
+    from reportgen.profile.contention import PassSampler
     from reportgen.profile.profiling import profile_step
     from reportgen.profile.regions import attribute
 
@@ -134,9 +137,12 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     # the build's trial iteration is the first warm-up sample (a compiled step's warm-up
     # is its own: the trial ran before compilation)
     prior = [built.trial_ms] if built.trial_ms is not None and compiled is None else []
-    timing = time_step(built.step, budget_s=budget_s, prior_warmup=prior,
-                       **({} if converge else {"target_rel_halfwidth": None}))
+    sampler = PassSampler(device.type, gpu_index)
+    target = {} if target_rel_halfwidth is None else {"target_rel_halfwidth": target_rel_halfwidth}
+    timing = time_step(built.step, budget_s=budget_s, prior_warmup=prior, sampler=sampler,
+                       **(target if converge else {"target_rel_halfwidth": None}))
     timing["heap"] = steady_heap
+    timing["threads"] = {"torch": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     peak_allocated, peak_reserved = _peaks(device)
     if not profiled:
         # a later round of a combination measured in rounds: its timing only
@@ -146,9 +152,15 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     # module hooks cannot fire inside a compiled graph: a compiled forward is read from
     # its kernels alone (reportgen.attribution, category "compiled")
+    sampler.start()
     profiled = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path,
                             label_modules=compiled is None)
+    pass_reading = sampler.stop()
     profile = dict(profiled["profile"])
+    if pass_reading is not None:
+        # a profiled pass that fell into a busy moment would report the host's load as
+        # the profiler's cost: the record says so, and a round measured in rounds repeats it
+        profile["contention"] = pass_reading
     profile["overhead_ratio"] = (profile["median_ms"] / timing["median"]
                                  if timing["median"] and profile.get("median_ms") is not None else None)
 
@@ -197,7 +209,8 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
 
 def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int = 0,
             profile_iterations: int = 3, profiled: bool = True, studies: Sequence[str] = (),
-            study_budget_s: float | None = None, converge: bool = True) -> dict[str, Any]:
+            study_budget_s: float | None = None, converge: bool = True,
+            target_rel_halfwidth: float | None = None, gpu_index: int | None = None) -> dict[str, Any]:
     """Measure one combination; see the module docstring. Out-of-memory becomes
     `OutOfMemory` ("out of memory: ..."), raised after the model is freed. With
     ``profiled`` False only the unprofiled timing pass runs (``model``, ``inputs`` and
@@ -205,13 +218,16 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
     (``reportgen.profile.studies``) run in the profiled pass only, each with
     ``study_budget_s`` (default ``budget_s``), into the ``studies`` section. With
     ``converge`` False the timing pass spends its whole budget (one round of several:
-    ``reportgen.profile.timing.time_step``)."""
+    ``reportgen.profile.timing.time_step``); ``target_rel_halfwidth`` replaces its default
+    target. ``gpu_index`` (the GPU's NVML index) lets each pass read the device's side of
+    contention (``reportgen.profile.contention``)."""
     holder: list[models.BuiltModel] = []
     oom: str | None = None
     try:
         return _measure(combo, run_dir=run_dir, combo_id=combo_id, budget_s=budget_s, seed=seed,
                         profile_iterations=profile_iterations, holder=holder, profiled=profiled,
-                        studies=studies, study_budget_s=study_budget_s, converge=converge)
+                        studies=studies, study_budget_s=study_budget_s, converge=converge,
+                        target_rel_halfwidth=target_rel_halfwidth, gpu_index=gpu_index)
     except torch.OutOfMemoryError as exc:
         # only the message leaves this block: the traceback's frames pin the tensors
         oom = "out of memory: " + (str(exc).strip().splitlines() or ["(no message)"])[0]

@@ -116,7 +116,8 @@ def warm_up(step: StepLike, timer: Timer, *, max_warmup_s: float,
 def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float | None = 0.02,
               min_samples: int = 10, max_samples: int = 10000, max_warmup_s: float | None = None,
               timer: Timer | None = None, wall: Callable[[], float] = time.monotonic,
-              confidence: float = 0.95, prior_warmup: Sequence[float] = ()) -> dict[str, Any]:
+              confidence: float = 0.95, prior_warmup: Sequence[float] = (),
+              sampler: Any = None) -> dict[str, Any]:
     """Time ``step`` and return the record's ``timing`` section.
 
     Stops ``converged`` when the median's CI half-width <= target * median (checked from
@@ -127,7 +128,10 @@ def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float | 
     built across the rounds (``reportgen.intervals``), not inside one. Warm-up is
     separate, capped at ``max_warmup_s`` (default a quarter of the budget), starts from
     ``prior_warmup`` (iterations already run and timed, e.g. the build's trial) and is
-    kept as ``warmup_samples``.
+    kept as ``warmup_samples``. ``sampler`` (``contention.PassSampler``), started and
+    stopped around the timed samples, gives the pass's ``contention`` reading; the pass
+    then converges no sooner than the sampler's ``min_window_s`` (the host's counters
+    tick at 10 ms: a shorter pass could not tell a busy host from a quiet one).
     """
     if budget_s <= 0:
         raise ValueError("budget_s must be positive")
@@ -140,12 +144,15 @@ def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float | 
     samples: list[float] = []
     floor = min(min_samples, BUDGET_FLOOR)
     next_check = max(min_samples, stats.MIN_EXACT_N)
+    window = float(getattr(sampler, "min_window_s", 0.0) or 0.0)
+    if sampler is not None:
+        sampler.start()
     start = wall()
     while True:
         samples.append(timer.time(step))
         step.reset()
         n = len(samples)
-        if target_rel_halfwidth is not None and n >= next_check:
+        if target_rel_halfwidth is not None and n >= next_check and (not window or wall() - start >= window):
             if stats.rel_halfwidth(samples, confidence) <= target_rel_halfwidth:
                 stop = "converged"
                 break
@@ -159,6 +166,7 @@ def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float | 
             stop = "budget"
             break
 
+    reading = sampler.stop() if sampler is not None else None
     return {
         "method": timer.method,
         "unit": "ms",
@@ -168,4 +176,5 @@ def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float | 
         "stop_reason": stop,
         "target_rel_halfwidth": target_rel_halfwidth,
         "budget_s": budget_s,
+        **({"contention": reading} if reading is not None else {}),
     }

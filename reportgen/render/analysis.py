@@ -15,6 +15,7 @@ import pandas as pd
 from reportgen import stats
 from reportgen.categories import (ARCHITECTURE_CATEGORIES, ATTENTION_CATEGORIES, CATEGORIES,
                                   MOE_CATEGORIES)
+from reportgen.intervals import unstable_reason
 from reportgen.render import fmt
 from reportgen.render.load import Run
 from reportgen.render.shown import shown_categories
@@ -91,6 +92,8 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "stop_reason": _get(rec, "timing", "stop_reason"),
                 "timing_method": _get(rec, "timing", "method"),
                 "overhead_ratio": _num(_get(rec, "profile", "overhead_ratio")),
+                # measured under contention: why, in words (None when clean)
+                "unstable": unstable_reason(rec) if rec.get("status") == "ok" else None,
                 "forward_ms": _num(_get(rec, "attribution", "forward_ms")),
                 "basis": _get(rec, "attribution", "basis"),
                 "headline_method": (_get(rec, "attribution", "headline_method")

@@ -13,7 +13,7 @@ from typing import Any
 
 from reportgen import schema
 from reportgen.errors import UserError
-from reportgen.render.compare import Side, compare
+from reportgen.render.compare import Side, compare, host_drift
 from reportgen.render.load import Run
 
 INDEX = "changes/index.md"
@@ -21,25 +21,6 @@ INDEX = "changes/index.md"
 
 def _rel(page: str, target: str) -> str:
     return posixpath.relpath(target, posixpath.dirname(page) or ".")
-
-
-def host_drift(bench: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """How far the bench's re-measurement of a suite moved its medians, by hardware: the
-    drift between two runs of the same code on the same host, which no interval inside
-    one run can show. From the bench's interval-coverage rows (``rel_shift``)."""
-    if not bench:
-        return {}
-    figure = (bench.get("figures") or {}).get("interval_coverage") or {}
-    shifts = [abs(float(r["rel_shift"])) for r in figure.get("rows") or []
-              if r.get("rel_shift") is not None]
-    hardware = (bench.get("environment") or {}).get("hardware")
-    if not shifts or not hardware:
-        return {}
-    ordered = sorted(shifts)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return {str(hardware): {"median": median, "max": ordered[-1], "combinations": len(ordered),
-                            "measured": figure.get("measured_at") or bench.get("created")}}
 
 
 def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Callable[[str], str],
@@ -68,7 +49,7 @@ def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Calla
                 "comparison": None, "reason": None}
             if previous is not None:
                 try:
-                    item["comparison"] = compare(_side(previous), _side(run)).as_dict()
+                    item["comparison"] = compare(_side(previous), _side(run), drift=drift).as_dict()
                 except UserError as exc:
                     item["reason"] = str(exc)
             items.append(item)

@@ -31,6 +31,7 @@ from typing import Any
 from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
+from reportgen.intervals import unstable_reason
 from reportgen.render.shown import shown_categories
 from reportgen.schema import Run, iter_runs, load_run
 
@@ -40,6 +41,7 @@ COMBINATION_KEYS: dict[str, str] = {
 }
 RUN_KEYS = ("hardware", "suite", "run", "commit", "python")
 DEFAULT_THRESHOLD = 0.05
+WITHIN_NOISE = "within noise"  # significant, but no larger than the host's run-to-run drift
 
 
 def run_time(run: Run) -> tuple[str, str]:
@@ -170,9 +172,23 @@ def _shares(record: Mapping[str, Any]) -> dict[str, float]:
             if isinstance(v, Mapping) and isinstance(v.get("share"), (int, float))}
 
 
+def round_medians(timing: Mapping[str, Any]) -> list[float]:
+    """The medians of the rounds a record's interval is built from (excluded rounds left
+    out); [] for a record measured in one round."""
+    return [float(r["median"]) for r in timing.get("rounds") or ()
+            if r.get("median") is not None and not r.get("excluded")]
+
+
 def compare_records(base: Mapping[str, Any], new: Mapping[str, Any],
-                    threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
-    """One row: latency ratio new/base with its 95% interval and the significance test."""
+                    threshold: float = DEFAULT_THRESHOLD, floor: float | None = None) -> dict[str, Any]:
+    """One row: latency ratio new/base with its 95% interval and the significance test.
+
+    Records measured in rounds are tested on their round medians (each round a fresh
+    process at another moment: the between-round variation a pooled-sample test cannot
+    see), or by the overlap of their hierarchical intervals where the rounds are too few
+    for the test; records of one round on their samples. ``floor``: the host's measured
+    run-to-run drift (relative); a significant change smaller than it is ``within noise``.
+    """
     row: dict[str, Any] = {"id": str(new.get("id")), "base_id": str(base.get("id")),
                            "combination": dict(new.get("combination") or {})}
     tb, tn = _timing(base), _timing(new)
@@ -186,21 +202,30 @@ def compare_records(base: Mapping[str, Any], new: Mapping[str, Any],
     ys = [float(y) for y in tn.get("samples") or []]
     row.update(base_median=float(tb["median"]), new_median=float(tn["median"]),
                base_n=len(xs), new_n=len(ys))
-    verdict = stats.difference(xs, ys, interval_a=(tb["ci_low"], tb["ci_high"]),
+    rb, rn = round_medians(tb), round_medians(tn)
+    rounds = len(rb) >= 2 and len(rn) >= 2
+    verdict = stats.difference(rb if rounds else xs, rn if rounds else ys,
+                               interval_a=(tb["ci_low"], tb["ci_high"]),
                                interval_b=(tn["ci_low"], tn["ci_high"]))
-    if xs and ys and min(xs) > 0 and min(ys) > 0:
+    if xs and ys and min(xs) > 0 and min(ys) > 0 and not rounds:
         ratio, low, high, exact = stats.ratio_ci(xs, ys)
         ci_method = "hodges-lehmann"
-    else:  # no samples recorded: the medians' ratio, the interval from their intervals
+    else:  # the medians' ratio, the interval from their intervals (rounds: hierarchical)
         ratio = float(tn["median"]) / float(tb["median"])
         low, high = float(tn["ci_low"]) / float(tb["ci_high"]), float(tn["ci_high"]) / float(tb["ci_low"])
         exact, ci_method = False, "interval-ratio"
-    slower = verdict.significant and ratio > 1.0
-    faster = verdict.significant and ratio < 1.0
+    within = verdict.significant and floor is not None and abs(ratio - 1.0) <= floor
+    slower = verdict.significant and not within and ratio > 1.0
+    faster = verdict.significant and not within and ratio < 1.0
     row.update(ratio=ratio, ci_low=low, ci_high=high, ci_exact=exact, ci_method=ci_method,
-               p_value=verdict.p_value, significant=verdict.significant, method=verdict.method,
-               change="slower" if slower else "faster" if faster else "no significant difference",
+               p_value=verdict.p_value, significant=verdict.significant,
+               method=verdict.method + (" on round medians" if rounds and verdict.method == "mann-whitney" else ""),
+               noise_floor=floor,
+               change=("slower" if slower else "faster" if faster else WITHIN_NOISE if within
+                       else "no significant difference"),
                regression=bool(slower and ratio > 1.0 + threshold))
+    row["unstable"] = "; ".join(f"{side}: {reason}" for side, reason in
+                                (("base", unstable_reason(base)), ("new", unstable_reason(new))) if reason) or None
     sb, sn = _shares(base), _shares(new)
     # mixer and moe.* only where a side has them: a dense model's older record (without
     # their keys) compares with a newer one (where they are 0) as before
@@ -208,6 +233,42 @@ def compare_records(base: Mapping[str, Any], new: Mapping[str, Any],
                          "diff": (sn[c] - sb[c]) if c in sb and c in sn else None}
                      for c in shown_categories([sb, sn]) if c in sb or c in sn}
     return row
+
+
+def host_drift(bench: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """How far the bench's re-measurement of a suite moved its medians, by hardware: the
+    drift between two runs of the same code on the same host, which no interval inside
+    one run can show. From the bench's interval-coverage rows (``rel_shift``); ``floor``
+    is the 90th percentile of the shifts, the noise floor of a comparison there."""
+    if not bench:
+        return {}
+    figure = (bench.get("figures") or {}).get("interval_coverage") or {}
+    shifts = [abs(float(r["rel_shift"])) for r in figure.get("rows") or []
+              if r.get("rel_shift") is not None]
+    hardware = (bench.get("environment") or {}).get("hardware")
+    if not shifts or not hardware:
+        return {}
+    ordered = sorted(shifts)
+    return {str(hardware): {"median": stats.median(ordered), "max": ordered[-1],
+                            "floor": stats.quantile(ordered, 0.9), "combinations": len(ordered),
+                            "measured": figure.get("measured_at") or bench.get("created")}}
+
+
+def read_drift(bench_dir: str | Path | None) -> dict[str, dict[str, Any]]:
+    """``host_drift`` of every ``<bench_dir>/<hardware>.json`` (a missing or unreadable
+    file: no floor for that hardware)."""
+    import json
+
+    out: dict[str, dict[str, Any]] = {}
+    directory = Path(bench_dir) if bench_dir else None
+    if directory is None or not directory.is_dir():
+        return out
+    for path in sorted(directory.glob("*.json")):
+        try:
+            out.update(host_drift(json.loads(path.read_text())))
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def share_summary(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -244,7 +305,7 @@ def version_changes(base_runs: Iterable[Run], new_runs: Iterable[Run]) -> list[d
 
 
 def _order(row: Mapping[str, Any]) -> tuple[int, float, str]:
-    rank = {"slower": 0, "faster": 1, "no significant difference": 2}.get(row["change"], 3)
+    rank = {"slower": 0, "faster": 1, WITHIN_NOISE: 2, "no significant difference": 3}.get(row["change"], 4)
     ratio = row.get("ratio")
     return (rank, -abs(math.log(ratio)) if ratio else 0.0, row["id"])
 
@@ -259,6 +320,8 @@ class Comparison:
     only_base: list[str]
     only_new: list[str]
     versions: list[dict[str, Any]]
+    # the host's run-to-run drift (relative) below which a significant change is noise
+    floor: float | None = None
 
     def count(self, change: str) -> int:
         return sum(1 for r in self.rows if r["change"] == change)
@@ -271,21 +334,30 @@ class Comparison:
         return {"base": {"label": self.base.label, "runs": [r.run_id for r in self.base.runs]},
                 "new": {"label": self.new.label, "runs": [r.run_id for r in self.new.runs]},
                 "threshold": self.threshold, "alpha": stats.ALPHA,
-                "counts": {c: self.count(c) for c in ("slower", "faster", "no significant difference",
-                                                      "not comparable")},
+                "counts": {c: self.count(c) for c in ("slower", "faster", WITHIN_NOISE,
+                                                      "no significant difference", "not comparable")},
+                "noise_floor": self.floor,
                 "regressions": len(self.regressions), "rows": self.rows,
                 "shares": self.shares, "only_base": self.only_base, "only_new": self.only_new,
                 "versions": self.versions}
 
 
-def compare(base: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+def compare(base: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD,
+            drift: Mapping[str, Mapping[str, Any]] | None = None) -> Comparison:
+    """``drift`` (``host_drift``/``read_drift``, by hardware): where both sides ran on
+    one hardware with a measured drift, its floor decides what is ``within noise``."""
     keys = pairing_keys(base, new)
     b = _by_key(base, keys, "BASE")
     n = _by_key(new, keys, "NEW")
     common = [k for k in n if k in b]
     if not common:
         raise UserError(f"BASE ({base.label}) and NEW ({new.label}) have no combination in common")
-    rows = [compare_records(b[k][1], n[k][1], threshold) for k in common]
+    hardware = {str(run.record.get("hardware") or run.run_id.split("/")[0]) for side in (base, new)
+                for run in side.runs}
+    floor = None
+    if drift and len(hardware) == 1:
+        floor = (drift.get(next(iter(hardware))) or {}).get("floor")
+    rows = [compare_records(b[k][1], n[k][1], threshold, floor) for k in common]
     for k, row in zip(common, rows):
         if "hardware" in keys and len({k2[0] for k2 in common}) > 1:
             row["id"] = f"{k[0]}/{row['id']}"
@@ -294,7 +366,7 @@ def compare(base: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD) -> C
     rows.sort(key=_order)
     used_b = {b[k][0].run_id: b[k][0] for k in common}
     used_n = {n[k][0].run_id: n[k][0] for k in common}
-    return Comparison(base=base, new=new, threshold=threshold, rows=rows,
+    return Comparison(base=base, new=new, threshold=threshold, rows=rows, floor=floor,
                       shares=share_summary(rows),
                       only_base=sorted(str(b[k][1].get("id")) for k in b if k not in n),
                       only_new=sorted(str(n[k][1].get("id")) for k in n if k not in b),

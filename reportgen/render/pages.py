@@ -93,7 +93,7 @@ def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 # The columns of a page's downloadable tables (the frame has more).
 _COMBINATION_COLUMNS = ("run_id", "combo_id", "status", "reason", "median", "ci_low", "ci_high",
-                        "overhead_ratio")
+                        "overhead_ratio", "unstable")
 _HEADLINE_COLUMNS = ("run_id", "combo_id", "seq", "median", "ci_low", "ci_high", "p25", "p75",
                      "n", "stop_reason", "attention_share", "overhead_ratio", "peak_alloc",
                      "pct_peak")
