@@ -130,19 +130,48 @@ def test_page_renders_from_results_file(tmp_path: Path) -> None:
     assert md.startswith("# Validation")
     for title in ("Latency agreement", "Instrumentation", "Ablation", "FLOPs", "Render scaling"):
         assert f"## {title}" in md
-    assert "| [Latency agreement](#latency-agreement) | 1.0100 | [0.9900, 1.0200] |" in md
+    # the verdict beside the figure's name, where a narrow screen still shows it; each
+    # interval says what it is
+    assert ('| [Latency agreement](#latency-agreement) | <span class="rg-badge rg-badge-pass">pass</span> '
+            '| 1.0100 | [0.9900, 1.0200] <small>95% CI</small> |') in md
     assert "no mkdocs.yml yet" in md and "not measured" in md
     assert "a\\|b" in md  # table cells escape pipes
     assert md.count('class="rg-spec"') == len(chart_specs(R.load_results(path)))
 
 
 def test_chart_specs_are_vega_lite() -> None:
-    specs = chart_specs(_doc(**_all_figures()))
+    doc = _doc(**_all_figures())
+    specs = chart_specs(doc)
     assert {"latency_agreement", "instrumentation_overhead", "attribution_ablation",
             "flops_agreement", "harness_efficiency"} <= set(specs)
-    for spec in specs.values():
+    for name, spec in specs.items():
         assert "vega-lite" in spec["$schema"]
         json.dumps(spec, allow_nan=False)
+        # the rows a chart draws are its top-level data: what its CSV and JSON offer
+        assert spec["data"]["values"], name
+    drawn = specs["latency_agreement"]["data"]["values"]
+    assert [r["combination"] for r in drawn] == [r["combination"] for r in doc["figures"]["latency_agreement"]["rows"]]
+
+
+def test_chart_labels_keep_what_tells_rows_apart() -> None:
+    from reportgen.bench.page import short_labels
+
+    ids = ["bert-base--forward--fp32--eager--b1--s128", "bert-base--forward--fp32--eager--b1--s256",
+           "gpt2--prefill--fp32--sdpa--b1--s128"]
+    assert short_labels(ids) == {ids[0]: "bert-base--forward--eager--s128",
+                                 ids[1]: "bert-base--forward--eager--s256",
+                                 ids[2]: "gpt2--prefill--sdpa--s128"}
+    assert short_labels(["a--b", "c"]) == {"a--b": "a--b", "c": "c"}  # unlike shapes: kept whole
+
+
+def test_interval_header_says_what_a_range_is() -> None:
+    fig = R.figure("Profiler overhead", "q", value=1.2, unit="ratio", interval=[0.9, 1.6],
+                   interval_kind="range over combinations (not a confidence interval)",
+                   goal="shown", goal_spec=None, rows=[])
+    md = render_validation(_doc(profiler_overhead=fig))
+    assert "[0.9000, 1.6000] <small>range over combinations</small>" in md
+    assert "(range over combinations (not a confidence interval): [0.9000, 1.6000])" in md
+    assert "95% interval [0.9000" not in md
 
 
 def test_page_refuses_newer_results() -> None:

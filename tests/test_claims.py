@@ -700,8 +700,10 @@ def test_pages_have_every_claim_a_chart_and_links(cpu_runs: Path) -> None:
     assert "(../runs/cpu-test-2c/cpu-default-12345678/bert-base--forward--fp32--sdpa--b1--s128.md)" in bert
     flash = out["findings/sdpa-flash-fastest-backend.md"]
     assert "verdict-not-tested-on-its-hardware" in flash and "### Context: other hardware" in flash
-    assert "Made on: a GPU: A100." in flash and "not yet checked against the source itself" in flash
-    assert "Quoted through a secondary source: A summary of the post" in flash
+    assert "Made on: a GPU: A100." in flash and "found in the source itself" in flash
+    assert "It is the fastest backend, yet the profiler reports it" in flash  # the post's words
+    bert = out["findings/bert-base-attention-over-60-percent.md"]
+    assert "Quoted through a secondary source: " in bert
     index = out["findings/index.md"]
     assert "(sdpa-flash-fastest-backend.md)" in index
 
@@ -736,12 +738,18 @@ def test_cite_block_names_runs_date_and_commit(tmp_path: Path) -> None:
     assert citation.key == "reportgen-ratio"
     assert citation.bibtex.startswith("@misc{reportgen-ratio,\n")
     assert "Math 50\\% slower\\_ish" in citation.bibtex  # BibTeX specials escaped
-    assert "year         = 2026" in citation.bibtex and "month        = dec" in citation.bibtex
+    assert "year   = {2026}" in citation.bibtex and "month  = dec" in citation.bibtex
+    assert "author = {{reportgen developers}}" in citation.bibtex  # as on every page
     # the deciding run only (the CPU run is context), its commit, the latest finish date
-    assert "Runs: nvidia-a100-1x/attention-micro-12345678." in citation.text
+    assert "runs nvidia-a100-1x/attention-micro-12345678;" in citation.text
     assert "cpu-x" not in citation.text
-    assert citation.text.startswith("reportgen (2026-12-01). Claim check: Math 50% slower_ish. Verdict: supported.")
-    assert "Project commit: 0123456789ab." in citation.text
+    assert citation.text.startswith(
+        "reportgen developers (2026-12-01). Claim check: Math 50% slower_ish. Verdict: supported.")
+    assert "project commit 0123456789ab." in citation.text
+    # no site address given: the citation says so; with one, it is the page's address
+    assert "url " not in citation.bibtex and "no public site address" in citation.text
+    with_url = cite(result, "findings/ratio", "https://example.org/site/")
+    assert "url    = {https://example.org/site/findings/ratio/}" in with_url.bibtex
     page = pages(runs, claims)["findings/ratio.md"]
     assert "## Cite this\n\n```bibtex\n@misc{reportgen-ratio," in page
     assert citation.text in page

@@ -476,14 +476,14 @@ def test_citation_names_run_commit_and_date() -> None:
 
     c = citation("bert-base on CPU · AMD EPYC · 2 cores", date="2026-12-02T13:58:52Z",
                  run_ids=["cpu/cpu-default-1a2b3c4d"], commits=["1c8bf876382e10d39a3d"])
-    assert c["bibtex"].startswith("@misc{reportgen-bert-base-on-cpu-amd-epyc-2-cores-2026-12-02,")
-    assert c["bibtex"].count("{") == c["bibtex"].count("}")
-    for text in (c["bibtex"], c["text"]):
+    assert c.bibtex.startswith("@misc{reportgen-bert-base-on-cpu-amd-epyc-2-cores-2026-12-02,")
+    assert c.bibtex.count("{") == c.bibtex.count("}")
+    for text in (c.bibtex, c.text):
         assert "2026-12-02" in text and "cpu/cpu-default-1a2b3c4d" in text
         assert "1c8bf876382e" in text
     hostile = citation("50% of {time} & more_", date="", run_ids=[], commits=[])
-    assert "\\%" in hostile["bibtex"] and "\\&" in hostile["bibtex"]
-    assert hostile["bibtex"].count("{") == hostile["bibtex"].count("}")
+    assert "\\%" in hostile.bibtex and "\\&" in hostile.bibtex
+    assert hostile.bibtex.count("{") == hostile.bibtex.count("}")
     block = cite_block("t", date="2026-01-01", run_ids=["r"], commits=["c"])
     assert block.startswith("## Cite this") and "``` bibtex" in block
 

@@ -6,6 +6,7 @@ either is missing, except under CI (``CI=true``), where their absence is a failu
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -100,23 +101,12 @@ class CDP:
         return out
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    _require(CHROMIUM is not None, "chromium is not installed")
-    try:
-        import websocket  # noqa: F401
-    except ImportError:
-        _require(False, "websocket-client is not installed")
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}/"
-    root = tmp_path_factory.mktemp("browser")
-    project = make_project(root / "project")
-    render_fixture(project / "docs")
-    result = mkdocs_build(project, root / "site", site_url=base)
-    assert result.returncode == 0, result.stdout + result.stderr
+@contextlib.contextmanager
+def serve(directory: Path, port: int) -> Iterator[None]:
+    """``directory`` over HTTP on 127.0.0.1:``port`` while the block runs."""
     server = subprocess.Popen(
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-         "--directory", str(root / "site")],
+         "--directory", str(directory)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + TIMEOUT_S
@@ -128,18 +118,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        yield base, root / "site"
+        yield
     finally:
         server.terminate()
         server.wait(timeout=10)
 
 
-@pytest.fixture(scope="module")
-def browser(site: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[CDP]:
-    assert CHROMIUM is not None
-    profile = tmp_path_factory.mktemp("chromium-profile")
+@contextlib.contextmanager
+def chromium(executable: str, profile: Path) -> Iterator[CDP]:
+    """Headless chromium with a fresh ``profile``, driven over DevTools on its first page."""
     proc = subprocess.Popen(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        [executable, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={profile}", "--remote-debugging-port=0",
          "--remote-debugging-address=127.0.0.1", "about:blank"],
@@ -159,11 +148,6 @@ def browser(site: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
         conn.close()
         page = next(t for t in targets if t.get("type") == "page")
         cdp = CDP(page["webSocketDebuggerUrl"])
-        for domain in ("Runtime", "Log", "Page"):
-            cdp.send(f"{domain}.enable")
-        # Any alert() in a page is a script that got through escaping.
-        cdp.send("Page.addScriptToEvaluateOnNewDocument", {"source":
-                 "window.alert = function () { window.__rgAlerted = true; };"})
         yield cdp
     finally:
         if cdp is not None:
@@ -173,6 +157,37 @@ def browser(site: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    _require(CHROMIUM is not None, "chromium is not installed")
+    try:
+        import websocket  # noqa: F401
+    except ImportError:
+        _require(False, "websocket-client is not installed")
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}/"
+    root = tmp_path_factory.mktemp("browser")
+    project = make_project(root / "project")
+    render_fixture(project / "docs")
+    result = mkdocs_build(project, root / "site", site_url=base)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with serve(root / "site", port):
+        yield base, root / "site"
+
+
+@pytest.fixture(scope="module")
+def browser(site: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[CDP]:
+    assert CHROMIUM is not None
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with chromium(CHROMIUM, profile) as cdp:
+        for domain in ("Runtime", "Log", "Page"):
+            cdp.send(f"{domain}.enable")
+        # Any alert() in a page is a script that got through escaping.
+        cdp.send("Page.addScriptToEvaluateOnNewDocument", {"source":
+                 "window.alert = function () { window.__rgAlerted = true; };"})
+        yield cdp
 
 
 def _pages(site_dir: Path) -> list[str]:
@@ -294,8 +309,14 @@ LAYOUT = """(() => {
   const page = document.documentElement.scrollWidth;
   const charts = [...document.querySelectorAll('div.rg-chart .rg-view svg')].map(svg => {
     const r = svg.getBoundingClientRect();
-    return {chart: svg.closest('div.rg-chart').getAttribute('data-chart'),
-            width: r.width, height: r.height, right: r.right};
+    const box = svg.closest('div.rg-chart');
+    const cue = box.previousElementSibling;
+    return {chart: box.getAttribute('data-chart'),
+            width: r.width, height: r.height, right: r.right,
+            drawn: parseFloat(svg.getAttribute('width')),
+            box_right: box.getBoundingClientRect().right,
+            scrolls: box.scrollWidth > box.clientWidth + 1,
+            cue: !!cue && cue.classList.contains('rg-scroll-cue') && cue.getBoundingClientRect().height > 0};
   });
   const tables = [...document.querySelectorAll('article table')].map(t => {
     const wrap = t.closest('.md-typeset__scrollwrap') || t.parentElement;
@@ -322,8 +343,14 @@ def test_pages_fit_the_screen_and_draw_their_charts(site: tuple[str, Path], brow
             for c in layout["charts"]:
                 if c["width"] <= 0 or c["height"] <= 0:
                     problems.append(f"{page}: chart {c['chart']} has no size")
-                elif c["right"] > vw + 1:
+                elif c["box_right"] > vw + 1:
                     problems.append(f"{page}: chart {c['chart']} runs off the right edge")
+                elif c["right"] > vw + 1 and not (c["scrolls"] and c["cue"]):
+                    # wider than the column: it scrolls inside its box, and says so
+                    problems.append(f"{page}: chart {c['chart']} is cut off without a scroll cue")
+                if c["width"] < 0.8 * c["drawn"] - 1:
+                    problems.append(f"{page}: chart {c['chart']} shrunk to "
+                                    f"{c['width'] / c['drawn']:.0%} of its size: its text is unreadable")
             for t in layout["tables"]:
                 if t["right"] > vw + 1:
                     problems.append(f"{page}: a table runs off the right edge")

@@ -79,6 +79,8 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
         charts={name: Markup(block(name, spec)) for name, spec in charts.items()},
         status_badge=STATUS_BADGE,
         columns=row_columns,
+        interval_name=interval_name,
+        is_ci=is_confidence_interval,
         row_value=row_value,
     )
 
@@ -157,6 +159,20 @@ def fmt_interval(fig: Mapping[str, Any]) -> str:
     return f"[{fmt_number(iv[0])}, {fmt_number(iv[1])}]"
 
 
+def is_confidence_interval(fig: Mapping[str, Any]) -> bool:
+    """Whether a figure's interval is a 95% confidence interval (a bootstrap or order
+    statistic) rather than a range its kind says is none."""
+    return "not a confidence interval" not in str(fig.get("interval_kind") or "")
+
+
+def interval_name(fig: Mapping[str, Any]) -> str:
+    """What a figure's interval is, in a few words: ``95% CI``, or its kind without the
+    parenthesis (``range over combinations``)."""
+    if is_confidence_interval(fig):
+        return "95% CI"
+    return str(fig.get("interval_kind")).split("(")[0].strip() or "range"
+
+
 def fmt_cell(x: Any) -> str:
     if isinstance(x, (list, tuple)):
         return ", ".join(fmt_cell(v) for v in x) or "–"
@@ -226,15 +242,38 @@ def row_value(name: str, row: Mapping[str, Any], column: str) -> Any:
     return ROW_DEFAULTS.get(name, {}).get(column)
 
 
+def short_labels(ids: list[str]) -> dict[str, str]:
+    """A label per combination id without the ``--`` parts every id shares, so rows that
+    differ only at the end (``...--s128`` and ``...--s256``) never read alike when an axis
+    has to cut a long id short."""
+    split = {i: i.split("--") for i in ids}
+    lengths = {len(parts) for parts in split.values()}
+    if len(ids) < 2 or len(lengths) != 1:
+        return {i: i for i in ids}
+    n = lengths.pop()
+    keep = [k for k in range(n) if len({parts[k] for parts in split.values()}) > 1]
+    if not keep:
+        return {i: i for i in ids}
+    return {i: "--".join(parts[k] for k in keep) for i, parts in split.items()}
+
+
+# Axis numbers: three significant digits, exponent notation for the very small (a relative
+# difference of 4e-16 rather than 0.0000000000000004).
+AXIS_FORMAT = ".3~g"
+CHART_WIDTH = 440
+
+
 def chart_specs(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """A Vega-Lite spec per figure with rows to plot; empty when Altair is absent."""
+    """A Vega-Lite spec per figure with rows to plot; empty when Altair is absent. Each
+    spec holds the rows it draws as its top-level inline data, which the site offers as
+    the chart's CSV and JSON."""
     try:
         import altair as alt
     except ImportError:
         return {}
     figures = doc["figures"]
     specs: dict[str, dict[str, Any]] = {}
-    builders: dict[str, Callable[[Any, list[Mapping[str, Any]], Mapping[str, Any]], Any]] = {
+    builders: dict[str, Callable[[Any, list[dict[str, Any]], Mapping[str, Any]], Any]] = {
         "latency_agreement": _ratio_chart("ratio", "reportgen / torch.utils.benchmark"),
         "profiler_overhead": _ratio_chart("ratio", "profiled / unprofiled"),
         "instrumentation_overhead": _ratio_chart("ratio", "instrumented / bare"),
@@ -253,47 +292,69 @@ def chart_specs(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if not fig or not fig.get("rows"):
             continue
         rows = [dict(r) for r in fig["rows"]]
+        labels = short_labels([str(r["combination"]) for r in rows if "combination" in r])
+        for r in rows:
+            if "combination" in r:
+                r["label"] = labels[str(r["combination"])]
         chart = build(alt, rows, fig)
         if chart is not None:
             specs[name] = chart.to_dict()
     return specs
 
 
-def _ratio_chart(field: str, title: str) -> Callable[[Any, list[Mapping[str, Any]], Mapping[str, Any]], Any]:
-    def build(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
-        data = alt.Data(values=[r for r in rows if r.get(field) is not None])
-        base = alt.Chart(data)
-        x = alt.X(f"{field}:Q", title=title, scale=alt.Scale(zero=False))
-        y = alt.Y("combination:N", sort=None, title=None)
-        points = base.mark_point(filled=True).encode(x=x, y=y, tooltip=[f"{field}:Q", "combination:N"])
-        layers = [points]
-        if rows and f"{field}_low" in rows[0]:
-            layers.append(base.mark_rule().encode(x=f"{field}_low:Q", x2=f"{field}_high:Q", y=y))
+def _with_data(alt: Any, chart: Any, values: list[dict[str, Any]]) -> Any:
+    return chart.properties(data=alt.Data(values=[_plain_row(v) for v in values]))
+
+
+def _plain_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row as chart data: nested values (per-round lists, share maps) stay in the
+    figure's table and the results file, not in the chart's CSV."""
+    return {k: v for k, v in row.items() if not isinstance(v, (list, dict, tuple))}
+
+
+def _ratio_chart(field: str, title: str) -> Callable[[Any, list[dict[str, Any]], Mapping[str, Any]], Any]:
+    def build(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -> Any:
+        values = [r for r in rows if r.get(field) is not None]
+        x = alt.X(f"{field}:Q", title=title, scale=alt.Scale(zero=False),
+                  axis=alt.Axis(format=AXIS_FORMAT))
+        y = alt.Y("label:N", sort=None, title=None)
+        tooltip = [alt.Tooltip("combination:N"), alt.Tooltip(f"{field}:Q", format=".4f")]
+        layers = []
+        if any(r.get(f"{field}_low") is not None for r in values):
+            layers.append(alt.Chart().mark_rule().encode(
+                x=alt.X(f"{field}_low:Q", title=title, axis=alt.Axis(format=AXIS_FORMAT)),
+                x2=f"{field}_high:Q", y=y))
+            tooltip += [alt.Tooltip(f"{field}_low:Q", format=".4f", title="95% CI low"),
+                        alt.Tooltip(f"{field}_high:Q", format=".4f", title="95% CI high")]
+        layers.append(alt.Chart().mark_point(filled=True).encode(x=x, y=y, tooltip=tooltip))
         spec = fig.get("goal_spec") or {}
         bands = []
         if spec.get("kind") == "ratio_within":
             bands = [1 - float(spec["target"]), 1 + float(spec["target"])]
         elif spec.get("kind") == "below":
             bands = [float(spec["target"])]
-        if bands:
-            layers.append(alt.Chart(alt.Data(values=[{"goal": b} for b in bands]))
-                          .mark_rule(strokeDash=[4, 4], color="gray").encode(x="goal:Q"))
-        return alt.layer(*layers).properties(width=520, title=fig["title"])
+        for b in bands:
+            layers.append(alt.Chart().mark_rule(strokeDash=[4, 4], color="gray").encode(x=alt.datum(b)))
+        chart = alt.layer(*layers).properties(width=CHART_WIDTH, title=fig["title"])
+        return _with_data(alt, chart, values)
     return build
 
 
-def _bar_chart(field: str, title: str, category: str = "combination"
-               ) -> Callable[[Any, list[Mapping[str, Any]], Mapping[str, Any]], Any]:
-    def build(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
-        data = alt.Data(values=[r for r in rows if r.get(field) is not None])
-        return (alt.Chart(data).mark_bar()
-                .encode(x=alt.X(f"{field}:Q", title=title), y=alt.Y(f"{category}:N", sort=None, title=None),
-                        tooltip=[f"{category}:N", f"{field}:Q"])
-                .properties(width=520, title=fig["title"]))
+def _bar_chart(field: str, title: str, category: str = "label"
+               ) -> Callable[[Any, list[dict[str, Any]], Mapping[str, Any]], Any]:
+    def build(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -> Any:
+        values = [r for r in rows if r.get(field) is not None]
+        who = "combination" if category == "label" else category
+        chart = (alt.Chart().mark_bar()
+                 .encode(x=alt.X(f"{field}:Q", title=title, axis=alt.Axis(format=AXIS_FORMAT)),
+                         y=alt.Y(f"{category}:N", sort=None, title=None),
+                         tooltip=[f"{who}:N", alt.Tooltip(f"{field}:Q", format=".4~g")])
+                 .properties(width=CHART_WIDTH, title=fig["title"]))
+        return _with_data(alt, chart, values)
     return build
 
 
-def _ablation_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
+def _ablation_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -> Any:
     values = []
     categories = []
     for r in rows:
@@ -301,7 +362,7 @@ def _ablation_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, A
         if category not in categories:
             categories.append(category)
         # a combination ablated for two categories has a row for each
-        label_ = r["combination"] if category == "attention.core" else f"{r['combination']} [{category}]"
+        label_ = r["label"] if category == "attention.core" else f"{r['label']} [{category}]"
         for key, label in (("drop_ms", "ablation drop"),
                            ("hooks_removable_ms", "attributed, hooks method"),
                            ("profiler_removable_ms", "attributed, profiler method"),
@@ -309,28 +370,38 @@ def _ablation_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, A
             if key == "attributed_ms" and "hooks_removable_ms" in r:
                 continue  # rows with both methods show each method's removable time
             if r.get(key) is not None:
-                values.append({"combination": label_, "estimate": label, "ms": r[key]})
+                values.append({"combination": r["combination"], "category": category,
+                               "label": label_, "estimate": label, "ms": r[key]})
     what = "attention core" if categories == ["attention.core"] else "the row's category"
-    return (alt.Chart(alt.Data(values=values)).mark_bar()
-            .encode(x=alt.X("ms:Q", title=f"{what}, ms per forward"),
-                    y=alt.Y("estimate:N", title=None), color="estimate:N",
-                    row=alt.Row("combination:N", title=None), tooltip=["combination:N", "estimate:N", "ms:Q"])
-            .properties(width=440, title=fig["title"]))
+    chart = (alt.Chart().mark_bar()
+             .encode(x=alt.X("ms:Q", title=f"{what}, ms per forward", axis=alt.Axis(format=AXIS_FORMAT)),
+                     y=alt.Y("label:N", title=None, sort=None),
+                     yOffset=alt.YOffset("estimate:N"),
+                     color=alt.Color("estimate:N", title=None,
+                                     legend=alt.Legend(orient="bottom", columns=1)),
+                     tooltip=["combination:N", "category:N", "estimate:N",
+                              alt.Tooltip("ms:Q", format=".4~g")])
+             .properties(width=CHART_WIDTH, height=alt.Step(9), title=fig["title"]))
+    return _with_data(alt, chart, values)
 
 
-def _flops_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
+def _flops_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -> Any:
     values = [r for r in rows if r.get("rel_diff") is not None]
-    return (alt.Chart(alt.Data(values=values)).mark_point(filled=True)
-            .encode(x=alt.X("rel_diff:Q", title="(counted - analytic) / analytic"),
-                    y=alt.Y("category:N", title=None), color="combination:N",
-                    tooltip=["combination:N", "category:N", "analytic:Q", "counted:Q", "rel_diff:Q"])
-            .properties(width=520, title=fig["title"]))
+    chart = (alt.Chart().mark_point(filled=True)
+             .encode(x=alt.X("rel_diff:Q", title="(counted - analytic) / analytic",
+                             axis=alt.Axis(format=AXIS_FORMAT)),
+                     y=alt.Y("category:N", title=None), color=alt.Color("label:N", title="combination"),
+                     tooltip=["combination:N", "category:N", "analytic:Q", "counted:Q",
+                              alt.Tooltip("rel_diff:Q", format=".4~g")])
+             .properties(width=CHART_WIDTH, title=fig["title"]))
+    return _with_data(alt, chart, values)
 
 
-def _scaling_chart(alt: Any, rows: list[Mapping[str, Any]], fig: Mapping[str, Any]) -> Any:
+def _scaling_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -> Any:
     values = [r for r in rows if r.get("total_s") is not None]
-    return (alt.Chart(alt.Data(values=values)).mark_line(point=True)
-            .encode(x=alt.X("combinations:Q", title="combinations in the runs tree"),
-                    y=alt.Y("total_s:Q", title="render + strict build, s"),
-                    tooltip=["combinations:Q", "pages:Q", "total_s:Q", "pages_per_s:Q"])
-            .properties(width=520, title=fig["title"]))
+    chart = (alt.Chart().mark_line(point=True)
+             .encode(x=alt.X("combinations:Q", title="combinations in the runs tree"),
+                     y=alt.Y("total_s:Q", title="render + strict build, s", axis=alt.Axis(format=AXIS_FORMAT)),
+                     tooltip=["combinations:Q", "pages:Q", "total_s:Q", "pages_per_s:Q"])
+             .properties(width=CHART_WIDTH, title=fig["title"]))
+    return _with_data(alt, chart, values)

@@ -314,12 +314,12 @@ def _evidence_rows(result: ClaimResult, page: str, combination_page: Combination
 
 
 def page_model(result: ClaimResult, combination_page: CombinationPage | None = None,
-               chart_embed: ChartEmbed = rg_chart) -> dict[str, Any]:
+               chart_embed: ChartEmbed = rg_chart, site_url: str | None = None) -> dict[str, Any]:
     claim = result.claim
     page = claim_page_path(claim.id)
     spec = chart_spec(result)
     evidence = _evidence_rows(result, page, combination_page)
-    citation = cite(result, page.removesuffix(".md"))
+    citation = cite(result, page.removesuffix(".md"), site_url)
     return {
         "claim": claim,
         "result": result,
@@ -360,17 +360,18 @@ def _condition_text(value: Any) -> str:
 
 def pages(runs_root: Path | str, claims_dir: Path | str, *, report: CheckReport | None = None,
           combination_page: CombinationPage | None = None,
-          chart_embed: ChartEmbed = rg_chart) -> dict[str, str]:
+          chart_embed: ChartEmbed = rg_chart, site_url: str | None = None) -> dict[str, str]:
     """The Findings section: ``{"findings/index.md": ..., "findings/<id>.md": ...}``.
 
     ``combination_page(run_id, combination_id)`` gives the docs path of a combination's
     page (for links from the evidence table); ``chart_embed`` turns a Vega-Lite spec into
-    Markdown (default: the site's ``rg-chart`` block).
+    Markdown (default: the site's ``rg-chart`` block); ``site_url``, the published site's
+    address, gives each citation its ``url``.
     """
     report = report or check(runs_root, claims_dir)
     env = _environment()
     out: dict[str, str] = {}
-    models = [page_model(r, combination_page, chart_embed) for r in report.claims]
+    models = [page_model(r, combination_page, chart_embed, site_url) for r in report.claims]
     for model in models:
         out[claim_page_path(model["claim"].id)] = env.get_template("claim.md.j2").render(**model)
     out[f"{FINDINGS}/index.md"] = env.get_template("index.md.j2").render(

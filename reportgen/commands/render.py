@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -22,6 +23,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--bench", type=Path, default=Path("bench"),
                         help="bench results directory; the newest file becomes the Validation "
                              "page (default: bench/; none: no page)")
+    parser.add_argument("--site-url", default=os.environ.get("SITE_URL"),
+                        help="the published site's public address, named as each citation's "
+                             "URL (default: $SITE_URL; unset or local: the citations say none "
+                             "was set)")
     parser.add_argument("--no-svg", dest="svg", action="store_false",
                         help="skip the static SVG chart fallbacks (faster previews)")
     parser.set_defaults(func=run)
@@ -29,10 +34,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from reportgen.render import render
+    from reportgen.render.publish import public_site_url
 
     start = time.perf_counter()
     result = render(args.runs, args.docs, svg=args.svg, claims=args.claims,
-                    bench=args.bench)
+                    bench=args.bench, site_url=public_site_url(args.site_url))
     elapsed = time.perf_counter() - start
     print(f"reportgen render: {result.pages} pages, {result.charts} charts, "
           f"{len(result.written)} files changed, {len(result.removed)} stale removed "

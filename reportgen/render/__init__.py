@@ -2,7 +2,8 @@
 
 Never imports torch. Public API::
 
-    render(runs: Path, docs: Path, *, claims: Path | None, bench: Path | None) -> RenderResult
+    render(runs: Path, docs: Path, *, claims: Path | None, bench: Path | None,
+           site_url: str | None) -> RenderResult
 
 Stages, one module each: ``load`` (records), ``analysis`` (frames), ``charts`` (Vega-Lite
 specs, SVG), ``pages`` (page models), ``sections`` (pages written by ``reportgen.claims``
@@ -21,7 +22,7 @@ __all__ = ["render"]
 
 
 def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = None,
-           bench: Path | None = None) -> RenderResult:
+           bench: Path | None = None, site_url: str | None = None) -> RenderResult:
     """Write the generated pages for every run under ``runs`` into ``docs``.
 
     ``claims``: a claims registry directory; its claims, checked against ``runs``, become
@@ -30,6 +31,8 @@ def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = No
 
     Deterministic: the same inputs give the same bytes. ``svg=False`` skips the static
     chart fallbacks (quicker, for previews); the site build then reports the missing images.
+    ``site_url``: the published site's public address, which each citation names as its
+    URL (None: the citations say that none was set).
     """
     from reportgen.render.load import load_runs
     from reportgen.render.pages import site_model
@@ -43,4 +46,5 @@ def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = No
 
         report = check(runs, claims)
     results = load_bench(bench) if bench is not None else None
-    return write_site(site_model(loaded, report=report, bench=results), docs, svg=svg)
+    return write_site(site_model(loaded, report=report, bench=results, site_url=site_url),
+                      docs, svg=svg)

@@ -29,8 +29,15 @@ CATEGORY_COLOURS: tuple[str, ...] = ("#9c755f", "#4e79a7", "#e15759", "#f28e2b",
                                      "#59a14f", "#a0cbe8", "#8cd17d", "#edc948", "#b07aa1",
                                      "#ff9da7", "#bab0ac", "#76b7b2")
 assert len(CATEGORY_COLOURS) == len(CATEGORIES), "one colour per category"
-SERIES_COLOURS: tuple[str, ...] = ("#1f3b73", "#8c2d04", "#00695c", "#6a1b9a", "#37474f",
-                                   "#827717", "#ad1457", "#004d40")
+# Lines, points and interval whiskers are drawn on the page's own background, white or
+# mkdocs-material's dark slate (#1e2129): every series colour and the grey of guide lines
+# (roofs, means, the line at 1) keeps a contrast of at least 3:1 against both, so switching
+# to the dark palette hides nothing. More saturated than the category colours they sit
+# beside, so the two sets still read apart.
+SERIES_COLOURS: tuple[str, ...] = ("#3f6ee8", "#e44907", "#008f7d", "#a64ddb", "#6f7f8c",
+                                   "#8b7f19", "#e0307c", "#0f88c2")
+GUIDE_GREY = "#888888"
+BACKGROUNDS: tuple[str, ...] = ("#ffffff", "#1e2129")  # light page, dark (slate) page
 _COLOUR_OF = dict(zip(CATEGORIES, CATEGORY_COLOURS))
 _SERIES_SCALE = alt.Scale(range=list(SERIES_COLOURS))
 WIDTH = 560
@@ -185,7 +192,7 @@ def overhead_chart(frame: pd.DataFrame) -> dict[str, Any]:
     variant = alt.Y("variant:N", title=None, sort=list(dict.fromkeys(frame["variant"])))
     x = alt.X("ci_low:Q", title="instrumented / bare forward time (95% CI)",
               scale=alt.Scale(zero=False))
-    one = base.mark_rule(color="#888888", strokeDash=[4, 3]).encode(x=alt.X("baseline:Q"))
+    one = base.mark_rule(color=GUIDE_GREY, strokeDash=[4, 3]).encode(x=alt.X("baseline:Q"))
     rules = base.mark_rule().encode(x=x, x2="ci_high:Q", y=variant)
     points = base.mark_point(filled=True, size=60).encode(
         x="ratio:Q", y=variant, color=alt.value(SERIES_COLOURS[0]),
@@ -233,7 +240,7 @@ def roofline_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
               scale=alt.Scale(type="log"), axis=alt.Axis(format="~g"))
     y = alt.Y("flops_per_s:Q", title="FLOP/s", scale=alt.Scale(type="log"),
               axis=alt.Axis(format="~s"))
-    roof = alt.Chart().mark_line(color="#555555", strokeDash=[6, 3]).encode(
+    roof = alt.Chart().mark_line(color=GUIDE_GREY, strokeDash=[6, 3]).encode(
         x=x, y=y, tooltip=[alt.Tooltip("intensity:Q", format=".3~g"),
                            alt.Tooltip("flops_per_s:Q", format=".3~s", title="attainable FLOP/s")],
     ).transform_filter(alt.datum.kind == "roof")
@@ -278,7 +285,7 @@ def gain_chart(rows: Sequence[Mapping[str, Any]], *, series_title: str, x_title:
         x=alt.X("gain:Q", scale=scale), y=y, yOffset=offset, color=colour,
         shape=alt.Shape("series:N", legend=None),
         href="href:N", tooltip=tooltip)
-    unity = base.mark_rule(strokeDash=[4, 3], color="#888888").encode(x=alt.datum(1.0))
+    unity = base.mark_rule(strokeDash=[4, 3], color=GUIDE_GREY).encode(x=alt.datum(1.0))
     chart = alt.layer(unity, rules, points).properties(width=WIDTH - 180, height=alt.Step(12))
     return _spec(chart, [dict(r) for r in rows])
 
@@ -310,7 +317,7 @@ def expert_load_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     bars = base.mark_bar(color=_COLOUR_OF["moe.experts"]).encode(
         x=alt.X("expert:O", title="expert", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
         y=alt.Y("tokens:Q", title="tokens"), tooltip=tooltip)
-    mean = base.mark_rule(color="#555555", strokeDash=[4, 3]).encode(
+    mean = base.mark_rule(color=GUIDE_GREY, strokeDash=[4, 3]).encode(
         y=alt.Y("mean:Q"), tooltip=[alt.Tooltip("module:N", title="layer"),
                                     alt.Tooltip("mean:Q", format=".3~g", title="mean tokens")])
     chart = alt.layer(bars, mean).properties(width=WIDTH - 120, height=70).facet(

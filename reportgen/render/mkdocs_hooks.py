@@ -1,6 +1,10 @@
-"""MkDocs hook (``hooks:`` in mkdocs.yml): a navigation section takes the title of its
-index page, so a hardware section reads "CPU · AMD EPYC · 2 cores" rather than the
-directory name MkDocs would show ("Cpu amd epyc 2c"). Reads only the page's front matter.
+"""MkDocs hooks (``hooks:`` in mkdocs.yml).
+
+A navigation section takes the title of its index page, so a hardware section reads
+"CPU · AMD EPYC · 2 cores" rather than the directory name MkDocs would show ("Cpu amd epyc
+2c"); reads only the page's front matter. A build without a public ``site_url`` turns
+mkdocs-material's instant navigation off, since it finds the site's pages through the
+sitemap, which such a build leaves empty.
 """
 
 from __future__ import annotations
@@ -56,3 +60,10 @@ def _retitle(items: list[Any]) -> None:
 def on_nav(nav: Any, config: Any, files: Any) -> Any:
     _retitle(nav.items)
     return nav
+
+
+def on_config(config: Any) -> Any:
+    if not config.get("site_url"):
+        features = config["theme"].get("features") or []
+        config["theme"]["features"] = [f for f in features if f != "navigation.instant"]
+    return config

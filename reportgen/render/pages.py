@@ -117,6 +117,19 @@ def _headline_columns(groups: Sequence[str]) -> tuple[str, ...]:
     return (*_HEADLINE_COLUMNS[:at], *groups, *_HEADLINE_COLUMNS[at:])
 
 
+# Runs the bench measured before it recorded its own command line carry this instead.
+_BENCH_SUITE_RUN = "scripts/bench.py (suite run)"
+
+
+def run_command(record: Mapping[str, Any]) -> str | None:
+    """The command line that measures a run again: as recorded, or for a run the bench made
+    before it recorded its command line, the bench's (which measures its suite run first)."""
+    command = record.get("command")
+    if command == _BENCH_SUITE_RUN:
+        return "python scripts/bench.py  # or: nox -s bench"
+    return str(command) if command else None
+
+
 def setting_label(setting: Mapping[str, Any]) -> str:
     scale = ("full-size model" if setting["scale"] == "reference"
              else f"{setting['scale']} test-size model")
@@ -166,8 +179,9 @@ class SiteModel:
 
 class _Builder:
     def __init__(self, runs: Sequence[Run], report: CheckReport | None = None,
-                 bench: Mapping[str, Any] | None = None) -> None:
+                 bench: Mapping[str, Any] | None = None, site_url: str | None = None) -> None:
         self.runs = list(runs)
+        self.site_url = site_url
         # pages read each suite's current run; earlier runs appear in Runs and Changes
         self.current = current_runs(self.runs)
         self.report = report if report is not None and report.claims else None
@@ -295,7 +309,7 @@ class _Builder:
         for rid in sorted(set(run_ids)):
             run = self.runs_by_id[rid]
             env = run.record.get("environment") or {}
-            out.append({"run_id": rid, "command": run.record.get("command"),
+            out.append({"run_id": rid, "command": run_command(run.record),
                         "suite": (run.record.get("suite") or {}).get("name"),
                         "hardware": self.hw_labels.get(run.hardware, run.hardware),
                         "environment": env, "facts": machine.environment_facts(env),
@@ -338,7 +352,8 @@ class _Builder:
         measured = sorted(str(r["finished"]) for r in all_rows if r.get("finished"))
         ctx["cite"] = cite.cite_block(f"{model} on {self.hw_labels[hw]}",
                                       date=measured[-1] if measured else "",
-                                      run_ids=run_ids, commits=commits)
+                                      run_ids=run_ids, commits=commits,
+                                      url=cite.page_url(self.site_url, path))
         if summary is not None:
             sel = summary["rows"]
             longest = summary["longest"]
@@ -686,7 +701,7 @@ class _Builder:
                         "hw_link": (rel(page, self.hw_page(run.hardware))
                                     if run.hardware in self.hw_slugs else None),
                         "suite": (run.record.get("suite") or {}).get("name"),
-                        "command": run.record.get("command"),
+                        "command": run_command(run.record),
                         "updated": run.record.get("updated") or run.record.get("started"),
                         "environment": run.record.get("environment") or {},
                         "facts": machine.environment_facts(run.record.get("environment")),
@@ -738,7 +753,8 @@ class _Builder:
             pages.append(self.instrumentation)
         generated: list[sections.Generated] = []
         if self.report is not None:
-            generated += sections.findings(self.report, self._embed_for, self._combo_page_of)
+            generated += sections.findings(self.report, self._embed_for, self._combo_page_of,
+                                           self.site_url)
         if self.bench is not None:
             generated.append(sections.validation(self.bench, self._embed_for))
         pages += [Page(g.path, "generated.md.j2", g.context(), tuple(self._embedded.get(g.path, ())))
@@ -764,11 +780,11 @@ class _Builder:
 
 
 def site_model(runs: Sequence[Run], *, report: CheckReport | None = None,
-               bench: Mapping[str, Any] | None = None) -> SiteModel:
+               bench: Mapping[str, Any] | None = None, site_url: str | None = None) -> SiteModel:
     """Every page of the site; ``report`` adds the Findings section (when it has claims)
     and the claims on each combination page, ``bench`` (a results document) the
-    Validation page."""
-    return _Builder(runs, report, bench).build()
+    Validation page; ``site_url`` (the published site's address) the citations' URLs."""
+    return _Builder(runs, report, bench, site_url).build()
 
 
 __all__ = ["CATEGORIES", "DATA_DIR", "Page", "SiteModel", "rel", "site_model", "slugify",

@@ -1,8 +1,8 @@
 """Refuse to publish a site whose canonical URLs would point nowhere.
 
-mkdocs.yml reads ``site_url`` from ``SITE_URL`` and falls back to a local address for
-previews; a published site built that way has canonical links and a sitemap on
-127.0.0.1. ``python -m reportgen.render.publish`` exits 2 with one line unless
+mkdocs.yml reads ``site_url`` from ``SITE_URL``; a site built without one has no canonical
+links, an empty sitemap, citations without a URL and a 404 page whose assets load only
+at the root of a host. ``python -m reportgen.render.publish`` exits 2 with one line unless
 ``SITE_URL`` is a real http(s) address; ``nox -s publish`` and the Pages workflow run it
 before building.
 """
@@ -28,6 +28,15 @@ def check_site_url(value: str | None) -> str:
     if parts.scheme not in ("http", "https") or host in LOCAL_HOSTS or host.startswith("127."):
         raise UserError(f"SITE_URL={value!r} is not a public http(s) address; refusing to publish")
     return value
+
+
+def public_site_url(value: str | None) -> str | None:
+    """``value`` when it is a public http(s) address, else None (unset, or a preview on
+    this machine): what citations may name as a page's address."""
+    try:
+        return check_site_url(value)
+    except UserError:
+        return None
 
 
 def main() -> int:

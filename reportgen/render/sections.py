@@ -47,7 +47,8 @@ def _generated(path: str, title: str, markdown: str) -> Generated:
 
 
 def findings(report: CheckReport, embed_for: EmbedFor,
-             combination_page: Callable[[str, str], str | None]) -> list[Generated]:
+             combination_page: Callable[[str, str], str | None],
+             site_url: str | None = None) -> list[Generated]:
     """The Findings section: an index and one page per claim (none without claims)."""
     from reportgen.claims import pages as claim_pages
     from reportgen.claims.pages import claim_page_path
@@ -65,7 +66,7 @@ def findings(report: CheckReport, embed_for: EmbedFor,
 
     # with a report given, pages() reads neither the runs nor the claims directory
     texts = claim_pages(report.runs_root, "", report=report, combination_page=combination_page,
-                        chart_embed=embed)
+                        chart_embed=embed, site_url=site_url)
     out = [_generated(path, by_page.get(path, "Findings"), text)
            for path, text in sorted(texts.items())]
     return sorted(out, key=lambda g: (g.path != FINDINGS_INDEX, g.path))

@@ -10,16 +10,32 @@
 (function () {
   "use strict";
 
+  var DARK_MARK = "#6fa8dc";
+  var DARK_RULE = "#b8b8b8";
+  var DARK_TEXT = "#e0e0e0";
+
   function scheme() {
     return document.body.getAttribute("data-md-color-scheme") === "slate" ? "dark" : "light";
   }
 
   function options() {
     var opts = { renderer: "svg", actions: false, tooltip: { theme: scheme() } };
+    opts.config = { background: null };
     if (scheme() === "dark") {
       opts.theme = "dark";
+      /* Marks without a colour of their own (interval whiskers, single-series points,
+       * bars and lines) default to colours made for a white page; on the dark palette
+       * they take these, with at least 3:1 contrast against its background. */
+      opts.config = {
+        background: null,
+        mark: { color: DARK_MARK },
+        rule: { color: DARK_RULE },
+        point: { color: DARK_MARK },
+        bar: { fill: DARK_MARK },
+        line: { stroke: DARK_MARK },
+        text: { fill: DARK_TEXT }
+      };
     }
-    opts.config = { background: null };
     return opts;
   }
 
@@ -41,7 +57,9 @@
     }
     return window.vegaEmbed(target, spec, options()).then(function (result) {
       container.rgView = result;
+      keepReadable(target);
       container.classList.add("rg-drawn");
+      cue(container);
       container.setAttribute("data-rg-scheme", scheme());
     }).catch(function (error) {
       container.classList.remove("rg-drawn");
@@ -51,8 +69,53 @@
 
   function drawAll() {
     var containers = Array.prototype.slice.call(document.querySelectorAll("div.rg-chart"));
+    cueTables();
     return Promise.all(containers.map(draw));
   }
+
+  /* A chart shrinks with the column down to MIN_SCALE of its drawn width, then keeps that
+   * width and scrolls sideways inside its container: on a phone its text stays readable. */
+  var MIN_SCALE = 0.8;
+  function keepReadable(target) {
+    var svg = target.querySelector("svg");
+    var width = svg && parseFloat(svg.getAttribute("width"));
+    if (width) {
+      svg.style.minWidth = Math.round(width * MIN_SCALE) + "px";
+    }
+  }
+
+  /* Wide tables and charts scroll inside their own container; a line above each one that
+   * does says so, since the columns to the right (often the verdict or the interval) are
+   * otherwise out of sight with nothing to show they exist. */
+  function cue(scroller) {
+    var previous = scroller.previousElementSibling;
+    var has = previous && previous.classList.contains("rg-scroll-cue");
+    var overflows = scroller.scrollWidth > scroller.clientWidth + 1;
+    if (overflows && !has) {
+      var note = document.createElement("div");
+      note.className = "rg-scroll-cue";
+      note.setAttribute("aria-hidden", "true");
+      note.textContent = scroller.classList.contains("rg-chart")
+        ? "Wider than the page: scroll the chart sideways \u2192"
+        : "More columns to the right: scroll the table sideways \u2192";
+      scroller.parentNode.insertBefore(note, scroller);
+    } else if (!overflows && has) {
+      previous.parentNode.removeChild(previous);
+    }
+  }
+
+  function cueTables() {
+    Array.prototype.forEach.call(document.querySelectorAll(".md-typeset__scrollwrap"), cue);
+  }
+
+  var resizeTimer = null;
+  window.addEventListener("resize", function () {
+    window.clearTimeout(resizeTimer);
+    resizeTimer = window.setTimeout(function () {
+      cueTables();
+      Array.prototype.forEach.call(document.querySelectorAll("div.rg-chart.rg-drawn"), cue);
+    }, 150);
+  });
 
   var currentScheme = null;
   function onSchemeChange() {
