@@ -21,8 +21,8 @@ EFFICIENCY_QUESTION = (
     "counting and writing?"
 )
 SUITE_TIME_QUESTION = "How long does the default CPU suite take on this host, end to end?"
-SUITE_TIME_GOAL_S = 900.0
-EFFICIENCY_GOAL = 0.50
+# `nox -s report -- --force` on 2 cores within 6 minutes: the suite's part of it
+SUITE_TIME_GOAL_S = 360.0
 
 
 @dataclass
@@ -69,8 +69,11 @@ def figures(run: SuiteRun, *, reference_size: bool) -> dict[str, dict[str, Any]]
     eff = figure(
         "Harness efficiency", EFFICIENCY_QUESTION,
         value=share, unit="share",
-        goal=f"at least {EFFICIENCY_GOAL:.0%} of the suite's wall time in timed samples (reference size)",
-        goal_spec={"kind": "above", "target": EFFICIENCY_GOAL} if reference_size else None,
+        # rounds stop once their interval is tight: time no longer fills a budget, so the
+        # share is shown; the suite's wall time is the goal
+        goal="shown (no pass/fail): rounds stop once their interval is within the target, so timed "
+             "samples fill no fixed budget; the suite's wall time carries the goal",
+        goal_spec=None,
         notes=[
             f"Kept timing samples: {timed_s:.1f} s of {run.wall_s:.1f} s wall; warm-up "
             f"iterations add {warm_s:.1f} s ({(timed_s + warm_s) / run.wall_s:.1%} with "

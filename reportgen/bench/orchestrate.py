@@ -25,8 +25,8 @@ from reportgen.bench import results as R
 
 REPO = Path(__file__).resolve().parents[2]
 SCRATCH = REPO / ".bench"
-FIGURE_GROUPS: tuple[str, ...] = ("suite", "coverage", "isolation", "latency", "instrumentation", "architectures",
-                                  "ablation", "render")
+FIGURE_GROUPS: tuple[str, ...] = ("suite", "coverage", "effort", "isolation", "latency", "instrumentation",
+                                  "architectures", "ablation", "render")
 
 
 @dataclass(frozen=True)
@@ -249,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         step("suite", lambda: _suite_figures(suite, p))
     if "coverage" in only:
         step("coverage", lambda: {"interval_coverage": _coverage(suite)})
+    if "effort" in only:
+        from reportgen.bench import effort
+
+        # the quiet runs wait for a quiet host like every figure; the busy one brings its own
+        step("effort", lambda: effort.run(SCRATCH / "effort", log, optimum=not p.quick))
     if "isolation" in only:
         from reportgen.bench import isolation
 

@@ -308,6 +308,9 @@ def merged_sections(rounds: Mapping[int, Mapping[str, Any]], policy: Policy | No
     contended = [r for r in ordered if timing_contended(r)]
     if contended:
         timing["contended_rounds"] = len(contended)
+    if all_clean and contended:
+        # every sample is kept: the left-out rounds' too, in round order
+        timing["excluded_samples"] = [x for r in contended for x in r["sections"]["timing"]["samples"]]
     if not all_clean:
         timing["unstable"] = contention_reason(contended, len(ordered))
     sections["timing"] = timing

@@ -1,0 +1,76 @@
+"""The effort and contention figures of the bench, on recorded records; the busy process
+the contention figure starts, for real."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from reportgen.bench import effort
+from reportgen.bench.results import verdict
+
+
+def _record(combo_id: str, median: float, low: float, high: float, *, unstable: str | None = None,
+            contended: int = 0) -> dict[str, Any]:
+    timing: dict[str, Any] = {"median": median, "ci_low": low, "ci_high": high, "contended_rounds": contended,
+                              "rounds": [{"round": i, "n": 20} for i in range(6)]}
+    if unstable:
+        timing["unstable"] = unstable
+    return {"id": combo_id, "status": "ok", "timing": timing, "duration_s": 2.0,
+            "combination": {"seq_len": 128}}
+
+
+def test_a_busy_run_passes_only_where_medians_hold_or_the_record_says_why() -> None:
+    quiet = [_record("a", 10.0, 9.8, 10.2), _record("b", 10.0, 9.8, 10.2), _record("c", 10.0, 9.8, 10.2),
+             _record("d", 10.0, 9.8, 10.2)]
+    busy = [_record("a", 10.3, 10.0, 10.6),  # within 5%: fine unflagged
+            _record("b", 14.0, 11.0, 40.0, unstable="another process used 48% of the CPU during 5 of 10 rounds",
+                    contended=5),  # slow but flagged
+            _record("c", 13.0, 12.0, 14.0),  # slow and silent: fails
+            _record("d", 10.1, 5.0, 40.0)]  # median holds, but an unflagged interval 3.5 medians wide: fails
+    rows = effort.contention_rows(quiet, busy)
+    assert [r["ok"] for r in rows] == [True, True, False, False]
+    assert rows[1]["unstable"].startswith("another process used 48%")
+    fig = effort.contention_figure(rows, wall_s=100.0, quiet_wall_s=60.0)
+    assert fig["status"] == "fail" and fig["value"] == 0.5
+    assert fig["silent_wide"] == 1 and fig["flagged"] == 1 and fig["within"] == 2
+    good = effort.contention_figure(rows[:2], wall_s=100.0, quiet_wall_s=60.0)
+    assert good["status"] == "pass"
+
+
+def test_the_tiny_effort_goal_is_per_combination() -> None:
+    records = [_record(f"c{i}", 1.0, 0.99, 1.01) for i in range(32)]
+    fast = effort.tiny_effort(effort.Measured(wall_s=120.0, records=records, run_dir=None, returncode=0))
+    assert fast["status"] == "pass" and fast["value"] == 120.0 / 32
+    slow = effort.tiny_effort(effort.Measured(wall_s=32 * 31.0, records=records, run_dir=None, returncode=0))
+    assert slow["status"] == "fail"
+
+
+def test_the_reference_effort_is_a_ratio_or_says_why_not() -> None:
+    records = [_record("bert-base--forward--fp32--sdpa--b1--s128", 60.0, 59.0, 61.0)]
+    measured = effort.Measured(wall_s=15.0, records=records, run_dir=None, returncode=0)
+    fig = effort.reference_effort(measured, 38.0, "", {128: 0.061})
+    assert fig["value"] == 15.0 / 38.0 and fig["status"] == "pass"
+    assert fig["rows"][0]["optimum_benchmark_p50_ms"] == 61.0
+    missing = effort.reference_effort(measured, None, "optimum-benchmark failed: OSError: no network", {})
+    assert missing["status"] == "not measured"
+    assert any("no network" in n for n in missing["notes"])
+    assert verdict({"kind": "below", "target": 0.5}, 0.6) == "fail"
+
+
+def _cpu_of(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[36])  # field 39 of /proc/<pid>/stat: the CPU it last ran on
+
+
+def test_the_busy_process_runs_on_its_core_and_is_stopped_by_its_pid() -> None:
+    with effort.Hog() as hog:
+        assert hog.proc is not None
+        pid = hog.proc.pid
+        time.sleep(0.5)
+        assert os.sched_getaffinity(pid) == {hog.cpu}
+        assert _cpu_of(pid) == hog.cpu
+        assert hog.proc.poll() is None
+    assert hog.proc.poll() is not None and not Path(f"/proc/{pid}").exists()
