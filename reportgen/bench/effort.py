@@ -34,54 +34,24 @@ REFERENCE_GOAL = 0.5
 CONTENTION_TOLERANCE = 0.05
 WIDE = 2.0  # an interval wider than this many medians must be flagged
 
-# the default CPU suite's settings, with the tiny suite's combinations
-TINY_SUITE = """name = "bench-tiny"
-description = "The tiny suite's combinations with the default CPU suite's settings."
+def suite_text(name: str, description: str, scale: str, matrices: str) -> str:
+    """A suite file with the default CPU suite's settings (eight rounds at most, 20 s of
+    timing at most per combination) and these combinations."""
+    return (f'name = "{name}"\ndescription = "{description}"\n\n[settings]\nscale = "{scale}"\n'
+            'budget_s = 20.0\nrounds = 8\nprofile_iterations = 3\nseed = 0\ndevice = "cpu"\n' + matrices)
 
-[settings]
-scale = "tiny"
-budget_s = 20.0
-rounds = 8
-profile_iterations = 3
-seed = 0
-device = "cpu"
 
-[[matrix]]
-models = ["bert-base", "t5-small"]
-modes = ["forward"]
-seq_lens = [16, 32]
-batch_sizes = [1]
-dtypes = ["fp32"]
-attn = ["eager", "sdpa"]
-
-[[matrix]]
-models = ["gpt2", "llama-small"]
-modes = ["forward", "prefill", "decode"]
-seq_lens = [16, 32]
-batch_sizes = [1]
-dtypes = ["fp32"]
-attn = ["eager", "sdpa"]
-"""
-
-REFERENCE_SUITE = """name = "bench-bert"
-description = "BERT-base at 128 and 512 tokens with the default CPU suite's settings."
-
-[settings]
-scale = "reference"
-budget_s = 20.0
-rounds = 8
-profile_iterations = 3
-seed = 0
-device = "cpu"
-
-[[matrix]]
-models = ["bert-base"]
-modes = ["forward"]
-seq_lens = [128, 512]
-batch_sizes = [1]
-dtypes = ["fp32"]
-attn = ["sdpa"]
-"""
+_ONE_BATCH = 'batch_sizes = [1]\ndtypes = ["fp32"]\n'
+TINY_SUITE = suite_text(
+    "bench-tiny", "The tiny suite's combinations with the default CPU suite's settings.", "tiny",
+    '\n[[matrix]]\nmodels = ["bert-base", "t5-small"]\nmodes = ["forward"]\nseq_lens = [16, 32]\n'
+    + _ONE_BATCH + 'attn = ["eager", "sdpa"]\n'
+    '\n[[matrix]]\nmodels = ["gpt2", "llama-small"]\nmodes = ["forward", "prefill", "decode"]\n'
+    'seq_lens = [16, 32]\n' + _ONE_BATCH + 'attn = ["eager", "sdpa"]\n')
+REFERENCE_SUITE = suite_text(
+    "bench-bert", "BERT-base at 128 and 512 tokens with the default CPU suite's settings.", "reference",
+    '\n[[matrix]]\nmodels = ["bert-base"]\nmodes = ["forward"]\nseq_lens = [128, 512]\n'
+    + _ONE_BATCH + 'attn = ["sdpa"]\n')
 
 OPTIMUM_SPEC = ("optimum-benchmark==0.6.0", "transformers>=4.50,<5")
 OPTIMUM_SCRIPT = """
