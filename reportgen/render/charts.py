@@ -25,9 +25,10 @@ from reportgen.render.shown import shown_categories
 # means two things on one page.
 # In CATEGORIES' order; the mixer (a token mixer, like attention) is teal, the experts a
 # lighter green beside the dense MLP's, the router a light blue.
+# (optimizer's colour sits at its place in CATEGORIES, so the others keep theirs)
 CATEGORY_COLOURS: tuple[str, ...] = ("#9c755f", "#4e79a7", "#e15759", "#f28e2b", "#499894",
                                      "#59a14f", "#a0cbe8", "#8cd17d", "#edc948", "#b07aa1",
-                                     "#ff9da7", "#bab0ac", "#76b7b2")
+                                     "#d37295", "#ff9da7", "#bab0ac", "#76b7b2")
 assert len(CATEGORY_COLOURS) == len(CATEGORIES), "one colour per category"
 SERIES_COLOURS: tuple[str, ...] = ("#1f3b73", "#8c2d04", "#00695c", "#6a1b9a", "#37474f",
                                    "#827717", "#ad1457", "#004d40")
