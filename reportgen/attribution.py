@@ -648,9 +648,9 @@ def _cpu_phases(parsed: _Parsed, forward_ms: float) -> dict[str, Any] | None:
     for op in parsed.ops:
         if op.iteration is None or not op.main:
             continue
-        name = parsed.phase_at(op.iteration, op.ts)
-        if name is not None:
-            cats[name][op.category] += op.dur
+        phase = parsed.phase_at(op.iteration, op.ts)
+        if phase is not None:
+            cats[phase][op.category] += op.dur
     for name, total in phase_us.items():
         cats[name]["overhead"] = total - sum(v for c, v in cats[name].items() if c != "overhead")
     return _phase_section(dict(phase_us), cats, n_iter, forward_ms)

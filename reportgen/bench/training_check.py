@@ -92,13 +92,12 @@ def run(*, quick: bool, log: Callable[[str], None] = print,
     latency_combos = combinations(quick=quick)
     # the ablation on the full step: its optimizer adds time and no attention work
     ablation_combos = combinations(quick=quick, modes=(TRAIN,))
-    if quick:
-        lat = dict(rounds=2, budget_s=0.3, min_run_time=0.2)
-        abl = dict(rounds=2, max_rounds=2, precision=0.05, min_pairs=4, budget_s=0.3)
-    else:
-        lat = dict(rounds=6, budget_s=1.0, min_run_time=0.6)
-        abl = dict(rounds=4, max_rounds=10, precision=0.05, min_pairs=12, budget_s=60.0)
+    rounds, budget_s, min_run_time = (2, 0.3, 0.2) if quick else (6, 1.0, 0.6)
+    abl_rounds, abl_max, abl_pairs, abl_budget = (2, 2, 4, 0.3) if quick else (4, 10, 12, 60.0)
     return {
-        "training_latency_agreement": latency_figure(latency_combos, log=log, stop=stop, **lat),
-        "training_ablation": ablation_figure(ablation_combos, log=log, stop=stop, **abl),
+        "training_latency_agreement": latency_figure(
+            latency_combos, rounds=rounds, budget_s=budget_s, min_run_time=min_run_time, log=log, stop=stop),
+        "training_ablation": ablation_figure(
+            ablation_combos, rounds=abl_rounds, max_rounds=abl_max, precision=0.05, min_pairs=abl_pairs,
+            budget_s=abl_budget, log=log, stop=stop),
     }

@@ -52,7 +52,7 @@ def _saved_rows(training: Mapping[str, Any]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: -r["bytes"])  # largest first
 
 
-def training_rows(records: Sequence[tuple[Mapping[str, Any], str]]) -> list[dict[str, Any]]:
+def training_rows(records: Sequence[tuple[Mapping[str, Any], str | None]]) -> list[dict[str, Any]]:
     """One row per training record (``(record, json link)``), in the given order."""
     rows = []
     for record, link in records:
@@ -97,7 +97,8 @@ def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def section(site: Any, path: str, records: Sequence[tuple[Mapping[str, Any], str]]) -> dict[str, Any] | None:
+def section(site: Any, path: str, records: Sequence[tuple[Mapping[str, Any], str | None]]
+            ) -> dict[str, Any] | None:
     """The page's "Training step" section: its rows and their downloadable table; None
     where the page has no training step. ``site`` is the page builder (its ``_table``)."""
     rows = training_rows(records)
