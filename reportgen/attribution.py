@@ -7,6 +7,16 @@ stream linked to their launch by ``correlation`` (or the ``ac2g`` flow arrow, or
 ``External id``), and ``[memory]`` instants. The hooks in ``reportgen.profile.structure`` open ``rg|<role>|<fqn>``
 ranges around modules and ``rg|iteration`` around each profiled forward.
 
+A training step (``reportgen.profile.models.TrainStep``) also opens ``rg|phase|<phase>``
+ranges (forward, backward, optimizer: ``PHASES``). No module range is open while the
+backward runs, so a backward op (``autograd::engine::evaluate_function: <Node>``) takes
+the category of the forward op that created its autograd node: the op with the same
+``Sequence number``, the last forward op to record it (what torch.profiler's ``fwdbwd``
+flow arrows join). A backward op
+with no forward op (``AccumulateGrad``, which adds a parameter's gradient into ``.grad``)
+takes the category of the backward op before it on its thread, the one that produced
+that gradient. Every op of the optimizer phase is ``optimizer``.
+
 Both the render side and tests on recorded GPU traces call this, hence pure Python.
 """
 
@@ -18,10 +28,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from reportgen.categories import CATEGORIES
+from reportgen.categories import CATEGORIES, OPTIMIZER
 
 LABEL_PREFIX = "rg|"
 ITERATION_LABEL = "rg|iteration"
+PHASE_ROLE = "phase"  # rg|phase|<forward|backward|optimizer>: the parts of a training step
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function:"
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CORE_OP_MARKERS = ("attention", "attn", "softmax", "bmm", "baddbmm", "matmul")
 # Host ops torch.compile wraps a compiled forward in. They do no work of their own: the
@@ -52,7 +65,7 @@ ROLE_CATEGORY: dict[str, str] = {
 # Keys of analyse_trace's result that form the record's "attribution" section.
 ATTRIBUTION_KEYS = ("basis", "forward_ms", "categories", "per_layer", "launches_per_forward",
                     "device_idle_ms", "memory_ops_per_forward", "unlinked_device_events",
-                    "unlinked_device_ms")
+                    "unlinked_device_ms", "phases")
 
 
 def is_core_op(name: str) -> bool:
@@ -140,6 +153,10 @@ class _Op:
     ctx: _Ctx
     main: bool  # on the thread that holds the rg|iteration ranges
     category: str = "other"
+    thread: Any = None
+    seq: Any = None  # autograd sequence number (forward ops that record a node, backward ops)
+    backward: bool = False  # an autograd engine op: the backward of a forward op
+    link: int | None = None  # backward: the outermost forward op of its node
 
 
 @dataclass
@@ -148,6 +165,7 @@ class _Launch:
     op: int | None
     range: int | None
     compiled: bool = False
+    ts: float = 0.0
 
 
 @dataclass
@@ -159,6 +177,37 @@ class _Parsed:
     launches_at: dict[tuple[Any, Any, float], _Launch] = field(default_factory=dict)
     external_ops: dict[Any, _Launch] = field(default_factory=dict)
     memory: list[tuple[int, dict[str, Any], _Ctx]] = field(default_factory=list)
+    # training steps: (iteration, start, phase) of each rg|phase range; forward op of
+    # each autograd sequence number
+    phases: list[tuple[int, float, str]] = field(default_factory=list)
+    fwd_seq: dict[Any, int] = field(default_factory=dict)
+
+    def phase_at(self, iteration: int | None, ts: float) -> str | None:
+        """The phase of a training step that holds ``ts``: phases tile their iteration,
+        each from its start to the next one's (the first from the iteration's start, the
+        last to its end), so every instant of a training step is in exactly one."""
+        if iteration is None:
+            return None
+        found = None
+        for it, start, name in self.phases:
+            if it != iteration:
+                continue
+            if found is None or start <= ts:
+                found = name
+            if start > ts:
+                break
+        return found
+
+    def tiles(self, iteration: int) -> list[tuple[str, float, float]]:
+        """The iteration's phases as (phase, start, end) tiles covering its host span."""
+        it_start, it_end = self.iterations[iteration]
+        mine = [(start, name) for it, start, name in self.phases if it == iteration]
+        out = []
+        for i, (start, name) in enumerate(mine):
+            begin = it_start if i == 0 else start
+            end = mine[i + 1][0] if i + 1 < len(mine) else it_end
+            out.append((name, begin, end))
+        return out
 
     def iteration_at(self, ts: float) -> int | None:
         """The profiled iteration whose host span ``[start, end)`` holds ``ts``."""
@@ -236,6 +285,12 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
             it = parsed.iteration_at(ts)
             if kind == "range":
                 role, fqn = parse_label(e["name"]) or ("", "")
+                if role == PHASE_ROLE:
+                    # transparent: it tells when a phase starts, not what encloses an op
+                    if main and it is not None:
+                        parsed.phases.append((it, ts, fqn))
+                    stack.append((end, ctx))
+                    continue
                 index = len(parsed.ranges)
                 parsed.ranges.append(_Range(role, fqn, ts, end, ctx))
                 inner = _Ctx(range=index, op=None, block=ctx.block, attn=ctx.attn,
@@ -252,12 +307,20 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
                     ctx, compiled=ctx.compiled or not e["name"].startswith(RUNTIME_OPS))
                 stack.append((end, inner))
             elif kind == "op":
+                seq = (e.get("args") or {}).get("Sequence number")
                 if ctx.op is None:
                     index = len(parsed.ops)
-                    parsed.ops.append(_Op(e.get("name", "?"), ts, -neg_dur, it, ctx, main))
+                    name = e.get("name", "?")
+                    parsed.ops.append(_Op(name, ts, -neg_dur, it, ctx, main, thread=thread, seq=seq,
+                                          backward=name.startswith(BACKWARD_OP_PREFIX)))
                     inner = _Ctx(ctx.range, index, ctx.block, ctx.attn, ctx.mlp, ctx.compiled)
                 else:
                     inner = ctx
+                if seq is not None and inner.op is not None and not parsed.ops[inner.op].backward:
+                    # an op records the sequence number the next autograd node will take,
+                    # so the node's creator is the last op recording it (ops before it that
+                    # created no node show the same number): its outermost op
+                    parsed.fwd_seq[seq] = inner.op
                 ext = (e.get("args") or {}).get("External id")
                 if ext is not None:
                     parsed.external_ops[ext] = _Launch(parsed.ops[inner.op].iteration
@@ -267,7 +330,7 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
             elif kind == "launch":
                 # Every launch is kept, inside an iteration or not: a kernel launched
                 # outside (a reset between forwards) is then known as such, not unlinked.
-                launch = _Launch(it, ctx.op, ctx.range, ctx.compiled)
+                launch = _Launch(it, ctx.op, ctx.range, ctx.compiled, ts)
                 parsed.launches_at[(thread[0], thread[1], ts)] = launch
                 corr = (e.get("args") or {}).get("correlation")
                 if corr is not None:
@@ -338,6 +401,26 @@ def _resolve(parsed: _Parsed) -> None:
             op.category = proj_category[op.ctx.range]  # type: ignore[index]
     for index, r in enumerate(ranges):
         r.category = proj_category.get(index)
+    _resolve_training(parsed)
+
+
+def _resolve_training(parsed: _Parsed) -> None:
+    """A training step's backward ops take their forward op's category, and the
+    optimizer phase's ops are ``optimizer`` (see the module docstring)."""
+    if not parsed.phases and not any(op.backward for op in parsed.ops):
+        return
+    previous: dict[Any, str] = {}
+    for op in parsed.ops:
+        if op.backward:
+            source = parsed.fwd_seq.get(op.seq) if op.seq is not None else None
+            if source is not None:
+                op.link = source
+                op.category = parsed.ops[source].category
+            else:
+                op.category = previous.get(op.thread, "other")
+            previous[op.thread] = op.category
+        if parsed.phases and parsed.phase_at(op.iteration, op.ts) == OPTIMIZER:
+            op.category = OPTIMIZER
 
 
 def _range_category(parsed: _Parsed, index: int | None, compiled: bool = False) -> str:
@@ -359,7 +442,16 @@ def _range_category(parsed: _Parsed, index: int | None, compiled: bool = False) 
 def _launch_category(parsed: _Parsed, launch: _Launch) -> str:
     if launch.op is not None:
         return parsed.ops[launch.op].category
+    if parsed.phases and parsed.phase_at(launch.iteration, launch.ts) == OPTIMIZER:
+        return OPTIMIZER
     return _range_category(parsed, launch.range, launch.compiled)
+
+
+def _op_block(parsed: _Parsed, op: _Op) -> int | None:
+    """The block range of an op: its own, or for a backward op its forward op's."""
+    if op.ctx.block is None and op.link is not None:
+        return parsed.ops[op.link].ctx.block
+    return op.ctx.block
 
 
 def classify_ops(trace: dict[str, Any] | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -450,6 +542,35 @@ def _table(rows: dict[tuple[str, str], list[float]], n_iter: int,
     return [item[3] for item in table]
 
 
+def _merged(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of intervals as sorted disjoint intervals."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _overlap(intervals: Sequence[tuple[float, float]], begin: float, end: float) -> float:
+    return sum(max(0.0, min(e, end) - max(s, begin)) for s, e in intervals)
+
+
+def _phase_section(phase_us: dict[str, float], phase_cats: dict[str, dict[str, float]],
+                   n_iter: int, step_ms: float) -> dict[str, Any] | None:
+    """Per phase of a training step: ms per step, its share of the step, and its time by
+    category (``overhead`` is the phase's time outside every op; on a device, idle)."""
+    if not phase_us:
+        return None
+    out: dict[str, Any] = {}
+    for name in sorted(phase_us, key=lambda p: PHASES.index(p) if p in PHASES else len(PHASES)):
+        ms = phase_us[name] / 1000.0 / n_iter
+        cats = {c: phase_cats[name].get(c, 0.0) / 1000.0 / n_iter for c in CATEGORIES}
+        out[name] = {"ms": ms, "share": ms / step_ms if step_ms > 0 else 0.0, "categories": cats}
+    return out
+
+
 def _shares(ms: dict[str, float], forward_ms: float) -> dict[str, float]:
     shares = {c: (ms[c] / forward_ms if forward_ms > 0 else 0.0) for c in CATEGORIES
               if c != "overhead"}
@@ -515,6 +636,26 @@ def _device_events(events: list[dict[str, Any]], parsed: _Parsed) -> tuple[list[
     return found, total
 
 
+def _cpu_phases(parsed: _Parsed, forward_ms: float) -> dict[str, Any] | None:
+    if not parsed.phases:
+        return None
+    n_iter = len(parsed.iterations)
+    phase_us: dict[str, float] = defaultdict(float)
+    cats: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for it in range(n_iter):
+        for name, begin, end in parsed.tiles(it):
+            phase_us[name] += end - begin
+    for op in parsed.ops:
+        if op.iteration is None or not op.main:
+            continue
+        phase = parsed.phase_at(op.iteration, op.ts)
+        if phase is not None:
+            cats[phase][op.category] += op.dur
+    for name, total in phase_us.items():
+        cats[name]["overhead"] = total - sum(v for c, v in cats[name].items() if c != "overhead")
+    return _phase_section(dict(phase_us), cats, n_iter, forward_ms)
+
+
 def _cpu_result(parsed: _Parsed, cpu_ms: dict[str, float], layer_cpu: dict[str, dict[str, float]],
                 op_rows: dict[tuple[str, str], list[float]], host_total_us: float,
                 iteration_ms: list[float]) -> dict[str, Any]:
@@ -528,7 +669,7 @@ def _cpu_result(parsed: _Parsed, cpu_ms: dict[str, float], layer_cpu: dict[str, 
     return {"basis": "cpu", "forward_ms": forward_ms, "categories": categories,
             "per_layer": per_layer, "launches_per_forward": None, "device_idle_ms": None,
             "memory_ops_per_forward": None, "unlinked_device_events": None,
-            "unlinked_device_ms": None,
+            "unlinked_device_ms": None, "phases": _cpu_phases(parsed, forward_ms),
             "ops": _table(op_rows, n_iter, forward_ms),
             "memory": _memory(parsed, 0, n_iter), "iteration_ms": iteration_ms}
 
@@ -544,6 +685,8 @@ def _device_result(parsed: _Parsed, found: list[_DeviceEvent], cpu_ms: dict[str,
     kernel_rows: dict[tuple[str, str], list[float]] = {}
     window_us = idle_us = unlinked_us = 0.0
     unlinked = 0
+    phase_us: dict[str, float] = defaultdict(float)
+    phase_cats: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for it, (it_start, _) in enumerate(parsed.iterations):
         mine = [(i, d) for i, d in enumerate(found) if d.iteration == it]
         share, union = _union_split([(d.start, d.end, i) for i, d in mine])
@@ -553,15 +696,31 @@ def _device_result(parsed: _Parsed, found: list[_DeviceEvent], cpu_ms: dict[str,
         window = max([start] + [d.end for _, d in mine]) - start
         window_us += window
         idle_us += window - union
+        tiles = parsed.tiles(it) if parsed.phases else []
+        if tiles:
+            # a training step's idle device time goes to the phase whose host span holds
+            # it (the first phase from the window's start, the last to its end)
+            busy = _merged((d.start, d.end) for _, d in mine)
+            for k, (name, begin, end) in enumerate(tiles):
+                begin = start if k == 0 else begin
+                end = start + window if k == len(tiles) - 1 else end
+                idle = max(0.0, end - begin) - _overlap(busy, begin, end)
+                phase_us[name] += idle
+                phase_cats[name]["overhead"] += idle
         for i, d in mine:
             cat = _launch_category(parsed, d.launch) if d.launch is not None else "other"
             dev_us[cat] += share.get(i, 0.0)
+            if tiles:
+                name = (parsed.phase_at(d.launch.iteration, d.launch.ts) if d.launch is not None
+                        else parsed.phase_at(it, d.start)) or tiles[0][0]
+                phase_us[name] += share.get(i, 0.0)
+                phase_cats[name][cat] += share.get(i, 0.0)
             (kernels if d.kind == "kernel" else memory_ops)[cat] += 1
             if d.launch is None:
                 unlinked += 1
                 unlinked_us += share.get(i, 0.0)
             op = d.launch.op if d.launch is not None else None
-            block = parsed.ops[op].ctx.block if op is not None else None
+            block = _op_block(parsed, parsed.ops[op]) if op is not None else None
             if block is not None:
                 layer_dev.setdefault(parsed.ranges[block].fqn, {c: 0.0 for c in CATEGORIES})
                 layer_dev[parsed.ranges[block].fqn][cat] += share.get(i, 0.0)
@@ -586,6 +745,7 @@ def _device_result(parsed: _Parsed, found: list[_DeviceEvent], cpu_ms: dict[str,
             "memory_ops_per_forward": _number(sum(memory_ops.values()) / n_iter),
             "unlinked_device_events": _number(unlinked / n_iter),
             "unlinked_device_ms": unlinked_us / 1000.0 / n_iter,
+            "phases": _phase_section(dict(phase_us), phase_cats, n_iter, forward_ms),
             "ops": _table(kernel_rows, n_iter, forward_ms),
             "memory": _memory(parsed, 1, n_iter), "iteration_ms": iteration_ms}
 
@@ -630,18 +790,25 @@ def analyse_trace(trace: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any
             layer_cpu.setdefault(r.fqn, {c: 0.0 for c in CATEGORIES})
             block_span[r.fqn] += r.end - r.ts
     op_rows: dict[tuple[str, str], list[float]] = {}
+    layer_fwd_us: dict[str, float] = defaultdict(float)  # ops inside the block's own range
     for op in parsed.ops:
         if op.iteration is None or not op.main:
             continue
         cpu_us[op.category] += op.dur
-        if op.ctx.block is not None:
-            layer_cpu[parsed.ranges[op.ctx.block].fqn][op.category] += op.dur
+        block = _op_block(parsed, op)
+        if block is not None:
+            layer_cpu.setdefault(parsed.ranges[block].fqn, {c: 0.0 for c in CATEGORIES})
+            layer_cpu[parsed.ranges[block].fqn][op.category] += op.dur
+            if not op.backward and block == op.ctx.block:
+                layer_fwd_us[parsed.ranges[block].fqn] += op.dur
         row = op_rows.setdefault((op.name, op.category), [0, 0.0])
         row[0] += 1
         row[1] += op.dur
     cpu_us["overhead"] = host_total_us - sum(v for c, v in cpu_us.items() if c != "overhead")
     for fqn, cats in layer_cpu.items():
-        cats["overhead"] = block_span[fqn] - sum(v for c, v in cats.items() if c != "overhead")
+        # gaps inside the block's forward range (a training step's backward ops of the
+        # block are in its categories, but not in its range)
+        cats["overhead"] = block_span[fqn] - layer_fwd_us[fqn]
     cpu_ms = {c: v / 1000.0 / n_iter for c, v in cpu_us.items()}
 
     found, total = _device_events(events, parsed)
@@ -655,11 +822,15 @@ def analyse_trace(trace: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any
     return _device_result(parsed, found, cpu_ms, layer_cpu, iteration_ms)
 
 
-def profiler_iterations(trace: dict[str, Any] | list[dict[str, Any]]) -> list[tuple[float, dict[str, float]]]:
+def profiler_iterations(trace: dict[str, Any] | list[dict[str, Any]],
+                        phases_out: list[dict[str, Any]] | None = None
+                        ) -> list[tuple[float, dict[str, float]]]:
     """(forward ms, category ms) of each profiled iteration, each attributed alone by
     ``analyse_trace`` on the trace with only that iteration's range kept. Pure: the
     profile side stores it as the profiler method, the render side reads it from the
-    traces of records written before per-iteration series were stored."""
+    traces of records written before per-iteration series were stored. For a training
+    step, ``phases_out`` (when given) receives each iteration's phases
+    (``{phase: {"ms", "categories"}}``)."""
     events = trace if isinstance(trace, list) else list(trace.get("traceEvents", []))
     marker = [i for i, e in enumerate(events) if e.get("name") == ITERATION_LABEL
               and e.get("cat") == "user_annotation" and e.get("ph") == "X"]
@@ -670,4 +841,7 @@ def profiler_iterations(trace: dict[str, Any] | list[dict[str, Any]]) -> list[tu
         result = analyse_trace({"traceEvents": alone})
         cats = {c: float(v["ms"]) for c, v in result["categories"].items()}
         out.append((float(result["forward_ms"]), cats))
+        if phases_out is not None and result.get("phases"):
+            phases_out.append({name: {"ms": float(p["ms"]), "categories": dict(p["categories"])}
+                               for name, p in result["phases"].items()})
     return out

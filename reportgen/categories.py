@@ -13,6 +13,7 @@ CATEGORIES: tuple[str, ...] = (
     "moe.experts",
     "norm",
     "head",
+    "optimizer",
     "compiled",
     "other",
     "overhead",
@@ -25,6 +26,11 @@ MOE_CATEGORIES: tuple[str, ...] = tuple(c for c in CATEGORIES if c.startswith("m
 # experts): tables show them where a row has them, so a dense model's table keeps its
 # columns and older records (written before these existed) read as not having them.
 ARCHITECTURE_CATEGORIES: tuple[str, ...] = ("mixer", *MOE_CATEGORIES)
+# The optimizer's step exists only in a training step with an optimizer (mode ``train``).
+OPTIMIZER = "optimizer"
+# Every category a table shows only where a row has it: the architecture categories and
+# the optimizer (a forward, or a training step without the optimizer, has none).
+OPTIONAL_CATEGORIES: tuple[str, ...] = (*ARCHITECTURE_CATEGORIES, OPTIMIZER)
 
 # What each category holds, for pages and legends.
 DESCRIPTIONS: dict[str, str] = {
@@ -40,6 +46,8 @@ DESCRIPTIONS: dict[str, str] = {
     "moe.experts": "the experts of a mixture-of-experts layer, routed and shared",
     "norm": "layer and RMS norms",
     "head": "output embeddings, poolers and task heads",
+    "optimizer": ("the optimizer's step in a training step (AdamW: its moment updates and the "
+                  "parameter update) and clearing the gradients; only in mode train"),
     "compiled": ("kernels of a torch.compile'd forward that no module can be named for: fused "
                  "kernels and library calls inside a compiled graph, where module boundaries "
                  "do not survive"),

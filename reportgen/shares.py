@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reportgen.attribution import ROLE_CATEGORY
-from reportgen.categories import CATEGORIES
+from reportgen.attribution import PHASES, ROLE_CATEGORY
+from reportgen.categories import CATEGORIES, OPTIMIZER
 
 METHODS: tuple[str, ...] = ("profiler", "hooks")
 
@@ -63,13 +63,19 @@ class Call:
     """One timed region of an iteration: a hooked module call, the model's forward
     (``role="model"``) or the whole iteration (``role="iteration"``). ``category`` is the
     settled category of a projection call (``attention.qkv``, ``attention.out``, ``mlp``);
-    ``parent`` indexes the enclosing call (None for the iteration)."""
+    ``parent`` indexes the enclosing call (None for the iteration).
+
+    A training step adds ``role="phase"`` calls (``category`` names the phase: forward,
+    backward, optimizer) under the iteration, and under the backward phase the modules'
+    backward calls (``backward=True``): from the moment the gradient of a module's
+    outputs is ready to the moment the gradient of its inputs is."""
 
     role: str
     start: float
     end: float
     parent: int | None
     category: str | None = None
+    backward: bool = False
 
 
 def _gaps(call: Call, kids: Sequence[Call]) -> list[tuple[float, float]]:
@@ -89,11 +95,27 @@ def _gap_category(call: Call, kids: Sequence[Call], start: float) -> str:
     role = call.role
     if role == "iteration":
         return "overhead"  # outside the model's forward: the harness's call and sync
+    if role == "phase":
+        # a training step outside the model's modules: the optimizer's step, or the loss,
+        # its backward and the gradients' accumulation
+        return OPTIMIZER if call.category == OPTIMIZER else "other"
     if role in ROLE_CATEGORY:
         return ROLE_CATEGORY[role]
     if role == "proj":
         return call.category or "mlp"
     projections = [k for k in kids if k.role == "proj"]
+    if call.backward:
+        # the backward runs the call in reverse: what followed the output projection in
+        # the forward (dropout, residual add) is differentiated before it
+        if role == "attn":
+            outs = [k.start for k in projections if k.category == "attention.out"]
+            if not outs and projections:
+                outs = [min(projections, key=lambda k: k.start).start]
+            return "other" if outs and start < min(outs) else "attention.core"
+        if role == "mlp":
+            first = min((k.start for k in projections), default=-math.inf)
+            return "other" if start < first else "mlp"
+        return "other"
     if role == "attn":
         outs = [k.end for k in projections if k.category == "attention.out"]
         if not outs and projections:
@@ -112,6 +134,7 @@ SOURCES: dict[str, str] = {
     "block": "blocks outside their modules (residual adds, reshapes)",
     "attn": "after the attention output projection (dropout, residual add)",
     "mlp": "after the MLP's last projection (dropout, residual add)",
+    "phase": "training step outside the model's modules (the loss, its backward, gradient accumulation)",
 }
 
 
@@ -133,6 +156,49 @@ def categorise(calls: Sequence[Call], sources: dict[str, float] | None = None) -
             if sources is not None and category in ("other", "overhead"):
                 where = SOURCES.get(call.role, call.role)
                 sources[where] = sources.get(where, 0.0) + end - start
+    return out
+
+
+def categorise_phases(calls: Sequence[Call]) -> dict[str, dict[str, float]] | None:
+    """A training step's exclusive time per phase and category (None without phases).
+    The phases tile the iteration (see ``reportgen.attribution``): time of the iteration
+    outside every phase (``overhead``) goes to the phase whose tile holds it."""
+    phase_of: dict[int, str] = {}
+    for index, call in enumerate(calls):
+        if call.role == "phase" and call.category:
+            phase_of[index] = call.category
+    if not phase_of:
+        return None
+    children: dict[int, list[Call]] = defaultdict(list)
+    for call in calls:
+        if call.parent is not None:
+            children[call.parent].append(call)
+    root = calls[0]
+    starts = sorted((calls[i].start, name) for i, name in phase_of.items())
+    tiles = [(name, root.start if k == 0 else start,
+              starts[k + 1][0] if k + 1 < len(starts) else root.end)
+             for k, (start, name) in enumerate(starts)]
+    out: dict[str, dict[str, float]] = {name: {c: 0.0 for c in CATEGORIES} for _, name in starts}
+
+    def phase(index: int | None) -> str | None:
+        while index is not None:
+            if index in phase_of:
+                return phase_of[index]
+            index = calls[index].parent
+        return None
+
+    for index, call in enumerate(calls):
+        kids = children.get(index, [])
+        name = phase(index)
+        for start, end in _gaps(call, kids):
+            category = _gap_category(call, kids, start)
+            if name is not None:
+                out[name][category] += end - start
+                continue
+            for tile, begin, stop in tiles:  # the iteration's own time, split by tile
+                piece = min(end, stop) - max(start, begin)
+                if piece > 0:
+                    out[tile][category] += piece
     return out
 
 
@@ -195,13 +261,43 @@ def two_sample_intervals(n_a: int, n_b: int,
     return {name: percentiles(values, confidence) for name, values in draws.items()}
 
 
+def phases_section(per_iteration: Sequence[Mapping[str, Mapping[str, float]]],
+                   iteration_ms: Sequence[float]) -> dict[str, Any]:
+    """A training step's phases from per-iteration ``{phase: {category: ms}}``: each
+    phase's mean ms, its share of the step with a bootstrap interval over the iterations,
+    the series, and its mean ms and share of the step per category."""
+    names = sorted({name for row in per_iteration for name in row},
+                   key=lambda p: PHASES.index(p) if p in PHASES else len(PHASES))
+    n = len(iteration_ms)
+    out: dict[str, Any] = {}
+    for name in names:
+        rows = [row.get(name) or {} for row in per_iteration]
+        series = [float(sum(r.values())) for r in rows]
+        share, low, high = share_interval(series, iteration_ms)
+        total = sum(iteration_ms)
+        cats = {}
+        for c in CATEGORIES:
+            ms = sum(float(r.get(c, 0.0)) for r in rows)
+            cats[c] = {"ms": ms / n, "share": ms / total if total > 0 else 0.0}
+        out[name] = {"ms": sum(series) / n, "share": share, "share_low": low, "share_high": high,
+                     "per_iteration_ms": series, "categories": cats}
+    return out
+
+
 def method_section(per_iteration: Sequence[Mapping[str, float]], iteration_ms: Sequence[float],
+                   phases: Sequence[Mapping[str, Mapping[str, float]]] | None = None,
                    **extra: Any) -> dict[str, Any]:
     """A method's record section from its per-iteration category times (ms): the mean
-    per iteration, the share with its bootstrap interval, and the series itself."""
+    per iteration, the share with its bootstrap interval, and the series itself. For a
+    training step, ``phases`` (per iteration ``{phase: {category: ms}}``) adds the
+    ``phases`` section (``phases_section``)."""
     n = len(iteration_ms)
     if n == 0 or len(per_iteration) != n:
         raise ValueError("need per-iteration category times for every iteration")
+    if phases:
+        if len(phases) != n:
+            raise ValueError("need the phases of every iteration")
+        extra["phases"] = phases_section(phases, iteration_ms)
     categories: dict[str, Any] = {}
     for c in CATEGORIES:
         series = [float(row.get(c, 0.0)) for row in per_iteration]

@@ -33,7 +33,18 @@ from types import SimpleNamespace
 from typing import Any
 
 from reportgen.categories import CATEGORIES
-from reportgen.vocabulary import DECODE_NOCACHE
+from reportgen.vocabulary import DECODE_NOCACHE, TRAIN, TRAIN_MODES
+
+# A training step: the backward moves about twice the forward's bytes (each matmul's
+# gradient reads its output gradient and one of its inputs twice over, for the input's
+# and the weight's gradient), so the forward's traffic counts three times; AdamW reads
+# each parameter, its gradient and two moments and writes the parameter and the moments.
+TRAIN_FACTOR = 3
+ADAMW_ELEMENTS_PER_PARAMETER = 7
+NOTE_TRAIN = ("training step: the forward's traffic three times over (forward and a backward of "
+              "about twice its bytes); with the optimizer, AdamW's 7 elements per parameter "
+              "(parameter, gradient and two moments read; parameter and moments written) under "
+              "optimizer")
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
 PARTS: tuple[str, ...] = ("weights", "activations_read", "activations_written", "scores",
@@ -154,6 +165,14 @@ def analytic_bytes(info: Mapping[str, Any], combo: Any, *, mlp_weight_elements: 
     if d and h and layers:
         _fill(elements, info, combo, mlp_weight_elements=mlp_weight_elements, pooler=pooler,
               notes=notes)
+    mode = str(getattr(combo, "mode", "forward"))
+    if mode in TRAIN_MODES:
+        for parts_of in elements.values():
+            for part in parts_of:
+                parts_of[part] *= TRAIN_FACTOR
+        if mode == TRAIN and info.get("parameters"):
+            elements["optimizer"]["weights"] += ADAMW_ELEMENTS_PER_PARAMETER * int(info["parameters"])
+        notes.append(NOTE_TRAIN)
     parts = {c: {p: v * size for p, v in ps.items()} for c, ps in elements.items()}
     per_category = {c: float(sum(ps.values())) for c, ps in parts.items()}
     if getattr(combo, "compile", "none") not in (None, "none"):

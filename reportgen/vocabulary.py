@@ -6,8 +6,17 @@ from __future__ import annotations
 # ``decode`` generates one token against a KV cache of ``seq_len`` tokens; ``decode-nocache``
 # generates the same token by recomputing the whole prefix (``seq_len + 1`` tokens, no
 # cache): the pair measures what the KV cache saves.
-MODES: tuple[str, ...] = ("forward", "prefill", "decode", "decode-nocache")
+# ``train`` is one training step: the forward with its loss, the backward and an AdamW
+# optimizer step; ``train-nooptim`` the same without the optimizer step (forward and
+# backward only), so the pair isolates what the optimizer costs.
+MODES: tuple[str, ...] = ("forward", "prefill", "decode", "decode-nocache", "train", "train-nooptim")
 DECODE_NOCACHE = "decode-nocache"
+TRAIN = "train"
+TRAIN_NOOPTIM = "train-nooptim"
+# Modes that run a backward pass (and keep activations for it); every architecture has them.
+TRAIN_MODES: tuple[str, ...] = (TRAIN, TRAIN_NOOPTIM)
+# The parts of one training step, in order: each has its share of the step.
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 # Modes that produce token ``seq_len + 1``: the model needs that many positions.
 NEXT_TOKEN_MODES: tuple[str, ...] = ("decode", DECODE_NOCACHE)
 

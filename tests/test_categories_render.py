@@ -17,13 +17,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES
+from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.commands.summary import combination_row, csv_columns
 from reportgen.render import analysis, render, roofline, synthetic
 from reportgen.render.compare import compare_records
 from reportgen.render.shown import shown_categories
 
-DENSE = tuple(c for c in CATEGORIES if c not in ARCHITECTURE_CATEGORIES)
+DENSE = tuple(c for c in CATEGORIES if c not in OPTIONAL_CATEGORIES)
 HW = "cpu-synthetic-epyc-2c"
 # The home table's header row for dense models, as it was before these categories existed.
 DENSE_HEADER = ("| model (tokens) | embeddings | attention.<wbr>qkv | attention.<wbr>core | "
@@ -50,7 +50,7 @@ def test_shown_categories_reads_every_row_form() -> None:
     frame = pd.DataFrame([{"share:mixer": 0.0}, {"share:mixer": 0.2}])
     assert shown_categories(frame) == (*DENSE[:4], "mixer", *DENSE[4:])
     # display order always
-    everything = [{c: 0.1 for c in ARCHITECTURE_CATEGORIES}]
+    everything = [{c: 0.1 for c in OPTIONAL_CATEGORIES}]
     assert shown_categories(everything) == CATEGORIES
 
 

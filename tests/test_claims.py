@@ -226,6 +226,27 @@ def test_shipped_gpu_claims_on_an_a100_run(tmp_path: Path) -> None:
     assert row["on_claim_hardware"] and row["within_conditions"] and row["role"] == "decides"
 
 
+def test_training_claim_is_decided_by_training_steps_on_an_a100(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    records = []
+    for mode, ratio in (("forward", 1.5), ("train", 3.0)):
+        for attn, ms in (("eager", 10.0 * ratio), ("flash_attention_2", 10.0)):
+            rec = record("gpt2", attn, seq=1024, dtype="bf16", device="cuda", median=ms)
+            rec["combination"]["mode"] = mode
+            rec["id"] = rec["id"].replace("--forward--", f"--{mode}--")
+            records.append(rec)
+    write_run(runs, "nvidia-a100-1x", "gpt2", records, gpu_name="NVIDIA A100-SXM4-80GB")
+    report = check(runs, ROOT / "claims")
+    result = next(r for r in report.claims if r.claim.id == "flashattention-gpt2-training-3x")
+    assert result.claim.conditions["setting"] == ["training"]
+    assert result.claim.conditions["mode"] == ["train"]
+    # the training steps decide; the forwards (inference) are not the claim's evidence
+    assert result.verdict == SUPPORTED
+    (row,) = result.evidence
+    assert row["on_claim_hardware"] and row["within_conditions"] and row["role"] == "decides"
+    assert row["value"] == pytest.approx(3.0)
+
+
 def test_training_claim_on_an_a100_inference_run_stays_not_tested(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     records = [record("gpt2", attn, seq=1024, dtype="bf16", device="cuda", median=ms)
@@ -233,14 +254,9 @@ def test_training_claim_on_an_a100_inference_run_stays_not_tested(tmp_path: Path
     write_run(runs, "nvidia-a100-1x", "gpt2", records, gpu_name="NVIDIA A100-SXM4-80GB")
     report = check(runs, ROOT / "claims")
     result = next(r for r in report.claims if r.claim.id == "flashattention-gpt2-training-3x")
-    assert result.claim.conditions["setting"] == ["training"]
-    # its hardware, the wrong setting: plain "not tested", the inference ratio beside it
-    assert result.verdict == NOT_TESTED
-    (row,) = result.evidence
-    assert row["on_claim_hardware"] and not row["within_conditions"]
-    assert row["outside"] == ["setting inference (claim: training)"]
-    assert row["value"] == pytest.approx(3.0) and row["outcome"] == "holds here"
-    assert result.reason and "no run within the claim's conditions" in result.reason
+    # its hardware, but no training step: never decided by a forward
+    assert result.verdict in (NOT_TESTED, NOT_TESTED_HARDWARE)
+    assert not [row for row in result.evidence if row["within_conditions"]]
 
 
 def test_nongemm_share_from_the_op_table(tmp_path: Path) -> None:
@@ -650,7 +666,7 @@ def test_check_json_shape(cpu_runs: Path, capsys: pytest.CaptureFixture[str]) ->
     gpu_claims = set(verdicts) - {"nongemm-share-of-inference-latency"}
     assert {k: verdicts[k] for k in gpu_claims} == {k: (NOT_TESTED_HARDWARE, 0, 0) for k in gpu_claims}
     assert verdicts["nongemm-share-of-inference-latency"] == (NOT_TESTED, 0, 0)
-    assert "bert-base-attention-over-60-percent" in gpu_claims and len(verdicts) == 9
+    assert "bert-base-attention-over-60-percent" in gpu_claims and len(verdicts) == 11
 
 
 def test_check_text_exits_zero_whatever_the_verdicts(cpu_runs: Path, capsys: pytest.CaptureFixture[str]) -> None:

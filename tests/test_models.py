@@ -13,6 +13,7 @@ import torch
 
 from reportgen.errors import Skip, UserError
 from reportgen.profile import models
+from reportgen.vocabulary import TRAIN_MODES
 
 
 def combo(model: str = "llama", mode: str = "forward", **kw: Any) -> SimpleNamespace:
@@ -105,7 +106,7 @@ def test_unknown_scale_dtype_impl_mode() -> None:
     with pytest.raises(UserError):
         models.build(combo(attn_implementation="magic"))
     with pytest.raises(UserError):
-        models.build(combo(mode="train"))
+        models.build(combo(mode="training"))
 
 
 # --- tiny ------------------------------------------------------------------------------
@@ -154,6 +155,18 @@ CASES = [
 @pytest.mark.parametrize("mode", models.MODES)
 def test_tiny_build_every_mode(name: str, arch: str, cls: str, mode: str) -> None:
     c = combo(name, mode)
+    if mode in TRAIN_MODES:
+        # every architecture trains; an encoder with its masked-LM head, on labels
+        built = models.build(c)
+        expected = "BertForMaskedLM" if name == "bert" else cls
+        assert (built.info["architecture"], built.info["class"]) == (arch, expected)
+        assert built.model.training and "labels" in built.step.kwargs
+        assert (built.step.optimizer is not None) == (mode == "train")
+        loss = built.step()
+        built.step.reset()
+        assert torch.isfinite(loss) and loss.dim() == 0
+        assert built.step.inputs_info["tokens"] == c.batch_size * c.seq_len
+        return
     if mode != "forward" and arch != "decoder":
         with pytest.raises(Skip, match=f"{mode} applies to causal LMs; {name} is an {arch}"):
             models.build(c)

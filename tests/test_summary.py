@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reportgen import cli
-from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES
+from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.commands.summary import combination_row, csv_columns, flatten_row
 
 DATA = Path(__file__).parent / "data" / "schema"
@@ -36,7 +36,7 @@ def test_row_of_an_ok_record() -> None:
     assert row["profiler_overhead"] == GOLDEN["profile"]["overhead_ratio"]
     # display order; the record predates the compiled and the architecture categories
     assert list(row["shares"]) == [c for c in CATEGORIES
-                                   if c != "compiled" and c not in ARCHITECTURE_CATEGORIES]
+                                   if c != "compiled" and c not in OPTIONAL_CATEGORIES]
     assert row["compile"] == "none" and row["compile_s"] is None
     assert row["shares"]["attention.core"] == GOLDEN["attribution"]["categories"]["attention.core"]["share"]
     assert row["attn_implementation"] == "sdpa" and row["status"] == "ok" and row["reason"] is None
@@ -78,7 +78,7 @@ def test_csv_flattens_with_dotted_columns(run_dir: Path, capsys: pytest.CaptureF
     assert reader.fieldnames[12:18] == ["latency_ms.median", "latency_ms.ci_low", "latency_ms.ci_high",
                                         "latency_ms.n", "profiler_overhead", "compile_s"]
     assert reader.fieldnames[18:] == [f"shares.{c}" for c in CATEGORIES
-                                      if c != "compiled" and c not in ARCHITECTURE_CATEGORIES]
+                                      if c != "compiled" and c not in OPTIONAL_CATEGORIES]
     ok = rows[0]
     # Full precision: the CSV cell parses back to the stored float exactly.
     assert float(ok["latency_ms.median"]) == GOLDEN["timing"]["median"]
@@ -100,7 +100,7 @@ def test_architecture_categories_only_where_a_row_has_them() -> None:
     assert not any(c.startswith(("shares.mixer", "shares.moe")) for c in csv_columns([dense]))
     # beside a mixture-of-experts model, the table gets its columns, in display order
     moe = combination_row(_with_categories(mixer=0.0, moe_router=0.02, moe_experts=0.3))
-    assert list(moe["shares"]) == [c for c in CATEGORIES if c not in ("compiled", "mixer")]
+    assert list(moe["shares"]) == [c for c in CATEGORIES if c not in ("compiled", "mixer", "optimizer")]
     columns = csv_columns([dense, moe])
     assert [c for c in columns if c.startswith("shares.")][4:7] == [
         "shares.mlp", "shares.moe.router", "shares.moe.experts"]

@@ -67,12 +67,32 @@ class StandIn:
         # transformers' attention functions take (batch, heads, q_len, head_dim) and return
         # (batch, q_len, heads, v_head_dim), contiguous.
         shape = (query.shape[0], query.shape[2], query.shape[1], value.shape[-1])
+        if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+            # a training step: zeros that keep the graph, so the projections before the
+            # call still get their (zero) gradients and only the core's backward goes
+            return _ZeroCore.apply(query, key, value, shape), None
         key_ = (shape, query.dtype, query.device)
         out = self._cache.get(key_)
         if out is None:
             out = torch.zeros(shape, dtype=query.dtype, device=query.device)
             self._cache[key_] = out
         return out, None
+
+
+class _ZeroCore(torch.autograd.Function):
+    """The attention core's stand-in in a training step: zeros out, zero gradients back
+    to the query, key and value (fresh tensors: the engine may add into a gradient in
+    place, so a cached one could not be shared). Its cost is those memsets."""
+
+    @staticmethod
+    def forward(ctx: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                shape: tuple[int, ...]) -> torch.Tensor:
+        ctx.shapes = (query.shape, key.shape, value.shape)
+        return query.new_zeros(shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        return (*(grad.new_zeros(s) for s in ctx.shapes), None)
 
 
 def attention_classes(model: torch.nn.Module) -> list[type]:

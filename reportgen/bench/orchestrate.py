@@ -26,7 +26,7 @@ from reportgen.bench import results as R
 REPO = Path(__file__).resolve().parents[2]
 SCRATCH = REPO / ".bench"
 FIGURE_GROUPS: tuple[str, ...] = ("suite", "coverage", "effort", "isolation", "latency", "instrumentation",
-                                  "architectures", "ablation", "render")
+                                  "architectures", "ablation", "training", "render")
 
 
 @dataclass(frozen=True)
@@ -294,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
             return {"attribution_ablation": fig}
 
         step("ablation", ablation_figure)
+    if "training" in only:
+        from reportgen.bench import training_check
+
+        # figures 1 and 3b on training steps (train, train-nooptim)
+        step("training", lambda: training_check.run(quick=p.quick, log=log, stop=stop))
     if "render" in only:
         from reportgen.bench import render_scaling
 

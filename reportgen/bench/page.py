@@ -283,6 +283,8 @@ def chart_specs(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "profiler_overhead": _ratio_chart("ratio", "profiled / unprofiled"),
         "instrumentation_overhead": _ratio_chart("ratio", "instrumented / bare"),
         "attribution_ablation": _ablation_chart,
+        "training_latency_agreement": _ratio_chart("ratio", "reportgen / torch.utils.benchmark"),
+        "training_ablation": _ablation_chart,
         "flops_agreement": _flops_chart,
         "trace_agreement": _bar_chart("weighted_rel_diff", "weighted |reader - reportgen| / reportgen"),
         "harness_efficiency": _bar_chart("share", "share of wall time in timed iterations"),
@@ -412,3 +414,8 @@ def _scaling_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any])
                      tooltip=["combinations:Q", "pages:Q", "total_s:Q", "pages_per_s:Q"])
              .properties(width=CHART_WIDTH, title=fig["title"]))
     return _with_data(alt, chart, values)
+
+
+# a training step's figures (reportgen.bench.training_check) read like the forward's
+ROW_COLUMNS["training_latency_agreement"] = ROW_COLUMNS["latency_agreement"]
+ROW_COLUMNS["training_ablation"] = ROW_COLUMNS["attribution_ablation"]

@@ -41,6 +41,8 @@ FIGURES: tuple[str, ...] = (
     "instrumentation_overhead",
     "attribution_architectures",
     "attribution_ablation",
+    "training_latency_agreement",
+    "training_ablation",
     "attribution_remainder",
     "flops_agreement",
     "trace_agreement",

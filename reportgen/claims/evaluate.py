@@ -41,6 +41,7 @@ from reportgen.claims.metrics import (
     read_term,
 )
 from reportgen.claims.registry import Check, Claim, Comparison, load_claims
+from reportgen.vocabulary import TRAIN_MODES
 
 SUPPORTED, REFUTED, INCONCLUSIVE, NOT_TESTED = "supported", "refuted", "inconclusive", "not tested"
 MIXED = "mixed"  # a claim's overall verdict when its evidence disagrees
@@ -202,8 +203,9 @@ def _in_range(spec: dict[str, Any], value: Any) -> bool:
 def _value(obs: Observation, key: str) -> Any:
     if key == "suite":
         return obs.suite
-    if key == "setting":  # every mode reportgen measures is inference
-        return obs.combo.get("setting") or "inference"
+    if key == "setting":  # a training step (train, train-nooptim) is training; the rest inference
+        return obs.combo.get("setting") or (
+            "training" if obs.combo.get("mode") in TRAIN_MODES else "inference")
     return obs.combo.get(key)
 
 

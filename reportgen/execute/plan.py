@@ -176,9 +176,9 @@ def read_record(run_dir: str | Path, combo_id: str) -> dict[str, Any] | None:
 
 
 def size_key(combo: Combination) -> tuple[int, int]:
-    """Larger first: tokens through the model, then the mode's weight (a decode step
-    reads a KV cache as long as the prompt)."""
-    weight = {"prefill": 0, "decode-nocache": 0, "forward": 1, "decode": 2}
+    """Larger first: tokens through the model, then the mode's weight (a training step
+    is about three forwards; a decode step reads a KV cache as long as the prompt)."""
+    weight = {"train": -2, "train-nooptim": -1, "prefill": 0, "decode-nocache": 0, "forward": 1, "decode": 2}
     return (-combo.batch_size * combo.seq_len, weight.get(combo.mode, 3))
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from reportgen.categories import CATEGORIES
 from reportgen.traffic import cfg, gated, shapes
+from reportgen.vocabulary import TRAIN_MODES
 
 CORE_NOTE = "attention.core counts the full Lq x Lk score matrix, not halved for causal masks"
 PARTS_NOTE = ("experts, routers and token mixers are counted from the structure: 2 FLOPs per "
@@ -36,11 +37,27 @@ def _attention(out: dict[str, float], *, b: int, tq: int, tk: int, lq: int, lk: 
     out["attention.out"] += calls * 2 * tq * h * hd * d
 
 
+# A training step's backward computes each matmul's gradient with respect to its input
+# and to its weight: twice the forward's FLOPs (the attention core's too: dQ, dK, dV and
+# the scores' gradient); the optimizer's elementwise update counts 0 like norms do.
+TRAIN_FLOPS_FACTOR = 3
+TRAIN_NOTE = ("training step: analytic FLOPs are the forward's three times over (a backward "
+              "of twice the forward's); the counter counts the backward's own ops")
+
+
 def analytic(info: Mapping[str, Any], combo: Any, hints: Mapping[str, Any] | None = None) -> dict[str, float]:
     """FLOPs of one step per category, from the model's dims (`models.model_info`) and the
     combination's shapes. ``hints`` (`models.analytic_hints`) gives the MLP's weight
     elements from the structure; without it the MLP is read as gated or not from the
-    config's activation."""
+    config's activation. A training step counts its forward ``TRAIN_FLOPS_FACTOR`` times."""
+    out = _forward_analytic(info, combo, hints)
+    if getattr(combo, "mode", "forward") in TRAIN_MODES:
+        out = {c: v * TRAIN_FLOPS_FACTOR for c, v in out.items()}
+    return out
+
+
+def _forward_analytic(info: Mapping[str, Any], combo: Any, hints: Mapping[str, Any] | None = None
+                      ) -> dict[str, float]:
     out = _zero()
     hints = hints or {}
     d = info.get("hidden_size")

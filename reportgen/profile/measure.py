@@ -17,10 +17,11 @@ from typing import Any
 import torch
 
 from reportgen import peaks, traffic
+from reportgen.errors import Skip
 from reportgen.profile import compiling, heap
 from reportgen.profile import flops as flops_mod
 from reportgen.profile import models
-from reportgen.vocabulary import COMPILE_NONE
+from reportgen.vocabulary import COMPILE_NONE, TRAIN_MODES
 from reportgen.profile.timing import time_step
 
 __all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
@@ -66,6 +67,8 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
     hints = models.analytic_hints(built.model)
     analytic = flops_mod.analytic(built.info, combo, hints)
     notes = [flops_mod.CORE_NOTE]
+    if combo.mode in TRAIN_MODES:
+        notes.append(flops_mod.TRAIN_NOTE)
     if hints.get("parts"):
         notes.append(flops_mod.PARTS_NOTE)
     # FLOPs are counted on the eager model: the same arithmetic, and a counting mode
@@ -123,10 +126,13 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     from reportgen.profile.regions import attribute
 
     device = torch.device(combo.device)
+    compile_mode = getattr(combo, "compile", COMPILE_NONE)
+    if compile_mode != COMPILE_NONE and combo.mode in TRAIN_MODES:
+        raise Skip(f"{combo.mode} is measured eagerly only: a compiled training step's backward "
+                   "keeps no module boundaries and is not attributed yet")
     steady_heap = heap.steady()  # before the build: the model's own blocks too
     built = models.build(combo, device, seed=seed)
     holder.append(built)
-    compile_mode = getattr(combo, "compile", COMPILE_NONE)
     compiled: dict[str, Any] | None = None
     if compile_mode != COMPILE_NONE:
         compiling.compile_step(built.step, compile_mode)
@@ -176,6 +182,14 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     if activation.get("measured") is None:
         activation["measured"] = (memory.get("by_category_bytes") or {}).get("attention.core")
     memory["attention_activation_bytes"] = activation
+    if combo.mode in TRAIN_MODES:
+        from reportgen.profile.training import training_memory
+
+        # after the profiled pass (whose memory events give a CPU's rise over a step)
+        memory["training"] = training_memory(
+            built.model, built.step, combo, built.info,
+            rise_bytes=(profiled.get("memory") or {}).get("peak_allocated_bytes"),
+            scores_per_call=activation["analytic"])
 
     result = {
         "model": built.info,

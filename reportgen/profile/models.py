@@ -33,6 +33,8 @@ from reportgen.vocabulary import (
     MODES,
     SCALES,
     SDPA_BACKENDS,
+    TRAIN,
+    TRAIN_MODES,
     positions_needed,
 )
 
@@ -471,12 +473,18 @@ def architecture(config: Any) -> str:
     return "encoder"
 
 
-def _auto_class(config: Any, arch: str) -> Any:
+def _auto_class(config: Any, arch: str, mode: str = "forward") -> Any:
+    """The transformers auto class a combination builds: a causal LM for a decoder, a
+    sequence-to-sequence LM where the type has one, else the bare model; a training step
+    of an encoder trains its masked-LM head where the type has one (labels and a loss)."""
     import transformers
     from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
         MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
     )
 
+    if arch == "encoder" and mode in TRAIN_MODES and config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return transformers.AutoModelForMaskedLM
     if arch == "decoder":
         return transformers.AutoModelForCausalLM
     if arch == "encoder-decoder" and config.model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
@@ -567,6 +575,85 @@ class Step:
             torch.cuda.synchronize(self.device)
 
 
+# The optimizer of mode ``train``: AdamW at torch's defaults (its states in the parameters'
+# dtype, the implementation torch picks for the device). The learning rate is small so the
+# weights stay ordinary numbers over many steps; timing does not depend on their values.
+TRAIN_LR = 1e-5
+
+
+def training_loss(output: Any) -> torch.Tensor:
+    """The loss a training step differentiates: the model's own (a language model given
+    ``labels`` computes its cross entropy), else, for a model without a head (an
+    encoder's ``AutoModel``), the mean of each floating-point output tensor, summed: a
+    stand-in whose backward reaches every parameter that produced an output (its own cost
+    is one reduction per output)."""
+    loss = getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    values = output.values() if isinstance(output, Mapping) else (
+        output if isinstance(output, (tuple, list)) else (output,))
+    tensors = [v for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()
+               and v.requires_grad]
+    if not tensors:
+        raise RuntimeError("the model returned no floating-point output to train on")
+    return sum(t.float().mean() for t in tensors)  # type: ignore[return-value]
+
+
+class TrainStep(Step):
+    """One training step (``train``): the forward with its loss, the backward, and an
+    AdamW step; ``train-nooptim`` stops after the backward. ``reset()`` clears the
+    gradients (``set_to_none``, as a training loop does before its next forward), outside
+    the timed region. The model is in training mode (dropout as its config sets it).
+
+    ``phase_hook``, when set, is called ``(phase, True)`` as each phase (``PHASES``)
+    starts and ``(phase, False)`` as it ends: the profiled pass opens a profiler range
+    there, the hooks method reads its clock. Unset (the timing pass), it costs nothing."""
+
+    def __init__(self, model: nn.Module, kwargs: dict[str, Any], *, optimizer: bool, **kw: Any) -> None:
+        super().__init__(model, kwargs, **kw)
+        model.train()
+        self.phase_hook: Any = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        if optimizer:
+            params = [p for p in model.parameters() if p.requires_grad]
+            self.optimizer = torch.optim.AdamW(params, lr=TRAIN_LR)
+
+    def __call__(self) -> Any:
+        model = self.model if self.compiled is None else self.compiled
+        hook = self.phase_hook
+        with self._kernel():
+            if hook is not None:
+                hook("forward", True)
+            loss = training_loss(model(**self.kwargs))
+            if hook is not None:
+                hook("forward", False)
+                hook("backward", True)
+            loss.backward()
+            if hook is not None:
+                hook("backward", False)
+            if self.optimizer is not None:
+                if hook is not None:
+                    hook("optimizer", True)
+                self.optimizer.step()
+                if hook is not None:
+                    hook("optimizer", False)
+        return loss.detach()
+
+    def reset(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+
+
+def train_step(step: Step, mode: str) -> TrainStep:
+    """A forward ``Step`` turned into the training step of ``mode`` (one of TRAIN_MODES)."""
+    kwargs = dict(step.kwargs)
+    info = dict(step.inputs_info)
+    info["loss"] = ("cross entropy on the model's labels (the input tokens)" if "labels" in kwargs
+                    else "mean of each output tensor, summed (no language-model head)")
+    info["optimizer"] = "AdamW" if mode == TRAIN else None
+    return TrainStep(step.model, kwargs, optimizer=mode == TRAIN, device=step.device,
+                     inputs_info=info, backend=step.backend, mode=mode)
+
+
 def _cache_of(output: Any) -> Any:
     for name in ("cache", "past_key_values"):
         cache = getattr(output, name, None)
@@ -644,7 +731,7 @@ def make_step(model: nn.Module, config: Any, arch: str, mode: str, *, batch_size
               device: torch.device, backend: Any | None, seed: int, name: str) -> Step:
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
-    if mode != "forward" and arch != "decoder":
+    if mode != "forward" and mode not in TRAIN_MODES and arch != "decoder":
         raise Skip(f"{mode} applies to causal LMs; {name} is an {arch}")
     params = _forward_params(model)
     gen = torch.Generator().manual_seed(seed)
@@ -657,12 +744,18 @@ def make_step(model: nn.Module, config: Any, arch: str, mode: str, *, batch_size
     cache_arg = "cache" if "cache" in params else "past_key_values"
     info = {"seed": seed, "input_shape": list(shape), "tokens": batch_size * seq_len, "kv_len": None}
     common: dict[str, Any] = {"device": device, "backend": backend, "mode": mode}
-    if mode == "forward":
+    if mode == "forward" or mode in TRAIN_MODES:
         if arch == "encoder-decoder":
             kwargs["decoder_input_ids"] = random_ids(shape, vocab, gen).to(device)
         if "use_cache" in params:
             kwargs["use_cache"] = False
-        return Step(model, kwargs, inputs_info=info, **common)
+        if mode == "forward":
+            return Step(model, kwargs, inputs_info=info, **common)
+        if "labels" in params:
+            # a language model's own loss: a causal LM predicts the next token (the model
+            # shifts the labels), a masked LM every position's token
+            kwargs["labels"] = kwargs.get("decoder_input_ids", ids)
+        return train_step(Step(model, kwargs, inputs_info=info, **common), mode)
     if mode == DECODE_NOCACHE:
         return _nocache_step(model, params, ids, random_ids((batch_size, 1), vocab, gen).to(device),
                              seed=seed, **common)
@@ -947,12 +1040,12 @@ def fast_init(model: nn.Module, seed: int) -> None:
 
 
 def _instantiate(config: Any, arch: str, impl: str, dtype: torch.dtype, device: torch.device,
-                 seed: int = 0, remote_code: bool = False) -> nn.Module:
+                 seed: int = 0, remote_code: bool = False, mode: str = "forward") -> nn.Module:
     try:
         from transformers.initialization import no_init_weights
     except ImportError:  # older transformers: its own initialisation, then ours over it
         no_init_weights = contextlib.nullcontext
-    cls = _auto_class(config, arch)
+    cls = _auto_class(config, arch, mode)
     extra = {"trust_remote_code": True} if remote_code else {}
     try:
         with torch.device(device), no_init_weights():
@@ -1064,7 +1157,7 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
     else:
         config = spec.make_config(scale, min_positions=needed)
     arch = architecture(config)
-    if combo.mode != "forward" and arch != "decoder":
+    if combo.mode != "forward" and combo.mode not in TRAIN_MODES and arch != "decoder":
         raise Skip(f"{combo.mode} applies to causal LMs; {spec.name} is an {arch}")
     main = main_input(config, arch)
     if main != "input_ids":
@@ -1073,7 +1166,8 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
     # a rerun computes on the same numbers
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         torch.manual_seed(seed)
-        model = _instantiate(config, arch, impl, dtype, dev, seed, remote_code=spec.remote_code)
+        model = _instantiate(config, arch, impl, dtype, dev, seed, remote_code=spec.remote_code,
+                             mode=combo.mode)
     main = getattr(model, "main_input_name", main)
     info = model_info(spec.name, model, arch)
     if spec.hub is not None:
@@ -1087,6 +1181,8 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
         built_step = modality_step(model, model.config, main, batch_size=combo.batch_size,
                                    seq_len=combo.seq_len, device=dev, backend=backend, seed=seed,
                                    name=spec.name)
+        if combo.mode in TRAIN_MODES:
+            built_step = train_step(built_step, combo.mode)
     try:
         trial_ms = _trial(built_step)
     except BaseException:
@@ -1099,7 +1195,7 @@ def free(result: BuiltModel | None) -> None:
     """Drop the model, its inputs and any KV cache, then return cached CUDA blocks."""
     if result is not None:
         step = result.step
-        for attr in ("model", "compiled", "kwargs", "cache", "prefill_kwargs"):
+        for attr in ("model", "compiled", "kwargs", "cache", "prefill_kwargs", "optimizer"):
             with contextlib.suppress(AttributeError):
                 delattr(step, attr)
         result.model = None  # type: ignore[assignment]

@@ -59,6 +59,12 @@ The estimate comes from the config alone:
   ~3-11 KiB per event (t5-small: 188 MiB for 12 layers x 4 forwards); the allowance
   rounds both up (500 events, 12 KiB). On CUDA the trace is host
   memory, not device memory, so it is not part of the device estimate.
+* **training** (``train``, ``train-nooptim``): the forward keeps every layer's
+  intermediates for the backward, so ``activations`` adds the one-layer working set once
+  per layer (and ``attention_scores`` counts every layer's, plus one); **gradients** are
+  one more copy of the parameters and **optimizer_state** AdamW's two moments (``train``
+  only); the profiler allowance counts ``TRAIN_EVENTS_FACTOR`` times the events (the
+  backward's and the optimizer's ops).
 * **runtime**: a fixed allowance for the process: on the CPU ``RUNTIME_CPU_BYTES``
   (torch + transformers imported, the modeling code and profiler loaded lazily,
   allocator slack and thread arenas; ~0.3 GiB measured after import); on CUDA
@@ -85,7 +91,7 @@ import torch
 
 from reportgen.errors import Skip, UserError
 from reportgen.profile import models
-from reportgen.vocabulary import ATTENTION_MICRO, DECODE_NOCACHE, positions_needed
+from reportgen.vocabulary import ATTENTION_MICRO, DECODE_NOCACHE, TRAIN, TRAIN_MODES, positions_needed
 
 __all__ = ["SAFETY_MARGIN", "available", "check", "estimate", "format_gib"]
 
@@ -103,6 +109,11 @@ WORKING_SET_SLACK = 1.5  # allocator retention and fragmentation; see the module
 
 PROFILER_FIXED_BYTES = 64 * MIB
 PROFILER_EVENTS_PER_LAYER = 500  # per forward; 210-390 measured on CPU traces
+# A training step records its backward's ops (about twice the forward's) and the
+# optimizer's besides the forward's.
+TRAIN_EVENTS_FACTOR = 4
+# AdamW keeps two moments per parameter (exp_avg, exp_avg_sq) in the parameter's dtype.
+ADAMW_STATES = 2
 PROFILER_EVENT_BYTES = 12 * 1024  # kineto's record + raw JSON + parsed dict + analysis; <= 11 KiB measured
 PROFILE_ITERATIONS = 3  # the suite default (settings.profile_iterations)
 PROFILE_WARMUP = 1  # profiling.profile_step's default
@@ -170,7 +181,7 @@ def _meta_model(combo: Any) -> tuple[torch.nn.Module, Any, str, str]:
     needed = positions_needed(str(combo.mode), int(combo.seq_len))
     config = spec.make_config(_field(combo, "scale", "reference"), min_positions=needed)
     arch = models.architecture(config)
-    cls = models._auto_class(config, arch)
+    cls = models._auto_class(config, arch, str(combo.mode))
     dtype = models.torch_dtype(combo.dtype)
     # meta init draws no random numbers, but the caller's RNG state is not ours to touch
     with torch.random.fork_rng(devices=[]), torch.device("meta"):
@@ -243,6 +254,13 @@ def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]
         positions = 1 if (mode != "forward" and shape.keeps_last_logits) else tokens
         working += (2 if shape.logit_softcapping else 1) * batch * positions * vocab * nbytes
     scores = attention_activation_bytes(info, combo)
+    if mode in TRAIN_MODES:
+        # a training step keeps every layer's intermediates (and scores) for the backward,
+        # and the backward works on one layer's more at a time
+        layers = max(1, shape.enc_layers + shape.dec_layers)
+        layer_working = batch * tokens * nbytes * (ACT_HIDDEN_TENSORS * width + ACT_FF_TENSORS * ff)
+        working += layers * layer_working
+        scores *= layers + 1
     if mode == "decode":
         prefill = SimpleNamespace(**{**_as_dict(combo), "mode": "prefill"})
         scores = max(scores, attention_activation_bytes(info, prefill))
@@ -295,12 +313,18 @@ def estimate(combo: Any, *, device: str | None = None, profile_iterations: int =
         del model
     parts: dict[str, int] = {"weights": int(weights), "build_transient": int(transient)}
     parts.update(_analytic(combo, info, shape))
+    if str(combo.mode) in TRAIN_MODES:
+        # gradients of every parameter; AdamW's moments in mode train
+        parts["gradients"] = int(params * models.torch_dtype(combo.dtype).itemsize)
+        parts["optimizer_state"] = ADAMW_STATES * parts["gradients"] if str(combo.mode) == TRAIN else 0
     if dev == "cuda":
         parts["profiler"] = 0  # the trace lives in host memory, not on the device
         parts["runtime"] = RUNTIME_CUDA_BYTES
     else:
         layers = max(1, shape.enc_layers + shape.dec_layers)
         events = PROFILER_EVENTS_PER_LAYER * layers * (profile_iterations + PROFILE_WARMUP)
+        if str(combo.mode) in TRAIN_MODES:
+            events *= TRAIN_EVENTS_FACTOR
         parts["profiler"] = PROFILER_FIXED_BYTES + PROFILER_EVENT_BYTES * events
         parts["runtime"] = RUNTIME_CPU_BYTES
     return {"estimate_bytes": int(sum(parts.values())), "parts": parts, "parameters": int(params),

@@ -13,13 +13,15 @@ import json
 import os
 import statistics
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from reportgen.attribution import ATTRIBUTION_KEYS, ITERATION_LABEL, analyse_trace
+from reportgen.attribution import ATTRIBUTION_KEYS, ITERATION_LABEL, LABEL_PREFIX, PHASE_ROLE, analyse_trace
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import install_hooks
 from reportgen.scrub import gzip_trace, trace_name
@@ -37,6 +39,30 @@ def write_gzip_atomic(path: Path, data: bytes) -> int:
     return len(packed)
 
 
+@contextlib.contextmanager
+def phase_ranges(step: StepLike) -> Iterator[None]:
+    """A training step's phases (``TrainStep.phase_hook``) as ``rg|phase|<phase>``
+    profiler ranges; nothing for any other step."""
+    if not hasattr(step, "phase_hook"):
+        yield
+        return
+    enter = torch.ops.profiler._record_function_enter_new
+    leave = torch.ops.profiler._record_function_exit._RecordFunction
+    open_ranges: list[Any] = []
+
+    def hook(name: str, start: bool) -> None:
+        if start:
+            open_ranges.append(enter(f"{LABEL_PREFIX}{PHASE_ROLE}|{name}", None))
+        elif open_ranges:
+            leave(open_ranges.pop())
+
+    step.phase_hook = hook  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        step.phase_hook = None  # type: ignore[attr-defined]
+
+
 def record_pass(step: StepLike, model: nn.Module, iterations: int, warmup: int, out: Path,
                 label_modules: bool = True) -> profile:
     """Run the profiled forwards, export their Chrome trace to ``out`` and return the
@@ -44,7 +70,7 @@ def record_pass(step: StepLike, model: nn.Module, iterations: int, warmup: int, 
     activities = [ProfilerActivity.CPU]
     if step.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with install_hooks(model) if label_modules else contextlib.nullcontext():
+    with install_hooks(model) if label_modules else contextlib.nullcontext(), phase_ranges(step):
         with profile(activities=activities,
                      schedule=schedule(wait=0, warmup=warmup, active=iterations, repeat=1),
                      record_shapes=True, profile_memory=True, with_flops=True) as prof:
@@ -68,7 +94,8 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     Writes the Chrome trace gzipped to ``trace_path`` (``<run>/traces/<name>``) and
     returns ``{"profile", "attribution", "ops", "memory"}`` as in ARCHITECTURE.md, less
     ``profile.overhead_ratio`` (the caller has the unprofiled timing), and
-    ``per_iteration``: (forward ms, category ms) of each profiled iteration alone.
+    ``per_iteration``: (forward ms, category ms) of each profiled iteration alone (and for
+    a training step ``per_iteration_phases``, each iteration's phases).
     ``label_modules=False`` leaves the module hooks out (a compiled forward, where they
     would not fire).
     """
@@ -94,13 +121,14 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
                            "(CUPTI unavailable?), so device time cannot be attributed")
     from reportgen.profile.regions import profiler_iterations
 
-    each = profiler_iterations(trace)
+    each_phases: list[dict[str, Any]] = []
+    each = profiler_iterations(trace, each_phases)
     trace_bytes = write_gzip_atomic(trace_path, raw)
     per_iteration = result["iteration_ms"]
     if len(per_iteration) != iterations:
         raise RuntimeError(f"trace holds {len(per_iteration)} profiled iterations, "
                            f"expected {iterations}")
-    return {
+    out = {
         "profile": {"iterations": iterations, "per_iteration_ms": per_iteration,
                     "median_ms": statistics.median(per_iteration),
                     "trace": f"traces/{trace_path.name}", "trace_bytes": trace_bytes},
@@ -109,3 +137,6 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
         "memory": result["memory"],
         "per_iteration": each,
     }
+    if each_phases:  # a training step: each iteration's phases too
+        out["per_iteration_phases"] = each_phases
+    return out

@@ -10,6 +10,15 @@ iteration's timed calls into the categories (``attention.core`` = the attention 
 its projections, norms and position-bias embeddings; ``other`` = the model's and blocks'
 own time; ``overhead`` = the iteration outside the model's forward).
 
+A training step (``reportgen.profile.models.TrainStep``) is clocked at its phases
+(forward, backward, optimizer: the step's ``phase_hook``) and, in its backward, at the
+same modules' backward boundaries: when the gradient of a call's outputs is ready and
+when the gradient of its inputs is (an identity autograd node on each side, as
+``register_full_backward_pre_hook`` / ``register_full_backward_hook`` place them, here on
+keyword inputs too, which transformers passes hidden states as). A call none of whose
+inputs needs a gradient (an embedding of token ids) has no end to clock: its backward
+runs until the next call outside it starts, or the backward ends.
+
 It also gives the profiler method per iteration (``reportgen.attribution.profiler_iterations``:
 each profiled iteration attributed alone), so both methods give share intervals from
 repetition.
@@ -35,6 +44,47 @@ __all__ = ["attribute", "attribution_section", "clocked", "device_clock", "hooke
            "profiler_iterations", "profiler_method"]
 
 _ITERATION = -1
+# what a clock reading in the recorder's log marks
+_FWD_START, _FWD_END, _BWD_START, _BWD_END, _BWD_OPEN, _PHASE_START, _PHASE_END = range(7)
+
+
+def _grad_tensors(values: Any) -> list[tuple[Any, torch.Tensor]]:
+    """(place, tensor) of the top-level tensors of ``values`` that need a gradient: a
+    tensor, the items of a tuple or list, the values of a mapping (a ModelOutput)."""
+    if isinstance(values, torch.Tensor):
+        items: list[tuple[Any, Any]] = [(None, values)]
+    elif isinstance(values, (tuple, list)):
+        items = list(enumerate(values))
+    elif isinstance(values, dict):
+        items = list(values.items())
+    else:
+        return []
+    return [(k, v) for k, v in items if isinstance(v, torch.Tensor) and v.requires_grad]
+
+
+def _identity_node(tensors: list[torch.Tensor]) -> tuple[tuple[torch.Tensor, ...], Any]:
+    """The tensors passed through one identity autograd node (the node full backward
+    hooks use), and that node."""
+    from torch.nn.modules._functions import BackwardHookFunction
+
+    new = BackwardHookFunction.apply(*tensors)
+    if isinstance(new, torch.Tensor):
+        new = (new,)
+    node = next((t.grad_fn for t in new if t.grad_fn is not None), None)
+    return tuple(new), node
+
+
+def _replace(values: Any, places: list[Any], new: tuple[torch.Tensor, ...]) -> Any:
+    if isinstance(values, torch.Tensor):
+        return new[0]
+    if isinstance(values, dict):
+        for k, t in zip(places, new):
+            values[k] = t
+        return values
+    items = list(values)
+    for k, t in zip(places, new):
+        items[k] = t
+    return type(values)(items) if isinstance(values, list) else tuple(items)
 
 
 class _HostClock:
@@ -89,12 +139,16 @@ class _EventClock:
 
 
 class _Recorder:
-    """Hooks that append ``(key, is_start, stamp)`` at every labelled module call."""
+    """Hooks that append ``(key, event, stamp)`` at every labelled module call (and, for
+    a training step, at its phases and its modules' backward boundaries)."""
 
-    def __init__(self, model: nn.Module, clock: Any, proj_category: dict[str, str]) -> None:
+    def __init__(self, model: nn.Module, clock: Any, proj_category: dict[str, str],
+                 training: bool = False) -> None:
         self.clock = clock
-        self.log: list[tuple[int, bool, Any]] = []
+        self.log: list[tuple[int, int, Any]] = []
         self.keys: list[tuple[str, str | None]] = []  # (role, settled category)
+        self.fqns: list[str | None] = []
+        self.training = training
         self._handles: list[Any] = []
         modules = dict(model.named_modules())
         targets = [("", "model", None)]
@@ -103,55 +157,160 @@ class _Recorder:
                 targets.append((fqn, info.role, proj_category.get(fqn) if info.role == "proj"
                                 else None))
         log, mark = self.log, clock.mark
+        self.phase_keys: dict[str, int] = {}
         for fqn, role, category in targets:
             key = len(self.keys)
             self.keys.append((role, category))
+            self.fqns.append(fqn)
+            module = modules[fqn]
+            if training:
+                self._handles += self._training_hooks(module, key)
+                continue
 
             def pre(_m: nn.Module, _a: Any, key: int = key) -> None:
-                log.append((key, True, mark()))
+                log.append((key, _FWD_START, mark()))
 
             def post(_m: nn.Module, _a: Any, _o: Any, key: int = key) -> None:
-                log.append((key, False, mark()))
+                log.append((key, _FWD_END, mark()))
 
-            module = modules[fqn]
             self._handles.append(module.register_forward_pre_hook(pre))
             self._handles.append(module.register_forward_hook(post, always_call=True))
+        if training:
+            from reportgen.attribution import PHASES
+
+            for name in PHASES:
+                self.phase_keys[name] = len(self.keys)
+                self.keys.append(("phase", name))
+                self.fqns.append(None)
+
+    def _training_hooks(self, module: nn.Module, key: int) -> list[Any]:
+        """Forward clocks as above, and identity nodes on the call's inputs and outputs
+        whose backward reads the clock (see the module docstring)."""
+        log, mark = self.log, self.clock.mark
+        ends: list[bool] = []  # per open call: whether its inputs need a gradient
+
+        def pre(_m: nn.Module, args: Any, kwargs: Any, key: int = key) -> Any:
+            log.append((key, _FWD_START, mark()))
+            if not torch.is_grad_enabled():
+                ends.append(False)
+                return None
+            found = [(("a", k), t) for k, t in _grad_tensors(args)]
+            found += [(("k", k), t) for k, t in _grad_tensors(kwargs)]
+            ends.append(bool(found))
+            if not found:
+                return None
+            new, node = _identity_node([t for _, t in found])
+            if node is not None:
+                node.register_hook(lambda _gi, _go, key=key: log.append((key, _BWD_END, mark())))
+            args = _replace(args, [k for (w, k), _ in found if w == "a"],
+                            tuple(t for ((w, _), _), t in zip(found, new) if w == "a"))
+            kwargs = _replace(kwargs, [k for (w, k), _ in found if w == "k"],
+                              tuple(t for ((w, _), _), t in zip(found, new) if w == "k"))
+            return args, kwargs
+
+        def post(_m: nn.Module, _a: Any, output: Any, key: int = key) -> Any:
+            log.append((key, _FWD_END, mark()))
+            has_end = ends.pop() if ends else False
+            found = _grad_tensors(output) if torch.is_grad_enabled() else []
+            if not found:
+                return None
+            new, node = _identity_node([t for _, t in found])
+            if node is None:
+                return None
+            event = _BWD_START if has_end else _BWD_OPEN
+            node.register_prehook(lambda _go, key=key, event=event: log.append((key, event, mark())))
+            return _replace(output, [k for k, _ in found], new)
+
+        return [module.register_forward_pre_hook(pre, with_kwargs=True),
+                module.register_forward_hook(post, always_call=True)]
+
+    def _phase(self, name: str, start: bool) -> None:
+        self.log.append((self.phase_keys[name], _PHASE_START if start else _PHASE_END, self.clock.mark()))
+
+    def _inside(self, outer: int, inner: int) -> bool:
+        """Whether module key ``inner`` lies inside module key ``outer`` (by name)."""
+        a, b = self.fqns[outer], self.fqns[inner]
+        return a is not None and b is not None and (a == "" or b == a or b.startswith(a + "."))
 
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
 
-    def iteration(self, step: StepLike, sources: dict[str, float] | None = None
+    def iteration(self, step: StepLike, sources: dict[str, float] | None = None,
+                  phases: list[dict[str, dict[str, float]]] | None = None
                   ) -> tuple[float, dict[str, float], int]:
         """One hooked iteration: (wall ms, category ms, module calls timed); ``sources``
-        accumulates where ``other`` and ``overhead`` came from."""
+        accumulates where ``other`` and ``overhead`` came from; for a training step,
+        ``phases`` receives the iteration's ``{phase: {category: ms}}``."""
         self.log.clear()
         self.clock.begin()
-        start = self.clock.mark()
-        step()
-        end = self.clock.finish(step)
+        hooked = self.training and hasattr(step, "phase_hook")
+        if hooked:
+            step.phase_hook = self._phase  # type: ignore[attr-defined]
+        try:
+            start = self.clock.mark()
+            step()
+            end = self.clock.finish(step)
+        finally:
+            if hooked:
+                step.phase_hook = None  # type: ignore[attr-defined]
         log = list(self.log)
         times = self.clock.resolve([start, *(m for _, _, m in log), end])
+        calls = self._calls(log, times)
+        if phases is not None:
+            split = shares.categorise_phases(calls)
+            if split is not None:
+                phases.append(split)
+        forward_calls = sum(1 for _, event, _ in log if event == _FWD_END)
+        return times[-1], shares.categorise(calls, sources), forward_calls
+
+    def _calls(self, log: Sequence[tuple[int, int, Any]], times: Sequence[float]) -> list[shares.Call]:
         calls = [shares.Call("iteration", times[0], times[-1], None)]
-        stack = [0]
-        for (key, is_start, _), t in zip(log, times[1:-1]):
+        stack = [0]  # forward calls and phases
+        back: list[tuple[int, int, bool]] = []  # open backward calls: (call, key, has an end)
+
+        def close(index: int, t: float) -> None:
+            c = calls[index]
+            calls[index] = shares.Call(c.role, c.start, t, c.parent, c.category, c.backward)
+
+        for (key, event, _), t in zip(log, times[1:-1]):
             role, category = self.keys[key]
-            if is_start:
+            if event in (_FWD_START, _PHASE_START):
                 calls.append(shares.Call(role, t, t, stack[-1], category))
                 stack.append(len(calls) - 1)
-            elif len(stack) > 1:
-                index = stack.pop()
-                c = calls[index]
-                calls[index] = shares.Call(c.role, c.start, t, c.parent, c.category)
-        return times[-1], shares.categorise(calls, sources), len(log) // 2
+            elif event in (_FWD_END, _PHASE_END):
+                if event == _PHASE_END:
+                    while back:  # the backward's calls end with it at the latest
+                        close(back.pop()[0], t)
+                if len(stack) > 1:
+                    close(stack.pop(), t)
+            elif event in (_BWD_START, _BWD_OPEN):
+                # a call with no end to clock closes when a call outside it starts
+                while back and not back[-1][2] and not self._inside(back[-1][1], key):
+                    close(back.pop()[0], t)
+                parent = back[-1][0] if back else stack[-1]
+                calls.append(shares.Call(role, t, t, parent, category, True))
+                back.append((len(calls) - 1, key, event == _BWD_START))
+            elif event == _BWD_END:
+                keys = [k for _, k, _ in back]
+                if key in keys:
+                    while back:
+                        index, k, _ = back.pop()
+                        close(index, t)
+                        if k == key:
+                            break
+        while back:
+            close(back.pop()[0], times[-1])
+        return calls
 
 
 def hooked_forward(model: nn.Module, step: StepLike, clock: Any,
                    proj_category: dict[str, str]) -> tuple[float, dict[str, float]]:
     """One ``step()`` under the method's clocks, installed for it alone: (wall ms,
-    category ms). ``proj_category`` from ``module_categories``."""
-    recorder = _Recorder(model, clock, proj_category)
+    category ms). ``proj_category`` from ``module_categories``. A training step is clocked
+    in its backward too (its categories are the whole step's)."""
+    recorder = _Recorder(model, clock, proj_category, training=hasattr(step, "phase_hook"))
     try:
         ms, categories, _ = recorder.iteration(step)
     finally:
@@ -203,6 +362,8 @@ def hooks_method(model: nn.Module, step: StepLike, *, min_iterations: int = 6,
     if clock is None:
         clock = device_clock(step)
     proj_category = module_categories(model, step)  # qkv or out: one recorded forward
+    training = hasattr(step, "phase_hook")  # a training step: its phases and backward too
+    phases: list[dict[str, dict[str, float]]] = []
     per_iteration: list[dict[str, float]] = []
     walls: list[float] = []
     bare: list[float] = []
@@ -217,9 +378,9 @@ def hooks_method(model: nn.Module, step: StepLike, *, min_iterations: int = 6,
                 bare.append(_bare(step, clock))
                 step.reset()
                 continue
-            recorder = _Recorder(model, clock, proj_category)
+            recorder = _Recorder(model, clock, proj_category, training=training)
             try:
-                ms, cats, calls = recorder.iteration(step, sources)
+                ms, cats, calls = recorder.iteration(step, sources, phases)
             finally:
                 recorder.remove()
             step.reset()
@@ -227,7 +388,7 @@ def hooks_method(model: nn.Module, step: StepLike, *, min_iterations: int = 6,
             per_iteration.append(cats)
     ratio, low, high = _paired_ratio(walls, bare)
     return shares.method_section(
-        per_iteration, walls, clock=clock.method,
+        per_iteration, walls, phases=phases if training else None, clock=clock.method,
         basis="device" if clock.method == "cuda-events" else "cpu",
         calls_per_forward=calls,
         other_sources_ms={k: v / len(walls) for k, v in sorted(sources.items())},
@@ -256,10 +417,14 @@ def _paired_ratio(a: Sequence[float], b: Sequence[float], reps: int = 1000,
     return point, min(point, low), max(point, high)
 
 
-def profiler_method(rows: Sequence[tuple[float, dict[str, float]]], basis: str) -> dict[str, Any]:
+def profiler_method(rows: Sequence[tuple[float, dict[str, float]]], basis: str,
+                    phases: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The profiler method's record section from ``profiler_iterations`` (per-iteration
-    category times, shares with bootstrap intervals over the profiled iterations)."""
+    category times, shares with bootstrap intervals over the profiled iterations; a
+    training step's ``phases`` from its ``phases_out``)."""
+    split = [{name: dict(p["categories"]) for name, p in row.items()} for row in phases or ()]
     return shares.method_section([cats for _, cats in rows], [ms for ms, _ in rows],
+                                 phases=split if split and len(split) == len(rows) else None,
                                  clock="torch.profiler", basis=basis)
 
 
@@ -270,12 +435,24 @@ def attribute(profiled: dict[str, Any], model: nn.Module, step: StepLike, *,
     ``hooks=False`` (a compiled forward, whose modules no longer run as modules) keeps
     the profiler's method alone."""
     methods = {"profiler": profiler_method(profiled["per_iteration"],
-                                           profiled["attribution"]["basis"])}
+                                           profiled["attribution"]["basis"],
+                                           profiled.get("per_iteration_phases"))}
+    failed = None
     if hooks:
-        methods["hooks"] = hooks_method(model, step, budget_s=budget_s)
+        try:
+            methods["hooks"] = hooks_method(model, step, budget_s=budget_s)
+        except RuntimeError as exc:
+            if not hasattr(step, "phase_hook"):
+                raise
+            # a training step whose model modifies a clocked call's input or output in
+            # place cannot carry the backward clocks' identity nodes: profiler alone
+            failed = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+            step.reset()
     out = attribution_section(profiled["attribution"], methods, step.device.type)
     if not hooks:
         out["headline_reason"] = shares.HEADLINE_REASON["profiler-only"]
+    elif failed is not None:
+        out["headline_reason"] = f"the hooks method could not clock this training step ({failed})"
     return out
 
 
@@ -309,4 +486,8 @@ def attribution_section(profiled: dict[str, Any], methods: dict[str, dict[str, A
         categories[c] = base
     out["categories"] = categories
     out["forward_ms"] = chosen["forward_ms"]
+    if chosen.get("phases"):
+        # a training step's phases from the headline method (with their intervals)
+        out["phases"] = {name: {k: v for k, v in p.items() if k != "per_iteration_ms"}
+                         for name, p in chosen["phases"].items()}
     return out

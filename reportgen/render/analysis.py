@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from reportgen import stats
-from reportgen.categories import (ARCHITECTURE_CATEGORIES, ATTENTION_CATEGORIES, CATEGORIES,
+from reportgen.categories import (ATTENTION_CATEGORIES, CATEGORIES, OPTIONAL_CATEGORIES,
                                   MOE_CATEGORIES)
 from reportgen.intervals import unstable_reason
 from reportgen.render import fmt
@@ -199,7 +199,7 @@ def select(frame: pd.DataFrame, setting: Mapping[str, Any]) -> pd.DataFrame:
 def shown_columns(frame: pd.DataFrame) -> list[str]:
     """The columns of a combinations frame (or a part of it) that a download of it holds:
     all but those of the architecture categories no row shows (``shown_categories``)."""
-    hidden = set(ARCHITECTURE_CATEGORIES) - set(shown_categories(frame))
+    hidden = set(OPTIONAL_CATEGORIES) - set(shown_categories(frame))
     drop = {column for column, group in GROUP_SHARES.items() if hidden.issuperset(group)}
     # what the lengths count, only where some row counts other than tokens; the MoE load
     # only where some row has it: a table of text models keeps the columns it had

@@ -23,6 +23,7 @@ from reportgen.categories import CATEGORIES
 from reportgen.render import (analysis, charts, cite, compiled, machine, moe, roofline_pages, sections,
                               studies)
 from reportgen.render import tools as tools_page
+from reportgen.render import training
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
 from reportgen.render.templating import environment
@@ -399,6 +400,9 @@ class _Builder:
                     path, "scaling", "Time per category against sequence length (log-log)",
                     charts.scaling_chart(analysis.category_ms_long(sel), unit), out)
         ctx["routing"] = self._routing(path, hw, rows, summary, out)
+        ctx["training"] = training.section(self, path, [
+            (self.records[(hw, str(r["combo_id"]))], self._links(path, r)["json"])
+            for r in rows.to_dict(orient="records") if (hw, str(r["combo_id"])) in self.records])
         ctx["roofline"] = roofline_pages.combination_section(self, path, hw, rows, out)
         comparison = analysis.attention_comparison(rows)
         ctx["attention"] = _rows(comparison)

@@ -31,10 +31,10 @@ import pandas as pd
 
 from reportgen import shares, stats
 from reportgen.attribution import profiler_iterations
-from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES
+from reportgen.categories import CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.render import compare
 from reportgen.render.shown import shown_categories
-from reportgen.vocabulary import ATTENTION_MICRO, COMPILE_NONE, DECODE_NOCACHE
+from reportgen.vocabulary import ATTENTION_MICRO, COMPILE_NONE, DECODE_NOCACHE, TRAIN_MODES
 
 
 @dataclass(frozen=True)
@@ -257,6 +257,11 @@ def missing(frame: pd.DataFrame, matched: pd.DataFrame,
                             "gain_title": gain.title, "status": "not applicable",
                             "why": f"an {arch} has no KV cache", "command": None})
                 continue
+            if gain.name == "compile" and set(part["mode"]) <= set(TRAIN_MODES):
+                out.append({"hardware": hw, "model": model, "gain": gain.name,
+                            "gain_title": gain.title, "status": "not applicable",
+                            "why": "training steps are measured eagerly only", "command": None})
+                continue
             out.append({"hardware": hw, "model": model, "gain": gain.name, "gain_title": gain.title,
                         "status": "not measured", "why": None,
                         "command": command_for(gain, str(model), str(first["device"]), first, suite_cover)})
@@ -295,7 +300,7 @@ def iteration_series(record: Mapping[str, Any], trace: Path | None) -> Series | 
     if section:
         walls = section.get("iteration_ms") or []
         cats = {c: (section.get("categories") or {}).get(c, {}).get("per_iteration_ms") for c in CATEGORIES}
-        for c in ARCHITECTURE_CATEGORIES:  # records made before these categories lack them
+        for c in OPTIONAL_CATEGORIES:  # records made before these categories lack them
             if cats[c] is None:
                 cats[c] = [0.0] * len(walls)
         if walls and all(isinstance(v, list) and len(v) == len(walls) for v in cats.values()):

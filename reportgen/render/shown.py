@@ -1,9 +1,10 @@
 """Which categories a table or chart shows: the one rule, for every page, download and
 command that lists one column or row per category.
 
-Every category is shown, except the ``ARCHITECTURE_CATEGORIES`` (``mixer``, ``moe.router``,
-``moe.experts``): only some models have those, so a table shows one only where at least
-one of its rows has a non-zero value for it. A table of dense models keeps the columns it
+Every category is shown, except the ``OPTIONAL_CATEGORIES``: the architecture categories
+(``mixer``, ``moe.router``, ``moe.experts``), which only some models have, and
+``optimizer``, which only a training step with an optimizer has. A table shows one only
+where at least one of its rows has a non-zero value for it. A table of dense models keeps the columns it
 had before these categories existed, and a record written before them (which lacks their
 keys) reads as not having them: never as a 0 that would show the column.
 
@@ -17,7 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES
+from reportgen.categories import CATEGORIES, OPTIONAL_CATEGORIES
 
 __all__ = ["category_present", "shown_categories"]
 
@@ -46,13 +47,14 @@ def category_present(row: Mapping[str, Any], category: str) -> bool:
 
 def shown_categories(rows: Any) -> tuple[str, ...]:
     """The categories, in display order, that a table or chart of ``rows`` lists: all of
-    ``CATEGORIES`` but the architecture categories no row has a non-zero value for.
+    ``CATEGORIES`` but the optional categories (architecture ones, optimizer) no row has a
+    non-zero value for.
 
     ``rows``: an iterable of rows of any form ``category_present`` reads, or a pandas
     DataFrame of them (its records are read)."""
     if hasattr(rows, "to_dict"):  # a DataFrame; read without importing pandas here
         rows = rows.to_dict(orient="records")
     rows = [r for r in (rows or ()) if isinstance(r, Mapping)]
-    present = {c for c in ARCHITECTURE_CATEGORIES if any(category_present(r, c) for r in rows)}
-    return tuple(c for c in CATEGORIES if c not in ARCHITECTURE_CATEGORIES or c in present)
+    present = {c for c in OPTIONAL_CATEGORIES if any(category_present(r, c) for r in rows)}
+    return tuple(c for c in CATEGORIES if c not in OPTIONAL_CATEGORIES or c in present)
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES
+from reportgen.categories import CATEGORIES, OPTIONAL_CATEGORIES
 
 SCHEMA_VERSION = 1
 _TIME = "2026-12-02T13:00:00Z"
@@ -101,7 +101,7 @@ def _ms(hw: SyntheticHardware, model: SyntheticModel, flops: dict[str, float], a
     out: dict[str, float] = {}
     # synthetic records are of eager dense models, written as records were before
     # "compiled" and the architecture categories (mixer, moe.*) existed
-    for cat in (c for c in CATEGORIES if c != "compiled" and c not in ARCHITECTURE_CATEGORIES):
+    for cat in (c for c in CATEGORIES if c != "compiled" and c not in OPTIONAL_CATEGORIES):
         eff = _CORE_EFFICIENCY.get(attn, 0.3) if cat == "attention.core" else 0.7
         if cat in ("norm", "other", "embeddings"):
             eff = 0.05
