@@ -52,17 +52,3 @@ COMPILE_MODES: tuple[str, ...] = (COMPILE_NONE, "default", "reduce-overhead", "m
 # measurements run in a combination's profiled round, each recorded under
 # ``studies.<name>`` (reportgen.profile.studies maps a name to its code).
 STUDIES: tuple[str, ...] = ("instrumentation", "tools")
-
-# How OpenMP threads wait for work, in every measuring worker unless the user's
-# environment sets it: busy-waiting threads (libgomp's default spin) turn one core lost to
-# another process into a stall of every parallel region (a 1 ms forward read 370 ms at
-# the 90th percentile on a 2-core host beside a busy process, against 5 ms passive).
-OMP_WAIT_POLICY = "PASSIVE"
-
-
-def omp_wait_policy(environ: dict[str, str] | None = None) -> str:
-    """The policy a worker runs with: the environment's own, else ``OMP_WAIT_POLICY``."""
-    import os
-
-    env = os.environ if environ is None else environ
-    return env.get("OMP_WAIT_POLICY") or OMP_WAIT_POLICY

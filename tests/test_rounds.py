@@ -283,10 +283,13 @@ def test_harness_efficiency_is_timed_samples_over_suite_wall_time() -> None:
     eff = figs["harness_efficiency"]
     assert eff["value"] == pytest.approx(2.5 / 10.0)  # 2.0 s + 0.5 s of samples in 10 s
     assert eff["warmup_s"] == pytest.approx(0.6)
-    assert eff["status"] == "fail"  # goal: at least half
-    run.wall_s = 4.9
-    assert efficiency.figures(run, reference_size=True)["harness_efficiency"]["status"] == "pass"
-    assert efficiency.figures(run, reference_size=False)["harness_efficiency"]["status"] == "info"
+    # shown without a verdict: rounds stop at their target, so samples fill no budget
+    assert eff["status"] == "info"
+    total = figs["suite_time"]
+    assert total["value"] == 10.0 and total["status"] == "pass"  # goal: within 6 minutes
+    run.wall_s = 400.0
+    assert efficiency.figures(run, reference_size=True)["suite_time"]["status"] == "fail"
+    assert efficiency.figures(run, reference_size=False)["suite_time"]["status"] == "info"
 
 
 def test_coverage_counts_remeasured_medians_inside_the_first_interval() -> None:

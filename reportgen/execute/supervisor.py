@@ -33,7 +33,6 @@ from reportgen.execute.memory import (
     refresh,
 )
 from reportgen.execute.worker import WorkerSpec
-from reportgen.vocabulary import omp_wait_policy
 
 READY_TIMEOUT_S = 300.0  # importing torch on a cold network filesystem can take minutes
 POLL_S = 0.25
@@ -120,9 +119,6 @@ class Supervisor:
         if self.spec.visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.spec.visible_devices
         env.setdefault("PYTHONUNBUFFERED", "1")
-        # threads that sleep while they wait (vocabulary.OMP_WAIT_POLICY), unless the user
-        # chose; recorded in the environment and each record's timing
-        env["OMP_WAIT_POLICY"] = omp_wait_policy(env)
         # the worker imports what this process can (as multiprocessing's spawn does)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
         with open(self.log_path, "ab") as log:

@@ -32,7 +32,6 @@ from reportgen import __version__
 from reportgen.errors import UserError
 from reportgen.profile import nvml
 from reportgen.scrub import interpreter
-from reportgen.vocabulary import omp_wait_policy
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 
@@ -383,10 +382,12 @@ def torch_info() -> dict[str, Any]:
             "num_interop_threads": torch.get_num_interop_threads(),
             "env": {
                 name: os.environ.get(name)
-                for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+                # how idle OpenMP threads wait (libgomp spins, then sleeps, when unset): a
+                # spinning thread that loses its core to another process stalls every
+                # parallel region, which the contention readings of each pass catch
+                for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY",
+                             "GOMP_SPINCOUNT")
             },
-            # what the measuring workers run with (set for them where this process has none)
-            "omp_wait_policy": omp_wait_policy(dict(os.environ)),
         },
         "numerics": {
             "matmul_allow_tf32": _safe(lambda: b.cuda.matmul.allow_tf32),
