@@ -28,7 +28,9 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (CPU only; tiny models built in-process)."""
     # tools: the tools study's HolisticTraceAnalysis is tested for real, not as missing
     install(session, "test", extras="profile,tools")
-    # python -m: a pytest on the host (seen through the system site) would not see the venv
+    # python -m: a pytest on the host (seen through the system site) would not see the venv.
+    # tests/conftest.py spreads the tests over the CPUs (pytest-xdist) and leaves the slow
+    # ones out unless CI is set or --slow is given.
     session.run("python", "-m", "pytest", *session.posargs)
 
 
