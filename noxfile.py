@@ -1,4 +1,4 @@
-"""Sessions: `nox -s report` (profile, render, build the site) and `nox -s tests`."""
+"""Sessions: `nox -s report` (profile, render, build the site), `nox -s tests` and `nox -s lint`."""
 
 from __future__ import annotations
 
@@ -19,6 +19,10 @@ VENV = ["--system-site-packages"]
 def install(session: nox.Session, *groups: str, extras: str = "") -> None:
     """The package (with ``extras``, e.g. "profile") and the dependency groups."""
     session.install("-e", f".[{extras}]" if extras else ".")
+    install_groups(session, *groups)
+
+
+def install_groups(session: nox.Session, *groups: str) -> None:
     for group in groups:
         session.install(*nox.project.dependency_groups(PYPROJECT, group))
 
@@ -27,11 +31,20 @@ def install(session: nox.Session, *groups: str, extras: str = "") -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (CPU only; tiny models built in-process)."""
     # tools: the tools study's HolisticTraceAnalysis is tested for real, not as missing
-    install(session, "test", extras="profile,tools")
+    install(session, "test", "lint", extras="profile,tools")
+    # ruff takes about a second, so every test run checks the code first
+    session.run("ruff", "check", ".")
     # python -m: a pytest on the host (seen through the system site) would not see the venv.
     # tests/conftest.py spreads the tests over the CPUs (pytest-xdist) and leaves the slow
     # ones out unless CI is set or --slow is given.
     session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(venv_params=VENV)
+def lint(session: nox.Session) -> None:
+    """Check the code with ruff (the rules are in pyproject.toml)."""
+    install_groups(session, "lint")
+    session.run("ruff", "check", *(session.posargs or ["."]))
 
 
 @nox.session(venv_params=VENV)

@@ -280,7 +280,8 @@ def test_death_reasons() -> None:
     assert supervisor.death_reason(-9, 41.2, full) == (
         "worker killed by SIGKILL (9) after 41 s, host memory 23.1 of 23.4 GiB in use: likely out of host memory")
     roomy = (2 * 1024**3, 24 * 1024**3)
-    assert supervisor.death_reason(-9, 3, roomy) == "worker killed by SIGKILL (9) after 3 s, host memory 2.0 of 24.0 GiB in use"
+    assert supervisor.death_reason(-9, 3, roomy) == ("worker killed by SIGKILL (9) after 3 s, "
+                                                     "host memory 2.0 of 24.0 GiB in use")
     assert supervisor.death_reason(-11, 3, None) == "worker killed by SIGSEGV (11) after 3 s"
     assert supervisor.death_reason(1, 0.4, None) == "worker exited with code 1 after 0 s"
     group = memory.MemoryCgroup(Path("/x"), 2, 4 * 1024**3, 0)

@@ -99,7 +99,8 @@ def test_profile_writes_valid_records_and_goes_on_after_a_failure(
     failed = records["gpt2--decode--fp32--sdpa--b1--s32--tiny"]
     assert failed["status"] == "failed"
     assert failed["reason"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
-    assert failed["execution"]["worker_pid"] == records["gpt2--forward--fp32--sdpa--b1--s32--tiny"]["execution"]["worker_pid"]
+    survivor = records["gpt2--forward--fp32--sdpa--b1--s32--tiny"]
+    assert failed["execution"]["worker_pid"] == survivor["execution"]["worker_pid"]
     assert "worker_restarted" not in failed["execution"]  # a clean out-of-memory keeps the worker
     assert failed["timing"] is None and "RuntimeError" in failed["traceback"]
     ok = records["bert-base--forward--fp32--sdpa--b1--s16--tiny"]

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from reportgen.errors import Skip
-from reportgen.execute.console import Progress
 from reportgen.execute import rounds
+from reportgen.execute.console import Progress
 from reportgen.execute.local import Job, rounds_combo
 from reportgen.execute.record import utc_now
 from reportgen.execute.supervisor import Outcome

@@ -8,9 +8,9 @@ container), the cgroup's own OOM-kill counter.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GIB = 1024**3

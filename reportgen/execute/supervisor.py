@@ -27,8 +27,8 @@ from typing import Any
 from reportgen.execute.memory import (
     GIB,
     MemoryCgroup,
-    host_memory,
     follow,
+    host_memory,
     memory_cgroup,
     refresh,
 )

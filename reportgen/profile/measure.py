@@ -16,11 +16,10 @@ from typing import Any
 import torch
 
 from reportgen import peaks, traffic
-from reportgen.profile import compiling, heap
+from reportgen.profile import compiling, heap, models
 from reportgen.profile import flops as flops_mod
-from reportgen.profile import models
-from reportgen.vocabulary import COMPILE_NONE
 from reportgen.profile.timing import time_step
+from reportgen.vocabulary import COMPILE_NONE
 
 __all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
 

@@ -34,8 +34,9 @@ one kernel for each. The post's input shape is not stored either; we use 16 head
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

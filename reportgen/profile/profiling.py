@@ -8,7 +8,6 @@ Each iteration runs inside an ``rg|iteration`` range with the module hooks of
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import os
 import statistics

@@ -13,8 +13,7 @@ from typing import Any
 import pandas as pd
 
 from reportgen import stats
-from reportgen.categories import (ARCHITECTURE_CATEGORIES, ATTENTION_CATEGORIES, CATEGORIES,
-                                  MOE_CATEGORIES)
+from reportgen.categories import ARCHITECTURE_CATEGORIES, ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES
 from reportgen.render import fmt
 from reportgen.render.load import Run
 from reportgen.render.shown import shown_categories

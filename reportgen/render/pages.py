@@ -20,8 +20,7 @@ import pandas as pd
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
-from reportgen.render import (analysis, charts, cite, compiled, machine, moe, roofline_pages, sections,
-                              studies)
+from reportgen.render import analysis, charts, cite, compiled, machine, moe, roofline_pages, sections, studies
 from reportgen.render import tools as tools_page
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
