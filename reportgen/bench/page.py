@@ -252,7 +252,7 @@ def chart_specs(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         fig = figures.get(name)
         if not fig or not fig.get("rows"):
             continue
-        rows = [dict(r) for r in fig["rows"]]
+        rows: list[Mapping[str, Any]] = [dict(r) for r in fig["rows"]]
         chart = build(alt, rows, fig)
         if chart is not None:
             specs[name] = chart.to_dict()

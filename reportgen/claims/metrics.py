@@ -230,7 +230,7 @@ def _share_interval(record: dict[str, Any], cats: list[str], share: float) -> Me
     # Preferred: the headline method's per-iteration category times (bootstrap over them).
     section = headline_section(attribution)
     combined = combined_share(section, cats) if section else None
-    if combined is not None:
+    if section is not None and combined is not None:
         point, low, high = combined
         return Measured(point, low, high,
                         f"95% bootstrap over {len(section['iteration_ms'])} iterations of the "
@@ -250,9 +250,9 @@ def _share_interval(record: dict[str, Any], cats: list[str], share: float) -> Me
     # Else: share = category time / forward time, with the forward time anywhere in the
     # latency's 95% CI; the category time has no interval of its own.
     timing = record.get("timing") or {}
-    median, low, high = timing.get("median"), timing.get("ci_low"), timing.get("ci_high")
-    if median and low and high:
-        return Measured(share, share * median / high, min(1.0, share * median / low), "latency CI propagated")
+    median, ci_low, ci_high = timing.get("median"), timing.get("ci_low"), timing.get("ci_high")
+    if median and ci_low and ci_high:
+        return Measured(share, share * median / ci_high, min(1.0, share * median / ci_low), "latency CI propagated")
     return Measured(share, share, share, "no interval recorded")
 
 

@@ -197,7 +197,7 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
         y_title = f"{checks[0].metric.text} ({unit})"
     y_axis = alt.Axis(format="%") if unit == "share" and len(checks) == 1 else alt.Axis()
     roles = [r for r in ROLES if any(p["role"] == r for p in points)]
-    role_scale = {"domain": list(ROLES), "range": ["circle", "diamond", "triangle-up"]}
+    role_scale: dict[str, Any] = {"domain": list(ROLES), "range": ["circle", "diamond", "triangle-up"]}
     deciding = alt.datum.role == ROLE_DECIDES
     series_title = _series_title(result)
     if len({p["model"] for p in points}) > 1:  # a claim about several models: name each

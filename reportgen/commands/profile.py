@@ -108,8 +108,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Slurm (with --executor slurm)",
         "--out must be on a filesystem the nodes share: the tasks write the run directory of their "
         "node's hardware there, and submitit keeps its pickles and task logs in <out>/.slurm/.")
-    for flag, dest, metavar, text in _SLURM:
-        if metavar is None:
+    for flag, dest, switch_or_metavar, text in _SLURM:
+        if switch_or_metavar is None:
             slurm.add_argument(flag, dest=dest, action="store_true", help=text)
         elif flag == "--slurm-sbatch":
             slurm.add_argument(flag, dest=dest, metavar=metavar, action="append", help=text)

@@ -48,12 +48,12 @@ class InlineExecutor:
             progress.start(unit.combo, "inline")
             started, t0 = utc_now(), time.perf_counter()
             outcome = self._one(job, unit)
-            record = job.finish_unit(unit, outcome, started=started, seconds=time.perf_counter() - t0)
-            if record is None:
+            finished = job.finish_unit(unit, outcome, started=started, seconds=time.perf_counter() - t0)
+            if finished is None:
                 progress.pause("inline")
             else:
                 ended.add(unit.combo.id)
-                progress.finish(unit.combo, "inline", record)
+                progress.finish(unit.combo, "inline", finished)
 
     def _one(self, job: Job, unit: rounds.Unit) -> Outcome:
         combo = unit.combo

@@ -133,8 +133,8 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     # the build's trial iteration is the first warm-up sample (a compiled step's warm-up
     # is its own: the trial ran before compilation)
     prior = [built.trial_ms] if built.trial_ms is not None and compiled is None else []
-    timing = time_step(built.step, budget_s=budget_s, prior_warmup=prior,
-                       **({} if converge else {"target_rel_halfwidth": None}))
+    until: dict[str, Any] = {} if converge else {"target_rel_halfwidth": None}
+    timing = time_step(built.step, budget_s=budget_s, prior_warmup=prior, **until)
     timing["heap"] = steady_heap
     peak_allocated, peak_reserved = _peaks(device)
     if not profiled:
@@ -145,13 +145,13 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     # module hooks cannot fire inside a compiled graph: a compiled forward is read from
     # its kernels alone (reportgen.attribution, category "compiled")
-    profiled = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path,
+    recorded = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path,
                             label_modules=compiled is None)
-    profile = dict(profiled["profile"])
+    profile = dict(recorded["profile"])
     profile["overhead_ratio"] = (profile["median_ms"] / timing["median"]
                                  if timing["median"] and profile.get("median_ms") is not None else None)
 
-    memory = dict(profiled.get("memory") or {})
+    memory = dict(recorded.get("memory") or {})
     # CUDA's allocator statistics where there are any; on the CPU the profiler's memory
     # events (the forward's own peak above its starting point) are all there is
     if peak_allocated is not None:
@@ -170,9 +170,9 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         "timing": timing,
         "profile": profile,
         # both attribution methods; the hooks pass (unprofiled) runs after the profiled one
-        "attribution": attribute(profiled, built.model, built.step, budget_s=budget_s / 3,
+        "attribution": attribute(recorded, built.model, built.step, budget_s=budget_s / 3,
                                  hooks=compiled is None),
-        "ops": profiled["ops"],
+        "ops": recorded["ops"],
         "memory": memory,
         "flops": _flops_section(built, combo, timing["median"], device),
     }

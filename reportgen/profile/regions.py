@@ -97,7 +97,7 @@ class _Recorder:
         self.keys: list[tuple[str, str | None]] = []  # (role, settled category)
         self._handles: list[Any] = []
         modules = dict(model.named_modules())
-        targets = [("", "model", None)]
+        targets: list[tuple[str, str, str | None]] = [("", "model", None)]
         for fqn, info in classify(model).items():
             if info.role is not None and fqn in modules:
                 targets.append((fqn, info.role, proj_category.get(fqn) if info.role == "proj"
