@@ -25,14 +25,22 @@ import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from reportgen.store import atomic_write_json
 
 if TYPE_CHECKING:
-    from reportgen.execute.local import Job
     from reportgen.execute.supervisor import Outcome
-    from reportgen.suite import Combination
+    from reportgen.suite import Combination, Settings
+
+
+class Job(Protocol):
+    """What a unit's task needs of the executors' job (``execute.local.Job``)."""
+
+    settings: Settings
+
+    def task(self, combo: Combination) -> dict[str, Any]: ...
+
 
 PROFILED_ROUND = 0
 # ``LocalExecutor``'s answer when every unit left belongs to a combination that another of
