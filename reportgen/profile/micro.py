@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reportgen.errors import Skip
-from reportgen.profile.models import TORCH_DTYPES
+from reportgen.profile.dtypes import TORCH_DTYPES
 from reportgen.vocabulary import ATTENTION_MICRO, SDPA_BACKENDS
 
 NAME = ATTENTION_MICRO

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from reportgen.errors import Skip, UserError
+from reportgen.profile.dtypes import TORCH_DTYPES
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import is_attention, is_projection
 from reportgen.vocabulary import (
@@ -37,9 +38,6 @@ from reportgen.vocabulary import (
 )
 
 MICRO = ATTENTION_MICRO
-
-# suite dtype name (vocabulary.DTYPES) -> torch dtype
-TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 # name -> (transformers model_type, config overrides). Everything not overridden keeps the
 # config class default, which for these types is already the named checkpoint's shape.
