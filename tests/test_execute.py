@@ -18,9 +18,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from reportgen import cli, runner
+from reportgen import cli
 from reportgen.errors import UserError
-from reportgen.execute import devices, memory, plan, supervisor, worker
+from reportgen.execute import devices, memory, plan, runner, supervisor, worker
 from reportgen.execute.record import combination_record
 from reportgen.schema import COMBINATION_KIND, iter_runs, json_schema
 from reportgen.suite import load_suite, parse_overrides
@@ -211,7 +211,7 @@ import json, os, sys
 sys.path.insert(0, sys.argv[1])
 os.environ["REPORTGEN_FAKE_PLAN"] = json.dumps({"*": "sleep:1.0"})
 os.environ["REPORTGEN_FAKE_LOG"] = sys.argv[2]
-from reportgen import runner
+from reportgen.execute import runner
 runner.MEASURE = "fake_measure:measure"
 runner.PREFLIGHT = "fake_measure:preflight"
 from reportgen.cli import main

@@ -15,8 +15,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from reportgen import cli, runner
+from reportgen import cli
 from reportgen.errors import Skip
+from reportgen.execute import runner
 from reportgen.schema import (
     COMBINATION_KIND,
     RUN_KIND,
@@ -217,7 +218,7 @@ import json, os, sys
 sys.path.insert(0, sys.argv[1])  # tests/: the workers import fake_measure from there
 os.environ["REPORTGEN_FAKE_PLAN"] = json.dumps({"*": "sleep:" + sys.argv[2]})
 os.environ["REPORTGEN_FAKE_LOG"] = sys.argv[3]
-from reportgen import runner
+from reportgen.execute import runner
 runner.MEASURE = "fake_measure:measure"
 runner.PREFLIGHT = "fake_measure:preflight"
 from reportgen.cli import main

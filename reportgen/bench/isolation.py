@@ -65,7 +65,7 @@ def fresh_run(suite: Any, out: Path, executor: str) -> SuiteRun:
 def _child(executor: str, suite_path: str, out: str) -> None:
     import pickle
 
-    from reportgen.runner import run_suite
+    from reportgen.execute.runner import run_suite
 
     with open(suite_path, "rb") as handle:
         suite = pickle.load(handle)

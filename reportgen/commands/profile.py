@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     from reportgen.errors import require_profile_extra
 
     require_profile_extra("profile")
-    from reportgen import runner
+    from reportgen.execute import runner
 
     overrides = parse_overrides({**{dest: getattr(args, dest) for _, dest, _, _ in _OVERRIDES},
                                  "trust_remote_code": True if getattr(args, "trust_remote_code", False) else None})

@@ -228,7 +228,7 @@ def _import_submitit() -> Any:
 
 def main(args: argparse.Namespace, suite: Suite, *, out: Path, command: str, timeout_s: float | None) -> int:
     """Validate, submit one job array, then wait for it (or not, with ``--no-wait``)."""
-    from reportgen import runner
+    from reportgen.execute import runner
 
     options = SlurmOptions.from_args(args)
     if args.devices is not None:
