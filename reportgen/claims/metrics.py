@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.records.shares import category_share
 from reportgen.shares import combined_share, headline_section
 
 VALID_FORMS = (
@@ -261,10 +262,10 @@ def read_term(term: Term, record: dict[str, Any]) -> Measured | str:
     if term.kind == "share":
         categories = (record.get("attribution") or {}).get("categories") or {}
         cats = [c for c in _categories(term.arg or "") if c in categories]
-        shares = [categories[c].get("share") for c in cats]
-        if not cats or any(s is None for s in shares):
+        shares = [s for s in (category_share(record, c) for c in cats) if s is not None]
+        if not cats or len(shares) < len(cats):
             return f"no attribution for {term.arg}"
-        return _share_interval(record, cats, float(sum(shares)))
+        return _share_interval(record, cats, sum(s.value for s in shares))
     if term.kind == "latency":
         timing = record.get("timing") or {}
         if timing.get("median") is None:

@@ -19,6 +19,7 @@ from reportgen import peaks, traffic
 from reportgen.profile import compiling, heap, models
 from reportgen.profile import flops as flops_mod
 from reportgen.profile.timing import time_step
+from reportgen.records.paths import trace_file
 from reportgen.vocabulary import COMPILE_NONE
 
 __all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
@@ -141,7 +142,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         # a later round of a combination measured in rounds: its timing only
         return {"model": built.info, "inputs": dict(built.step.inputs_info), "timing": timing}
 
-    trace_path = Path(run_dir) / "traces" / f"{combo_id}.trace.json.gz"
+    trace_path = trace_file(run_dir, combo_id)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     # module hooks cannot fire inside a compiled graph: a compiled forward is read from
     # its kernels alone (reportgen.attribution, category "compiled")
