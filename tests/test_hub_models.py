@@ -80,6 +80,7 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_profile_a_hub_model_end_to_end(hub: Path, tmp_path: Path) -> None:
     """A fresh process, as a user runs it: the environment alone points it at the cache."""
     out = tmp_path / "runs"
