@@ -1,4 +1,5 @@
-"""Sessions: `nox -s report` (profile, render, build the site) and `nox -s tests`."""
+"""Sessions: `nox -s report` (profile, render, build the site), `nox -s tests`, `nox -s lint`
+and `nox -s typecheck`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import nox
 
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["tests"]
+nox.options.sessions = ["tests", "typecheck"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
@@ -19,6 +20,10 @@ VENV = ["--system-site-packages"]
 def install(session: nox.Session, *groups: str, extras: str = "") -> None:
     """The package (with ``extras``, e.g. "profile") and the dependency groups."""
     session.install("-e", f".[{extras}]" if extras else ".")
+    install_groups(session, *groups)
+
+
+def install_groups(session: nox.Session, *groups: str) -> None:
     for group in groups:
         session.install(*nox.project.dependency_groups(PYPROJECT, group))
 
@@ -27,9 +32,28 @@ def install(session: nox.Session, *groups: str, extras: str = "") -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (CPU only; tiny models built in-process)."""
     # tools: the tools study's HolisticTraceAnalysis is tested for real, not as missing
-    install(session, "test", extras="profile,tools")
-    # python -m: a pytest on the host (seen through the system site) would not see the venv
+    install(session, "test", "lint", extras="profile,tools")
+    # ruff takes about a second, so every test run checks the code first; mypy takes about
+    # a minute and has its own session
+    session.run("ruff", "check", ".")
+    # python -m: a pytest on the host (seen through the system site) would not see the venv.
+    # tests/conftest.py spreads the tests over the CPUs (pytest-xdist) and leaves the slow
+    # ones out unless CI is set or --slow is given.
     session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(venv_params=VENV)
+def lint(session: nox.Session) -> None:
+    """Check the code with ruff (the rules are in pyproject.toml)."""
+    install_groups(session, "lint")
+    session.run("ruff", "check", *(session.posargs or ["."]))
+
+
+@nox.session(venv_params=VENV)
+def typecheck(session: nox.Session) -> None:
+    """Type-check the package with mypy (settings in pyproject.toml)."""
+    install(session, "typecheck", extras="profile")
+    session.run("mypy", *(session.posargs or ["reportgen"]))
 
 
 @nox.session(venv_params=VENV)

@@ -25,8 +25,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from reportgen.categories import CATEGORIES, OPTIMIZER
 

@@ -101,10 +101,10 @@ def update(readme: str, new_blocks: Mapping[str, str]) -> str:
     an error (the README is a promise: its figures must have a place)."""
     for name, body in new_blocks.items():
         start, end = _markers(name)
-        pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
-        if not pattern.search(readme):
+        found = re.search(re.escape(start) + r".*?" + re.escape(end), readme, re.DOTALL)
+        if not found:
             raise ValueError(f"README.md: no {start!r} ... {end!r} block")
-        readme = pattern.sub(lambda _m: f"{start}\n{body.strip()}\n{end}", readme, count=1)
+        readme = readme[:found.start()] + f"{start}\n{body.strip()}\n{end}" + readme[found.end():]
     return readme
 
 

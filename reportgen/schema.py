@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from reportgen.errors import UserError
+from reportgen.records import paths
 
 SCHEMA_VERSION = 1
 RUN_KIND = "reportgen.run"
@@ -156,11 +157,11 @@ class Run:
         """Ids of the suite, in suite order, then any extra records found on disk."""
         ids = [str(i) for i in self.record.get("combinations", [])]
         known = set(ids)
-        extra = sorted(p.stem for p in (self.path / "combinations").glob("*.json") if p.stem not in known)
+        extra = sorted(p.stem for p in paths.combination_files(self.path) if p.stem not in known)
         return ids + extra
 
     def combination_path(self, combo_id: str) -> Path:
-        return self.path / "combinations" / f"{combo_id}.json"
+        return paths.combination_path(self.path, combo_id)
 
     def combinations(self) -> Iterator[Record]:
         """Records that exist, in suite order; combinations not measured yet are absent."""

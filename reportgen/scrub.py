@@ -18,6 +18,7 @@ import re
 import sys
 from pathlib import Path, PurePath
 
+from reportgen.records import paths
 from reportgen.store import atomic_write_bytes, atomic_write_json
 
 # "traceName": "<anything>" as torch.profiler writes it (one JSON string)
@@ -60,7 +61,7 @@ def scrub_run(run_dir: Path) -> list[str]:
             atomic_write_bytes(trace, packed)
             changed.append(f"traces/{trace.name}")
         sizes[f"traces/{trace.name}"] = trace.stat().st_size
-    for path in sorted((run_dir / "combinations").glob("*.json")):
+    for path in paths.combination_files(run_dir):
         record = json.loads(path.read_text(encoding="utf-8"))
         sections = [record.get("profile") or {}, ((record.get("studies") or {}).get("tools") or {})]
         dirty = False

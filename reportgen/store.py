@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reportgen.errors import UserError
+from reportgen.records import paths
 from reportgen.schema import (
     SCHEMA_FILES,
     load_combination,
@@ -167,13 +168,13 @@ class RunStore:
 
     @property
     def run_path(self) -> Path:
-        return self.run_dir / "run.json"
+        return paths.run_path(self.run_dir)
 
     def combination_path(self, combo_id: str) -> Path:
-        return self.run_dir / "combinations" / f"{combo_id}.json"
+        return paths.combination_path(self.run_dir, combo_id)
 
     def trace_path(self, combo_id: str) -> Path:
-        return self.run_dir / "traces" / f"{combo_id}.trace.json.gz"
+        return paths.trace_file(self.run_dir, combo_id)
 
     def done(self, combo_id: str) -> bool:
         """A readable record exists, whatever its status (``--force`` re-measures)."""

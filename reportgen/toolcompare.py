@@ -211,7 +211,7 @@ def compare(reportgen: Mapping[str, Any], tools: Mapping[str, Mapping[str, Any]]
             delta = float(theirs) - float(ours)
             if abs(delta) <= limit:
                 continue
-            reasons = [{"reason": reason, "ms": ms} for c, reason, ms in parts[name]
+            reasons: list[dict[str, Any]] = [{"reason": reason, "ms": ms} for c, reason, ms in parts[name]
                        if c == category and abs(ms) > 1e-9]
             left = delta - sum(r["ms"] for r in reasons)
             if abs(left) > limit:

@@ -199,7 +199,7 @@ def _fill(out: dict[str, dict[str, float]], info: Mapping[str, Any], combo: Any,
     notes.append(NOTE_SCORES if scores else NOTE_FUSED)
     if decode:
         notes.append(NOTE_DECODE)
-    dims = {"d": d, "h": h, "kvh": kvh, "hd": hd, "b": b, "t": t, "lq": s["lq"], "lk": s["lk"],
+    dims: dict[str, Any] = {"d": d, "h": h, "kvh": kvh, "hd": hd, "b": b, "t": t, "lq": s["lq"], "lk": s["lk"],
             "scores": scores, "decode": decode}
     _attention(out, calls=layers, **dims)
     if arch == "attention":  # attention-micro: the attention call alone, no projections

@@ -1,4 +1,10 @@
-"""Shared fixtures."""
+"""Shared fixtures, and how the test loop runs.
+
+The default loop spreads the tests over one process per CPU (when pytest-xdist is
+installed) and leaves out the tests marked ``slow`` (real worker processes, the Slurm
+cluster, the browser, the architectures sweep). Where ``CI`` is set, or with ``--slow``,
+every test runs; an explicit ``-m`` expression chooses for itself.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +20,72 @@ from reportgen.schema import VALIDATE_ENV
 # the CLI subprocesses, which inherit the environment) is checked against its JSON Schema.
 os.environ[VALIDATE_ENV] = "1"
 
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the tests marked slow (the default where CI is set)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """With pytest-xdist installed and no ``-n`` given: ``-n auto --dist loadgroup``.
+    Runs before xdist's own hook, which turns "auto" into the CPU count; ``-n 0``,
+    ``-p no:xdist``, ``--pdb`` and ``--collect-only`` keep one process."""
+    if not config.pluginmanager.has_plugin("xdist") or hasattr(config, "workerinput"):
+        return
+    option = config.option
+    if option.numprocesses is None and not option.usepdb and not option.collectonly:
+        option.numprocesses = "auto"
+        if option.dist == "no":
+            option.dist = "loadgroup"
+
+
+def run_slow(config: pytest.Config) -> bool:
+    return bool(config.getoption("--slow") or in_ci() or config.option.markexpr)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if run_slow(config):
+        return "slow tests: included"
+    return "slow tests: left out (run them with --slow, or CI=true)"
+
+
+def shared_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that uses a module or session fixture of ours (a built
+    site, a sweep, the Slurm cluster): every test sharing it runs in one worker, so it is
+    built once. A test module's fixture groups by its module, a conftest's by its name."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name, defs in sorted(info.name2fixturedefs.items()):
+        fixture = defs[-1]
+        if fixture.scope not in ("module", "package", "session") or not fixture.baseid.startswith("tests"):
+            continue
+        return fixture.baseid if fixture.baseid.endswith(".py") else name
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = shared_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if run_slow(config):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """A real one-node Slurm cluster on this host (see tests/slurm_cluster.py), started
-    once per session; skips where Slurm/munge are not installed or we are not root.
+    once per session (per xdist worker; every test that uses it is in the worker's
+    ``slurm`` group); skips where Slurm/munge are not installed or we are not root.
 
     Subprocesses find it with ``env=slurm_cluster.env``; code that runs the clients
     itself (submitit) after ``slurm_cluster.apply_env(monkeypatch)``.

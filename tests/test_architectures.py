@@ -5,12 +5,14 @@ their experts, routers and token mixers in categories of their own.
 
 The model types are read from transformers (``reportgen.profile.catalog``), so a
 transformers release that adds an architecture adds it here. The sweep forks one
-process per type under a memory and a time limit, two at a time.
+process per type under a memory and a time limit, two at a time (one beside other
+pytest-xdist workers).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import pytest
@@ -31,10 +33,15 @@ OTHER_LIMIT = 0.35  # at tiny scale the model's own glue (masks, residual adds) 
 ENCODERS = ("vit", "whisper")
 
 
+# Two forks at a time use both CPUs of a 2-core host; beside other pytest-xdist workers,
+# one at a time keeps the per-type time limit and the shares clear of the contention.
+SWEEP_WORKERS = 1 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 else 2
+
+
 @pytest.fixture(scope="module")
 def rows() -> dict[str, dict[str, Any]]:
     types = sorted(set(catalog.text_model_types()) | set(ENCODERS))
-    swept = catalog.sweep(types, workers=2, seq_len=64)
+    swept = catalog.sweep(types, workers=SWEEP_WORKERS, seq_len=64)
     return {row["model_type"]: row for row in swept}
 
 

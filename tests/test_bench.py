@@ -346,6 +346,7 @@ def test_paired_forwards_alternate_and_count_the_stand_in() -> None:
         assert 0 < core_ms < full_ms and 0 <= left_ms < stub_ms
 
 
+@pytest.mark.slow
 def test_an_ablation_round_runs_in_a_fresh_process_and_gives_a_row() -> None:
     from reportgen.bench import attribution_check
     from reportgen.bench.ablation import verdict
@@ -640,6 +641,7 @@ def test_agreement_reads_the_target_category() -> None:
     assert ablation_row([legacy])["category"] == "attention.core"
 
 
+@pytest.mark.slow
 def test_an_experts_ablation_round_gives_a_row_of_its_category() -> None:
     from reportgen.bench import attribution_check
     from reportgen.bench.ablation import verdict

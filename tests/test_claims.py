@@ -733,7 +733,8 @@ def test_evidence_tables_have_five_columns(cpu_runs: Path) -> None:
                 assert len(cells) == 5, (path, line)
     flash = out["findings/sdpa-flash-fastest-backend.md"]
     # a group of variants links each variant by name
-    assert "[sdpa-math](../runs/cpu-test-2c/attention-micro-12345678/attention-micro--forward--fp32--sdpa-math--b1--s1024.md)" in flash
+    assert ("[sdpa-math](../runs/cpu-test-2c/attention-micro-12345678/"
+            "attention-micro--forward--fp32--sdpa-math--b1--s1024.md)") in flash
 
 
 def test_cite_block_names_runs_date_and_commit(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from reportgen import cli, runner
+from reportgen import cli
 from reportgen.errors import UserError
-from reportgen.execute import devices, memory, plan, supervisor, worker
+from reportgen.execute import devices, memory, plan, runner, supervisor, worker
 from reportgen.execute.record import combination_record
 from reportgen.schema import COMBINATION_KIND, iter_runs, json_schema
 from reportgen.suite import load_suite, parse_overrides
@@ -211,7 +211,7 @@ import json, os, sys
 sys.path.insert(0, sys.argv[1])
 os.environ["REPORTGEN_FAKE_PLAN"] = json.dumps({"*": "sleep:1.0"})
 os.environ["REPORTGEN_FAKE_LOG"] = sys.argv[2]
-from reportgen import runner
+from reportgen.execute import runner
 runner.MEASURE = "fake_measure:measure"
 runner.PREFLIGHT = "fake_measure:preflight"
 from reportgen.cli import main
@@ -280,7 +280,8 @@ def test_death_reasons() -> None:
     assert supervisor.death_reason(-9, 41.2, full) == (
         "worker killed by SIGKILL (9) after 41 s, host memory 23.1 of 23.4 GiB in use: likely out of host memory")
     roomy = (2 * 1024**3, 24 * 1024**3)
-    assert supervisor.death_reason(-9, 3, roomy) == "worker killed by SIGKILL (9) after 3 s, host memory 2.0 of 24.0 GiB in use"
+    assert supervisor.death_reason(-9, 3, roomy) == ("worker killed by SIGKILL (9) after 3 s, "
+                                                     "host memory 2.0 of 24.0 GiB in use")
     assert supervisor.death_reason(-11, 3, None) == "worker killed by SIGSEGV (11) after 3 s"
     assert supervisor.death_reason(1, 0.4, None) == "worker exited with code 1 after 0 s"
     group = memory.MemoryCgroup(Path("/x"), 2, 4 * 1024**3, 0)

@@ -80,6 +80,7 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_profile_a_hub_model_end_to_end(hub: Path, tmp_path: Path) -> None:
     """A fresh process, as a user runs it: the environment alone points it at the cache."""
     out = tmp_path / "runs"
@@ -215,11 +216,13 @@ def test_suite_file_names_hub_models_and_trusts_remote_code(hub: Path, tmp_path:
     assert cli.main(["profile", "--suite", str(suite_file), "--device", "cpu", "--out", str(out)]) == 2
     line = _one_line(capsys.readouterr().err)
     assert line.startswith(f"reportgen: error: {suite_file}: models: acme/custom:") and "trust_remote_code" in line
-    suite_file.write_text('[settings]\ntrust_remote_code = true\n[[matrix]]\nmodels = ["acme/custom"]\nseq_lens = [16]\n')
+    suite_file.write_text('[settings]\ntrust_remote_code = true\n'
+                          '[[matrix]]\nmodels = ["acme/custom"]\nseq_lens = [16]\n')
     assert cli.main(["profile", "--suite", str(suite_file), "--device", "cpu", "--out", str(out)]) == 2
     assert "could not be loaded" in _one_line(capsys.readouterr().err)
     assert not out.exists()
-    suite_file.write_text('[settings]\ntrust_remote_code = "yes"\n[[matrix]]\nmodels = ["bert-base"]\nseq_lens = [16]\n')
+    suite_file.write_text('[settings]\ntrust_remote_code = "yes"\n'
+                          '[[matrix]]\nmodels = ["bert-base"]\nseq_lens = [16]\n')
     assert cli.main(["profile", "--suite", str(suite_file), "--device", "cpu", "--list"]) == 2
     assert "settings.trust_remote_code: expected true or false" in _one_line(capsys.readouterr().err)
     suite_file.write_text('[[matrix]]\nmodels = ["Qwen/Qwen2.5-7B@v1.0"]\nseq_lens = [16]\n')

@@ -16,10 +16,10 @@ import torch
 from reportgen import stats, traffic
 from reportgen.categories import CATEGORIES
 from reportgen.errors import Skip
-from reportgen.schema import COMBINATION_KIND, json_schema
 from reportgen.profile import measure as measure_mod
 from reportgen.profile import models
 from reportgen.profile.measure import OutOfMemory, attention_activation_bytes, measure
+from reportgen.schema import COMBINATION_KIND, json_schema
 
 SECTIONS = {"model", "inputs", "timing", "profile", "attribution", "ops", "memory", "flops"}
 

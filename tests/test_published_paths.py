@@ -38,7 +38,8 @@ def test_a_run_written_before_is_rewritten_once(tmp_path: Path) -> None:
     run = tmp_path / "hw" / "suite-1234abcd"
     (run / "traces").mkdir(parents=True)
     (run / "combinations").mkdir()
-    raw = b'{"schemaVersion": 1, "traceName": "/work/main/runs/hw/x/traces/.a.trace.json.gz.q1.json", "traceEvents": []}'
+    raw = (b'{"schemaVersion": 1, "traceName": "/work/main/runs/hw/x/traces/.a.trace.json.gz.q1.json", '
+           b'"traceEvents": []}')
     (run / "traces" / "a.trace.json.gz").write_bytes(gzip.compress(raw))
     (run / "run.json").write_text(json.dumps(
         {"environment": {"python": {"executable": "/root/.pyenv/versions/3.11.7/bin/python3.11"}}}))

@@ -41,7 +41,7 @@ class FakeClock:
 
 CLOCK = FakeClock()
 # ms each part of the toy model takes
-EMBED, Q, K, V, CORE, O, RESID, NORM, UP, ACT, DOWN, MASK, HARNESS = (
+EMBED, Q, K, V, CORE, OUT, RESID, NORM, UP, ACT, DOWN, MASK, HARNESS = (
     1.0, 2.0, 3.0, 4.0, 7.0, 5.0, 0.5, 0.25, 6.0, 0.75, 8.0, 1.5, 0.125)
 
 
@@ -76,7 +76,7 @@ class ToyActivation(nn.GELU):
 class ToyAttention(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.q, self.k, self.v, self.o = Proj(Q), Proj(K), Proj(V), Proj(O)
+        self.q, self.k, self.v, self.o = Proj(Q), Proj(K), Proj(V), Proj(OUT)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.q(x), self.k(x), self.v(x)
@@ -143,14 +143,14 @@ def test_hooks_method_on_a_model_with_known_times() -> None:
                                    clock=CLOCK)
     ms = {c: v["ms"] for c, v in section["categories"].items()}
     expected = {"embeddings": EMBED, "attention.qkv": 2 * (Q + K + V),
-                "attention.core": 2 * CORE, "attention.out": 2 * O, "mlp": 2 * (UP + ACT + DOWN),
+                "attention.core": 2 * CORE, "attention.out": 2 * OUT, "mlp": 2 * (UP + ACT + DOWN),
                 "norm": 2 * NORM, "compiled": 0.0, "head": 0.0, "other": MASK + 2 * RESID,
                 "overhead": HARNESS, "mixer": 0.0, "moe.router": 0.0, "moe.experts": 0.0,
                 "optimizer": 0.0}
     for c in CATEGORIES:
         assert ms[c] == pytest.approx(expected[c]), c
     # attention.core is the attention call less its projections
-    call = Q + K + V + CORE + O + RESID
+    call = Q + K + V + CORE + OUT + RESID
     assert ms["attention.core"] == pytest.approx(2 * call - ms["attention.qkv"]
                                                  - ms["attention.out"] - 2 * RESID)
     assert section["forward_ms"] == pytest.approx(sum(expected.values()))

@@ -16,8 +16,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from reportgen import cli, intervals, runner, stats
-from reportgen.execute import rounds
+from reportgen import cli, intervals, stats
+from reportgen.execute import rounds, runner
 from reportgen.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
 
 ROOT = Path(__file__).parent.parent
@@ -207,8 +207,9 @@ def test_rounds_survive_a_kill_and_the_rerun_measures_only_what_is_missing(tmp_p
     suite = _suite_file(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
            "REPORTGEN_FAKE_PLAN": json.dumps({"*": "sleep:0.4"})}
-    code = ("import sys; from reportgen import cli, runner; runner.MEASURE = 'fake_measure:measure'; "
-            "runner.PREFLIGHT = 'fake_measure:preflight'; sys.exit(cli.main(sys.argv[1:]))")
+    code = ("import sys; from reportgen import cli; from reportgen.execute import runner; "
+            "runner.MEASURE = 'fake_measure:measure'; runner.PREFLIGHT = 'fake_measure:preflight'; "
+            "sys.exit(cli.main(sys.argv[1:]))")
     args = [sys.executable, "-c", code, "profile", "--suite", str(suite), "--out", str(out)]
     first = tmp_path / "first.log"
     child = subprocess.Popen(args, env={**env, "REPORTGEN_FAKE_LOG": str(first)},

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from test_runner import InProcessMeasure
 
-from reportgen import runner
+from reportgen.execute import runner
 from reportgen.schema import iter_runs
 from reportgen.store import RunStore, run_names
 from reportgen.suite import load_suite, parse_overrides

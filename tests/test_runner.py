@@ -15,8 +15,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from reportgen import cli, runner
+from reportgen import cli
 from reportgen.errors import Skip
+from reportgen.execute import runner
 from reportgen.schema import (
     COMBINATION_KIND,
     RUN_KIND,
@@ -99,7 +100,8 @@ def test_profile_writes_valid_records_and_goes_on_after_a_failure(
     failed = records["gpt2--decode--fp32--sdpa--b1--s32--tiny"]
     assert failed["status"] == "failed"
     assert failed["reason"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
-    assert failed["execution"]["worker_pid"] == records["gpt2--forward--fp32--sdpa--b1--s32--tiny"]["execution"]["worker_pid"]
+    survivor = records["gpt2--forward--fp32--sdpa--b1--s32--tiny"]
+    assert failed["execution"]["worker_pid"] == survivor["execution"]["worker_pid"]
     assert "worker_restarted" not in failed["execution"]  # a clean out-of-memory keeps the worker
     assert failed["timing"] is None and "RuntimeError" in failed["traceback"]
     ok = records["bert-base--forward--fp32--sdpa--b1--s16--tiny"]
@@ -242,7 +244,7 @@ import json, os, sys
 sys.path.insert(0, sys.argv[1])  # tests/: the workers import fake_measure from there
 os.environ["REPORTGEN_FAKE_PLAN"] = json.dumps({"*": "sleep:" + sys.argv[2]})
 os.environ["REPORTGEN_FAKE_LOG"] = sys.argv[3]
-from reportgen import runner
+from reportgen.execute import runner
 runner.MEASURE = "fake_measure:measure"
 runner.PREFLIGHT = "fake_measure:preflight"
 from reportgen.cli import main

@@ -18,9 +18,9 @@ from reportgen.schema import (
     COMBINATION_KIND,
     RUN_KIND,
     SCHEMA_VERSION,
+    RecordInvalid,
     iter_runs,
     json_schema,
-    RecordInvalid,
     load_combination,
     load_run,
     validation_enabled,
@@ -165,7 +165,8 @@ def test_iter_runs_finds_every_run() -> None:
     assert [r.run_id for r in iter_runs(V0_RUN)] == [runs[0].run_id]
 
 
-def test_atomic_write_leaves_the_old_file_when_the_writer_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_atomic_write_leaves_the_old_file_when_the_writer_fails(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "c.json"
     atomic_write_json(path, {"v": 1})
 

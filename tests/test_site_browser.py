@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from test_render import HOSTILE, make_project, mkdocs_build, render_fixture
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists()
                                         else None)

@@ -180,7 +180,8 @@ def test_no_local_path_is_published(built: tuple[Path, Path]) -> None:
         if path.name.endswith(".gz"):
             data = gzip.decompress(data)
         text = data.decode("utf-8", errors="replace")
-        if "vendor/vega-bundle.js" in path.as_posix() or path.suffix == ".js" and "assets/javascripts" in path.as_posix():
+        where = path.as_posix()
+        if "vendor/vega-bundle.js" in where or path.suffix == ".js" and "assets/javascripts" in where:
             continue  # third-party bundles, not data
         for m in LOCAL_PATH.finditer(text):
             found.append(f"{path.relative_to(site)}: ...{text[max(0, m.start() - 40):m.end() + 40]}...")

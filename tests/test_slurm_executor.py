@@ -17,8 +17,9 @@ import jsonschema
 import pytest
 from slurm_cluster import SlurmCluster, wait_until
 
-from reportgen import cli, runner
+from reportgen import cli
 from reportgen.commands.status import slurm_label
+from reportgen.execute import runner
 from reportgen.execute.plan import size_key
 from reportgen.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
 from reportgen.suite import load_suite, parse_overrides
@@ -296,7 +297,8 @@ BAD = [
     (["--executor", "slurm", "--slurm-sbatch", "=x"], "--slurm-sbatch: '=x' is not FLAG=VALUE"),
     (["--executor", "slurm", "--slurm-gpus-per-task", "1"], "--slurm-gpus-per-task: the suite measures on the cpu"),
     (["--executor", "slurm", "--devices", "0"], "--devices: Slurm allocates the GPUs; use --slurm-gpus-per-task"),
-    (["--executor", "slurm", "--slurm-partition", "nope"], "--slurm-partition: no partition 'nope'; sinfo lists: debug, gpu"),
+    (["--executor", "slurm", "--slurm-partition", "nope"],
+     "--slurm-partition: no partition 'nope'; sinfo lists: debug, gpu"),
     (["--slurm-tasks", "2"], "--slurm-tasks: only with --executor slurm"),
     (["--no-wait"], "--no-wait: only with --executor slurm"),
     (["--slurm-exclusive", "--executor", "local"], "--slurm-exclusive: only with --executor slurm"),
@@ -339,7 +341,8 @@ def test_with_an_unreachable_cluster(fake_bin: Path, tmp_path: Path, capsys: pyt
             "(connect failure)") in err
 
 
-def test_a_job_sbatch_refuses_leaves_nothing(fake_bin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_job_sbatch_refuses_leaves_nothing(fake_bin: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
     (fake_bin / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Invalid qos specification' >&2\nexit 1\n")
     err = _refused(["--executor", "slurm", "--slurm-sbatch", "qos=nope"], tmp_path, capsys)
     assert "--executor slurm: sbatch refused the job: sbatch: error: Invalid qos specification" in err

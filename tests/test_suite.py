@@ -34,11 +34,14 @@ BAD_SUITES = {
     "unknown-matrix-key": (MATRIX + 'heads = [4]\n', ["matrix[0].heads", "unknown key", "valid: models"]),
     "unknown-setting": ('[settings]\nwarmup = 3\n' + MATRIX, ["settings.warmup", "unknown key"]),
     "bad-type-list": ('[[matrix]]\nmodels = "bert-base"\nseq_lens = [16]\n', ["matrix[0].models", "expected a list"]),
-    "bad-type-int": ('[[matrix]]\nmodels = ["bert-base"]\nseq_lens = ["16"]\n', ["matrix[0].seq_lens", "expected integers", "'16'"]),
+    "bad-type-int": ('[[matrix]]\nmodels = ["bert-base"]\nseq_lens = ["16"]\n',
+                     ["matrix[0].seq_lens", "expected integers", "'16'"]),
     "bad-type-bool": ('[[matrix]]\nmodels = ["bert-base"]\nseq_lens = [true]\n', ["matrix[0].seq_lens", "True"]),
     "bad-type-budget": ('[settings]\nbudget_s = "fast"\n' + MATRIX, ["settings.budget_s", "'fast'"]),
-    "unknown-model": ('[[matrix]]\nmodels = ["bert-bass"]\nseq_lens = [16]\n', ["matrix[0].models", "'bert-bass'", "bert-base"]),
-    "missing-config-path": ('[[matrix]]\nmodels = ["nowhere/config.json"]\nseq_lens = [16]\n', ["matrix[0].models", "nowhere/config.json"]),
+    "unknown-model": ('[[matrix]]\nmodels = ["bert-bass"]\nseq_lens = [16]\n',
+                      ["matrix[0].models", "'bert-bass'", "bert-base"]),
+    "missing-config-path": ('[[matrix]]\nmodels = ["nowhere/config.json"]\nseq_lens = [16]\n',
+                            ["matrix[0].models", "nowhere/config.json"]),
     "unknown-dtype": (MATRIX + 'dtypes = ["fp8"]\n', ["matrix[0].dtypes", "'fp8'", "valid: fp32, fp16, bf16"]),
     "unknown-attn": (MATRIX + 'attn = ["flash3"]\n', ["matrix[0].attn", "'flash3'", "sdpa-flash"]),
     "unknown-mode": (MATRIX + 'modes = ["train"]\n', ["matrix[0].modes", "'train'", "prefill"]),
@@ -237,7 +240,8 @@ def test_suite_module_does_not_import_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys, reportgen.suite, reportgen.schema, reportgen.store, reportgen.commands.summary; print('torch' in sys.modules)"
+    code = ("import sys, reportgen.suite, reportgen.schema, reportgen.store, reportgen.commands.summary; "
+            "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 

@@ -31,12 +31,15 @@ import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from reportgen.shares import percentiles, ratio_of_sums
 from reportgen.stats import median
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 # The rule the ablation figure is judged by: where the attributed attention.core is at
 # least RESOLUTION of the forward, the forward's drop with the core stubbed out must agree
@@ -121,7 +124,7 @@ def attention_stand_in(model: torch.nn.Module) -> Iterator[StandIn]:
 
     stand_in = StandIn()
     restore: list[tuple[Any, str, Any]] = []
-    mapping = AttentionInterface._global_mapping
+    mapping: dict[str, Any] = AttentionInterface._global_mapping
     for name in list(mapping):
         if name in ("sdpa", "flex_attention") or name.startswith("flash_attention"):
             restore.append((mapping, name, mapping[name]))
@@ -235,7 +238,8 @@ def _output_width(module: torch.nn.Module) -> int:
         raise ValueError(f"{type(module).__name__} holds no projection: its output width is unknown")
     last = projections[-1]
     width = getattr(last, "out_features", None) or getattr(last, "nf", None)
-    return int(width if width is not None else last.weight.shape[0])
+    weight: Any = last.weight
+    return int(width if width is not None else weight.shape[0])
 
 
 def _like_first(stand_in: ModuleStandIn, module: torch.nn.Module, original: Any) -> Callable[..., Any]:
@@ -371,7 +375,7 @@ def hooked_pair(full_ms: float, full_categories: dict[str, float], stub_ms: floa
             float(stub_categories.get(category, 0.0)))
 
 
-def hodges_lehmann(values: Sequence[float]) -> float:
+def hodges_lehmann(values: Sequence[float] | NDArray[Any]) -> float:
     """The one-sample Hodges-Lehmann estimate: the median of all pairwise (Walsh) averages.
     Robust like the median, and about as efficient as the mean on near-normal noise."""
     import numpy as np
@@ -429,7 +433,8 @@ class Round:
         return [((fw - fc) - (aw - ac)) / fw for fw, fc, aw, ac in self.hooked]
 
 
-def _round_estimate(drops: Sequence[float], removable: Sequence[float]) -> float:
+def _round_estimate(drops: Sequence[float] | NDArray[Any],
+                    removable: Sequence[float] | NDArray[Any]) -> float:
     attributed = hodges_lehmann(removable)
     return hodges_lehmann(drops) / attributed - 1.0 if attributed > 0 else math.nan
 

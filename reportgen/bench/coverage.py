@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.bench.results import figure
+from reportgen.records.paths import combination_files
 
 GOAL = 0.90
 QUESTION = (
@@ -111,4 +112,4 @@ def first_records(run_dir: Path) -> list[dict[str, Any]]:
     """The records of an earlier suite run (the bench's scratch run) from disk."""
     from reportgen.schema import load_combination
 
-    return [load_combination(p) for p in sorted((run_dir / "combinations").glob("*.json"))]
+    return [load_combination(p) for p in combination_files(run_dir)]

@@ -35,7 +35,7 @@ class SuiteRun:
 
 def run_suite(suite: Any, out: Path, command: str = "python scripts/bench.py") -> SuiteRun:
     """The bench's suite run, its run.json naming ``command`` (what measures it again)."""
-    from reportgen.runner import run_suite as _run
+    from reportgen.execute.runner import run_suite as _run
 
     t0 = time.perf_counter()
     result = _run(suite, out=out, force=True, command=command)
@@ -89,7 +89,7 @@ def figures(run: SuiteRun, *, reference_size: bool) -> dict[str, dict[str, Any]]
         value=run.wall_s, unit="s",
         goal=f"{name} within {SUITE_TIME_GOAL_S:.0f} s on 2 cores",
         goal_spec={"kind": "below", "target": SUITE_TIME_GOAL_S} if reference_size else None,
-        notes=[f"{len(rows)} combinations ({ok} ok), through `reportgen.runner.run_suite` "
+        notes=[f"{len(rows)} combinations ({ok} ok), through `reportgen.execute.runner.run_suite` "
                "into a scratch runs tree, timing budget "
                f"{getattr(getattr(run.suite, 'settings', None), 'budget_s', '?')} s each."],
         rows=[{"suite": name, "combinations": len(rows), "ok": ok, "wall_s": run.wall_s}],

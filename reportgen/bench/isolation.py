@@ -22,6 +22,7 @@ from typing import Any
 from reportgen.bench.efficiency import SuiteRun
 from reportgen.bench.results import figure
 from reportgen.paired import bootstrap_ratio
+from reportgen.records.paths import combination_files
 
 ISOLATION_QUESTION = (
     "What does measuring every combination in a supervised worker process (so a crash, hang "
@@ -58,14 +59,14 @@ def fresh_run(suite: Any, out: Path, executor: str) -> SuiteRun:
     from reportgen.schema import iter_runs
 
     (run,) = list(iter_runs(out))
-    records = [json.loads(path.read_text()) for path in sorted((run.path / "combinations").glob("*.json"))]
+    records = [json.loads(path.read_text()) for path in combination_files(run.path)]
     return SuiteRun(suite=suite, records=records, run_dir=run.path, wall_s=wall)
 
 
 def _child(executor: str, suite_path: str, out: str) -> None:
     import pickle
 
-    from reportgen.runner import run_suite
+    from reportgen.execute.runner import run_suite
 
     with open(suite_path, "rb") as handle:
         suite = pickle.load(handle)

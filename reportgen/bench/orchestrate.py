@@ -282,15 +282,15 @@ def main(argv: list[str] | None = None) -> int:
         from reportgen.bench import attribution_check
 
         abl = ablation_targets(p, ablation_groups)
-        previous = figures.get("attribution_ablation") if ablation_groups != set(ABLATION_GROUPS) else None
+        merge_into = figures.get("attribution_ablation") if ablation_groups != set(ABLATION_GROUPS) else None
 
         def ablation_figure() -> dict[str, dict[str, Any]]:
             fig = attribution_check.ablation(
                 abl, rounds=p.ablation_rounds, max_rounds=p.ablation_max_rounds,
                 precision=p.ablation_precision, min_pairs=p.ablation_min_pairs,
                 budget_s=p.ablation_budget_s, log=log, stop=stop)
-            if previous and previous.get("rows"):  # --merge: the groups not measured stay
-                fig = attribution_check.merge_ablation(previous, fig)
+            if merge_into and merge_into.get("rows"):  # --merge: the groups not measured stay
+                fig = attribution_check.merge_ablation(merge_into, fig)
             return {"attribution_ablation": fig}
 
         step("ablation", ablation_figure)

@@ -300,7 +300,7 @@ def chart_specs(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         fig = figures.get(name)
         if not fig or not fig.get("rows"):
             continue
-        rows = [dict(r) for r in fig["rows"]]
+        rows: list[dict[str, Any]] = [dict(r) for r in fig["rows"]]
         labels = short_labels([str(r["combination"]) for r in rows if "combination" in r])
         for r in rows:
             if "combination" in r:

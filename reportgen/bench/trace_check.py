@@ -76,13 +76,8 @@ def op_totals(trace: Mapping[str, Any], *, op_category: str = "cpu_op",
         ops.sort(key=lambda o: (o[0], -o[1]))
         stack: list[list[Any]] = []  # [end, name, dur, children_us]
 
-        def close_until(ts: float) -> None:
-            while stack and stack[-1][0] <= ts + EPS_US:
-                end, name, dur, children = stack.pop()
-                out.self_us[name] = out.self_us.get(name, 0.0) + max(dur - children, 0.0)
-
         for ts, dur, name in ops:
-            close_until(ts)
+            _close_until(stack, ts, out)
             if wins is not None and not _inside(wins, ts, ts + dur):
                 continue
             out.calls[name] = out.calls.get(name, 0) + 1
@@ -92,7 +87,7 @@ def op_totals(trace: Mapping[str, Any], *, op_category: str = "cpu_op",
                 out.top_level_us[name] = out.top_level_us.get(name, 0.0) + dur
                 out.top_level_calls[name] = out.top_level_calls.get(name, 0) + 1
             stack.append([ts + dur, name, dur, 0.0])
-        close_until(float("inf"))
+        _close_until(stack, float("inf"), out)
     return out
 
 
@@ -166,6 +161,14 @@ def device_totals(trace: Mapping[str, Any],
                 end = b
         out.span_us += end - wins[index][0]
     return out
+
+
+def _close_until(stack: list[list[Any]], ts: float, out: OpTotals) -> None:
+    """Pop every open op that ended by ``ts``, adding its self time (its time less its
+    children's) to ``out``."""
+    while stack and stack[-1][0] <= ts + EPS_US:
+        _end, name, dur, children = stack.pop()
+        out.self_us[name] = out.self_us.get(name, 0.0) + max(dur - children, 0.0)
 
 
 def _inside(wins: Sequence[tuple[float, float]], start: float, end: float) -> bool:

@@ -506,8 +506,8 @@ def evaluate_claim(claim: Claim, observations: list[Observation]) -> ClaimResult
             reason = f"no run on the claim's hardware ({hardware}); measured so far on {measured_on}"
         elif not within:
             why = Counter(r["outside"][0].split(" (")[0].split(":")[0] for r in rows if r["on_claim_hardware"])
-            reason = f"no run within the claim's conditions; {sum(why.values())} on its hardware outside them: " + ", ".join(
-                f"{n}x {w}" for w, n in why.most_common())
+            reason = (f"no run within the claim's conditions; {sum(why.values())} on its hardware outside them: "
+                      + ", ".join(f"{n}x {w}" for w, n in why.most_common()))
         else:
             reason = "every matching combination lacks the measurement: " + (within[0]["reason"] or "")
     else:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.records.shares import category_share
 from reportgen.shares import combined_share, headline_section
 
 VALID_FORMS = (
@@ -230,7 +231,7 @@ def _share_interval(record: dict[str, Any], cats: list[str], share: float) -> Me
     # Preferred: the headline method's per-iteration category times (bootstrap over them).
     section = headline_section(attribution)
     combined = combined_share(section, cats) if section else None
-    if combined is not None:
+    if section is not None and combined is not None:
         point, low, high = combined
         return Measured(point, low, high,
                         f"95% bootstrap over {len(section['iteration_ms'])} iterations of the "
@@ -250,9 +251,9 @@ def _share_interval(record: dict[str, Any], cats: list[str], share: float) -> Me
     # Else: share = category time / forward time, with the forward time anywhere in the
     # latency's 95% CI; the category time has no interval of its own.
     timing = record.get("timing") or {}
-    median, low, high = timing.get("median"), timing.get("ci_low"), timing.get("ci_high")
-    if median and low and high:
-        return Measured(share, share * median / high, min(1.0, share * median / low), "latency CI propagated")
+    median, ci_low, ci_high = timing.get("median"), timing.get("ci_low"), timing.get("ci_high")
+    if median and ci_low and ci_high:
+        return Measured(share, share * median / ci_high, min(1.0, share * median / ci_low), "latency CI propagated")
     return Measured(share, share, share, "no interval recorded")
 
 
@@ -261,10 +262,10 @@ def read_term(term: Term, record: dict[str, Any]) -> Measured | str:
     if term.kind == "share":
         categories = (record.get("attribution") or {}).get("categories") or {}
         cats = [c for c in _categories(term.arg or "") if c in categories]
-        shares = [categories[c].get("share") for c in cats]
-        if not cats or any(s is None for s in shares):
+        shares = [s for s in (category_share(record, c) for c in cats) if s is not None]
+        if not cats or len(shares) < len(cats):
             return f"no attribution for {term.arg}"
-        return _share_interval(record, cats, float(sum(shares)))
+        return _share_interval(record, cats, sum(s.value for s in shares))
     if term.kind == "latency":
         timing = record.get("timing") or {}
         if timing.get("median") is None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -152,7 +153,8 @@ def _points(result: ClaimResult) -> list[dict[str, Any]]:
         for spec, item in zip(checks, row["checks"]):
             if isinstance(spec, Ordering):
                 for variant in item.get("variants") or []:
-                    points.append({**base, "series": f"{variant['attn']} {combo.get('dtype')}", "value": variant["value"],
+                    points.append({**base, "series": f"{variant['attn']} {combo.get('dtype')}",
+                                   "value": variant["value"],
                                    "ci_low": variant["ci_low"], "ci_high": variant["ci_high"],
                                    "outcome": row["outcome"]})
             elif item.get("value") is not None:
@@ -195,7 +197,7 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
         y_title = f"{checks[0].metric.text} ({unit})"
     y_axis = alt.Axis(format="%") if unit == "share" and len(checks) == 1 else alt.Axis()
     roles = [r for r in ROLES if any(p["role"] == r for p in points)]
-    role_scale = {"domain": list(ROLES), "range": ["circle", "diamond", "triangle-up"]}
+    role_scale: dict[str, Any] = {"domain": list(ROLES), "range": ["circle", "diamond", "triangle-up"]}
     deciding = alt.datum.role == ROLE_DECIDES
     series_title = _series_title(result)
     if len({p["model"] for p in points}) > 1:  # a claim about several models: name each

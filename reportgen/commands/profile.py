@@ -108,8 +108,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Slurm (with --executor slurm)",
         "--out must be on a filesystem the nodes share: the tasks write the run directory of their "
         "node's hardware there, and submitit keeps its pickles and task logs in <out>/.slurm/.")
-    for flag, dest, metavar, text in _SLURM:
-        if metavar is None:
+    for flag, dest, switch_or_metavar, text in _SLURM:
+        if switch_or_metavar is None:
             slurm.add_argument(flag, dest=dest, action="store_true", help=text)
         elif flag == "--slurm-sbatch":
             slurm.add_argument(flag, dest=dest, metavar=metavar, action="append", help=text)
@@ -153,10 +153,11 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reportgen.commands.summary import print_run
     from reportgen.errors import require_profile_extra
 
     require_profile_extra("profile")
-    from reportgen import runner
+    from reportgen.execute import runner
 
     overrides = parse_overrides({**{dest: getattr(args, dest) for _, dest, _, _ in _OVERRIDES},
                                  "trust_remote_code": True if getattr(args, "trust_remote_code", False) else None})
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     executor = runner.local_executor(suite, devices=devices, gpu_count=gpu_count, timeout_s=timeout_s)
     result = runner.run_suite(suite, out=out, force=args.force, retry_failed=args.retry_failed,
                               command=command_line(args), executor=executor)
-    _print_summary(result.store.run_dir)
+    print_run(result.store.run_dir)
     return 0
 
 
@@ -226,20 +227,3 @@ def _gpu_count(device: str) -> int:
     import torch
 
     return int(torch.cuda.device_count())
-
-
-def _print_summary(run_dir: Path) -> None:
-    from reportgen.commands.summary import render_table, run_rows, table_console
-    from reportgen.schema import load_run
-
-    run = load_run(run_dir)
-    rows = run_rows(run)
-    counts = run.record.get("counts", {})
-    title = f"{run.run_id}: " + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
-    console = table_console()
-    console.print(render_table(rows, title=title))
-    console.print(f"records: {run_dir}", markup=False, highlight=False)
-    if counts.get("failed"):
-        console.print(f"{counts['failed']} failed: the reasons are in the table and the worker logs in "
-                      f"{run_dir / 'logs'}; rerun with --retry-failed to measure them again",
-                      markup=False, highlight=False, soft_wrap=True)

@@ -2,7 +2,8 @@
 
 The row builders (:func:`run_rows`, :func:`combination_row`, :func:`flatten_row`) are
 plain data functions over stored records, with no torch, so the render side and the
-runner's end-of-run table reuse them.
+runner's end-of-run table (:func:`print_run`, after ``reportgen profile`` on this host or
+on Slurm) reuse them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import io
 import json
 import sys
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reportgen.categories import CATEGORIES
@@ -258,3 +260,19 @@ def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
             Text(detail),
         )
     return table
+
+
+def print_run(run_dir: Path) -> None:
+    """The table a finished ``reportgen profile`` prints: every combination of the run in
+    ``run_dir``, where its records are, and what to do about failures."""
+    run = load_run(run_dir)
+    rows = run_rows(run)
+    counts = run.record.get("counts", {})
+    title = f"{run.run_id}: " + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+    console = table_console()
+    console.print(render_table(rows, title=title))
+    console.print(f"records: {run_dir}", markup=False, highlight=False)
+    if counts.get("failed"):
+        console.print(f"{counts['failed']} failed: the reasons are in the table and the worker logs in "
+                      f"{run_dir / 'logs'}; rerun with --retry-failed to measure them again",
+                      markup=False, highlight=False, soft_wrap=True)

@@ -50,14 +50,14 @@ class InlineExecutor:
             progress.start(unit.combo, "inline")
             started, t0 = utc_now(), time.perf_counter()
             outcome = self._one(job, unit)
-            record = job.finish_unit(unit, outcome, started=started, seconds=time.perf_counter() - t0,
+            finished = job.finish_unit(unit, outcome, started=started, seconds=time.perf_counter() - t0,
                                      pending=[u.round for u in queue if u.combo.id == unit.combo.id])
             queue.extend(job.take_retries())
-            if record is None:
+            if finished is None:
                 progress.pause("inline")
             else:
                 ended.add(unit.combo.id)
-                progress.finish(unit.combo, "inline", record)
+                progress.finish(unit.combo, "inline", finished)
 
     def _one(self, job: Job, unit: rounds.Unit) -> Outcome:
         combo = unit.combo

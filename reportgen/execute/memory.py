@@ -8,9 +8,9 @@ container), the cgroup's own OOM-kill counter.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GIB = 1024**3
@@ -112,10 +112,10 @@ def memory_cgroup(pid: int | str = "self", *, proc: Path = Path("/proc"),
         candidates += [(base, 1) for base in _mounted(root / "memory", v1)]
     if v2 is not None:
         candidates += [(base, 2) for base in [*_mounted(root, v2), *_mounted(root / "unified", v2)]]
-    for path, version in candidates:
-        limit_file = path / ("memory.max" if version == 2 else "memory.limit_in_bytes")
+    for base, version in candidates:
+        limit_file = base / ("memory.max" if version == 2 else "memory.limit_in_bytes")
         if limit_file.is_file():
-            return _read(path, version, _number(limit_file))
+            return _read(base, version, _number(limit_file))
     return None
 
 

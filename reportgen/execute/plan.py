@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reportgen.records.paths import combination_path
 from reportgen.schema import load_combination
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ def states(run_dir: str | Path, ids: Iterable[str]) -> list[Entry]:
 def read_record(run_dir: str | Path, combo_id: str) -> dict[str, Any] | None:
     """The record of ``combo_id`` in ``run_dir``; None when there is none, or it is
     unreadable or another combination's (either way: measured again)."""
-    path = Path(run_dir) / "combinations" / f"{combo_id}.json"
+    path = combination_path(run_dir, combo_id)
     if not path.is_file():
         return None
     try:

@@ -22,7 +22,7 @@ EXECUTION_SECTIONS: tuple[str, ...] = ("preflight", "device", "execution")
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def git_of(environment: Mapping[str, Any]) -> dict[str, Any]:

@@ -41,14 +41,22 @@ import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from reportgen.store import atomic_write_json
 
 if TYPE_CHECKING:
-    from reportgen.execute.local import Job
     from reportgen.execute.supervisor import Outcome
-    from reportgen.suite import Combination
+    from reportgen.suite import Combination, Settings
+
+
+class Job(Protocol):
+    """What a unit's task needs of the executors' job (``execute.local.Job``)."""
+
+    settings: Settings
+
+    def task(self, combo: Combination) -> dict[str, Any]: ...
+
 
 PROFILED_ROUND = 0
 # ``LocalExecutor``'s answer when every unit left belongs to a combination that another of
@@ -319,8 +327,7 @@ def merged_sections(rounds: Mapping[int, Mapping[str, Any]], policy: Policy | No
     if profile.get("median_ms") is not None and median:
         profile["overhead_ratio"] = profile["median_ms"] / median
     if profile_contended(profiled):
-        profile["unstable"] = ("the profiled pass ran while " + _lower(profile["contention"].get("reason") or "the host was busy")
-                               + ": its overhead is not the profiler's alone")
+        profile["unstable"] = _profile_unstable(profile)
     if profile:
         sections["profile"] = profile
     flops = dict(sections.get("flops") or {})
@@ -334,6 +341,11 @@ def merged_sections(rounds: Mapping[int, Mapping[str, Any]], policy: Policy | No
 
 def _lower(text: str) -> str:
     return text[:1].lower() + text[1:]
+
+
+def _profile_unstable(profile: Mapping[str, Any]) -> str:
+    reason = (profile.get("contention") or {}).get("reason") or "the host was busy"
+    return f"the profiled pass ran while {_lower(reason)}: its overhead is not the profiler's alone"
 
 
 def _brief(reading: Mapping[str, Any]) -> dict[str, Any]:
@@ -355,8 +367,7 @@ def single_round(sections: Mapping[str, Any]) -> dict[str, Any]:
         out["timing"] = timing
     profile = dict(out.get("profile") or {})
     if (profile.get("contention") or {}).get("contended"):
-        profile["unstable"] = ("the profiled pass ran while " + _lower(profile["contention"].get("reason") or "the host was busy")
-                               + ": its overhead is not the profiler's alone")
+        profile["unstable"] = _profile_unstable(profile)
         out["profile"] = profile
     return out
 

@@ -228,7 +228,7 @@ def _import_submitit() -> Any:
 
 def main(args: argparse.Namespace, suite: Suite, *, out: Path, command: str, timeout_s: float | None) -> int:
     """Validate, submit one job array, then wait for it (or not, with ``--no-wait``)."""
-    from reportgen import runner
+    from reportgen.execute import runner
 
     options = SlurmOptions.from_args(args)
     if args.devices is not None:
@@ -499,13 +499,13 @@ def _finished_line(prefix: str, combo_id: str, record: Mapping[str, Any]) -> str
 def _report(watch: Watch, array_id: str) -> int:
     """After every task has ended: each run directory's table; non-zero when combinations
     are left without a record, with what stopped the tasks that ended abnormally."""
-    from reportgen.commands.profile import _print_summary
+    from reportgen.commands.summary import print_run
 
     written = {Path(r[1]["run_dir"]) for job in watch.jobs if (r := watch.result(job)) and r[0] == "success"}
     dirs = sorted(set(watch.fresh_dirs()) | {d for d in written if (d / "run.json").is_file()})
     left = 0
     for run_dir in dirs:
-        _print_summary(run_dir)
+        print_run(run_dir)
         left += sum(1 for e in plan.states(run_dir, watch.ids) if e.record is None)
     for job in watch.jobs:
         normal, reason = watch.outcome(job)

@@ -111,7 +111,7 @@ def _task_gpus(device: str, environ: Mapping[str, str]) -> list[int] | None:
 def task_main(out: Path, suite: Suite, *, measure: str, preflight: str | None, timeout_s: float | None,
               force: bool, retry_failed: bool, submitted_at: str, command: str) -> dict[str, Any]:
     """One array task on its node: measure what its hardware's run directory still lacks."""
-    from reportgen import runner
+    from reportgen.execute import runner
     from reportgen.execute.devices import worker_specs
 
     device = suite.settings.device

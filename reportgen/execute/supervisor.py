@@ -27,8 +27,8 @@ from typing import Any
 from reportgen.execute.memory import (
     GIB,
     MemoryCgroup,
-    host_memory,
     follow,
+    host_memory,
     memory_cgroup,
     refresh,
 )
@@ -187,6 +187,7 @@ class Supervisor:
             self.kill()
             self._start()
         assert self.proc is not None and self.conn is not None and self.log_path is not None
+        proc = self.proc
         offset = self.log_path.stat().st_size
         execution = {"slot": self.spec.slot, "worker_pid": self.proc.pid, "worker_start": self.starts,
                      "timeout_s": self.timeout_s}
@@ -196,7 +197,7 @@ class Supervisor:
         self.conn.send(dict(task))
         while True:
             elapsed = time.monotonic() - t0
-            cgroup = follow(cgroup, self.proc.pid, lambda: self.proc.poll() is None)
+            cgroup = follow(cgroup, self.proc.pid, lambda: proc.poll() is None)
             if self.conn.poll(POLL_S):
                 try:
                     result = self.conn.recv()

@@ -526,7 +526,7 @@ def _git(where: Path, *args: str) -> str | None:
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def collect(device: str = "auto", *, nvml_raw: Mapping[str, Any] | None = None,

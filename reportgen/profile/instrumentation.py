@@ -108,7 +108,8 @@ def _profiler(*, device: bool, **options: bool) -> Callable[[Context], AbstractC
         activities = [ProfilerActivity.CPU]
         if device and ctx.cuda:
             activities.append(ProfilerActivity.CUDA)
-        with profile(activities=activities, **options):
+        settings: dict[str, Any] = dict(options)  # each a profile() switch
+        with profile(activities=activities, **settings):
             yield None
     return open_
 

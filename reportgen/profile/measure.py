@@ -18,11 +18,11 @@ import torch
 
 from reportgen import peaks, traffic
 from reportgen.errors import Skip
-from reportgen.profile import compiling, heap
+from reportgen.profile import compiling, heap, models
 from reportgen.profile import flops as flops_mod
-from reportgen.profile import models
-from reportgen.vocabulary import COMPILE_NONE, TRAIN_MODES
 from reportgen.profile.timing import time_step
+from reportgen.records.paths import trace_file
+from reportgen.vocabulary import COMPILE_NONE, TRAIN_MODES
 
 __all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
 
@@ -144,9 +144,9 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     # is its own: the trial ran before compilation)
     prior = [built.trial_ms] if built.trial_ms is not None and compiled is None else []
     sampler = PassSampler(device.type, gpu_index)
-    target = {} if target_rel_halfwidth is None else {"target_rel_halfwidth": target_rel_halfwidth}
+    until: dict[str, Any] = {} if target_rel_halfwidth is None else {"target_rel_halfwidth": target_rel_halfwidth}
     timing = time_step(built.step, budget_s=budget_s, prior_warmup=prior, sampler=sampler,
-                       **(target if converge else {"target_rel_halfwidth": None}))
+                       **(until if converge else {"target_rel_halfwidth": None}))
     timing["heap"] = steady_heap
     timing["threads"] = {"torch": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     peak_allocated, peak_reserved = _peaks(device)
@@ -154,15 +154,15 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         # a later round of a combination measured in rounds: its timing only
         return {"model": built.info, "inputs": dict(built.step.inputs_info), "timing": timing}
 
-    trace_path = Path(run_dir) / "traces" / f"{combo_id}.trace.json.gz"
+    trace_path = trace_file(run_dir, combo_id)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     # module hooks cannot fire inside a compiled graph: a compiled forward is read from
     # its kernels alone (reportgen.attribution, category "compiled")
     sampler.start()
-    profiled = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path,
+    recorded = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path,
                             label_modules=compiled is None)
     pass_reading = sampler.stop()
-    profile = dict(profiled["profile"])
+    profile = dict(recorded["profile"])
     if pass_reading is not None:
         # a profiled pass that fell into a busy moment would report the host's load as
         # the profiler's cost: the record says so, and a round measured in rounds repeats it
@@ -170,7 +170,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     profile["overhead_ratio"] = (profile["median_ms"] / timing["median"]
                                  if timing["median"] and profile.get("median_ms") is not None else None)
 
-    memory = dict(profiled.get("memory") or {})
+    memory = dict(recorded.get("memory") or {})
     # CUDA's allocator statistics where there are any; on the CPU the profiler's memory
     # events (the forward's own peak above its starting point) are all there is
     if peak_allocated is not None:
@@ -188,7 +188,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         # after the profiled pass (whose memory events give a CPU's rise over a step)
         memory["training"] = training_memory(
             built.model, built.step, combo, built.info,
-            rise_bytes=(profiled.get("memory") or {}).get("peak_allocated_bytes"),
+            rise_bytes=(recorded.get("memory") or {}).get("peak_allocated_bytes"),
             scores_per_call=activation["analytic"])
 
     result = {
@@ -197,9 +197,9 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         "timing": timing,
         "profile": profile,
         # both attribution methods; the hooks pass (unprofiled) runs after the profiled one
-        "attribution": attribute(profiled, built.model, built.step, budget_s=budget_s / 3,
+        "attribution": attribute(recorded, built.model, built.step, budget_s=budget_s / 3,
                                  hooks=compiled is None),
-        "ops": profiled["ops"],
+        "ops": recorded["ops"],
         "memory": memory,
         "flops": _flops_section(built, combo, timing["median"], device),
     }

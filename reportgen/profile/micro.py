@@ -34,15 +34,16 @@ one kernel for each. The post's input shape is not stored either; we use 16 head
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from reportgen.errors import Skip
-from reportgen.profile.models import TORCH_DTYPES
+from reportgen.profile.dtypes import TORCH_DTYPES
 from reportgen.vocabulary import ATTENTION_MICRO, SDPA_BACKENDS
 
 NAME = ATTENTION_MICRO

@@ -16,12 +16,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import nn
 
 from reportgen.errors import Skip, UserError
+from reportgen.profile.dtypes import TORCH_DTYPES
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import is_attention, is_projection
 from reportgen.vocabulary import (
@@ -39,9 +40,6 @@ from reportgen.vocabulary import (
 )
 
 MICRO = ATTENTION_MICRO
-
-# suite dtype name (vocabulary.DTYPES) -> torch dtype
-TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 # name -> (transformers model_type, config overrides). Everything not overridden keeps the
 # config class default, which for these types is already the named checkpoint's shape.
@@ -259,7 +257,7 @@ def _set(config: Any, name: str, value: Any) -> None:
             pass
 
 
-def _int(value: Any) -> bool:
+def _int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -955,7 +953,8 @@ def _mixture_parts(model: nn.Module) -> dict[str, Any] | None:
         if info.role == "experts" and info.container == "moe" and is_experts(module):
             if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
                 items = list(module.children())
-                per_expert = sum(int(m.weight.numel()) for m in items[0].modules() if is_projection(m))
+                per_expert = sum(int(m.weight.numel()) for m in items[0].modules()  # type: ignore[operator,misc]
+                                 if is_projection(m))
                 count = len(items)
             else:
                 stacked = [p for p in module.parameters(recurse=False) if p.dim() >= 3]
@@ -1044,7 +1043,7 @@ def _instantiate(config: Any, arch: str, impl: str, dtype: torch.dtype, device: 
     try:
         from transformers.initialization import no_init_weights
     except ImportError:  # older transformers: its own initialisation, then ours over it
-        no_init_weights = contextlib.nullcontext
+        no_init_weights = contextlib.nullcontext  # type: ignore[assignment]
     cls = _auto_class(config, arch, mode)
     extra = {"trust_remote_code": True} if remote_code else {}
     try:

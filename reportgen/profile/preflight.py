@@ -306,7 +306,7 @@ def estimate(combo: Any, *, device: str | None = None, profile_iterations: int =
         info = models.model_info(name, model, arch)
         enc_layers, dec_layers = _layers(config, info, arch)
         shape = _Shape(arch=arch, enc_layers=enc_layers, dec_layers=dec_layers,
-                       lm_head=model.get_output_embeddings() is not None,
+                       lm_head=model.get_output_embeddings() is not None,  # type: ignore[operator]
                        keeps_last_logits="logits_to_keep" in models._forward_params(model),
                        relative_bias=bool(getattr(config, "relative_attention_num_buckets", None)),
                        logit_softcapping=bool(getattr(config, "final_logit_softcapping", None)))

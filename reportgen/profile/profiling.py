@@ -8,7 +8,6 @@ Each iteration runs inside an ``rg|iteration`` range with the module hooks of
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import os
 import statistics
@@ -24,6 +23,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from reportgen.attribution import ATTRIBUTION_KEYS, ITERATION_LABEL, LABEL_PREFIX, PHASE_ROLE, analyse_trace
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import install_hooks
+from reportgen.records.paths import trace_ref
 from reportgen.scrub import gzip_trace, trace_name
 from reportgen.store import atomic_write_bytes
 
@@ -109,7 +109,7 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     tmp = Path(tmp_name)
     try:
         record_pass(step, model, iterations, warmup, tmp, label_modules)
-        raw = trace_name(tmp.read_bytes(), f"traces/{trace_path.name}")
+        raw = trace_name(tmp.read_bytes(), trace_ref(trace_path))
     finally:
         tmp.unlink(missing_ok=True)
     trace = json.loads(raw)
@@ -131,7 +131,7 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     out = {
         "profile": {"iterations": iterations, "per_iteration_ms": per_iteration,
                     "median_ms": statistics.median(per_iteration),
-                    "trace": f"traces/{trace_path.name}", "trace_bytes": trace_bytes},
+                    "trace": trace_ref(trace_path), "trace_bytes": trace_bytes},
         "attribution": {key: result[key] for key in ATTRIBUTION_KEYS},
         "ops": result["ops"],
         "memory": result["memory"],

@@ -151,7 +151,7 @@ class _Recorder:
         self.training = training
         self._handles: list[Any] = []
         modules = dict(model.named_modules())
-        targets = [("", "model", None)]
+        targets: list[tuple[str, str, str | None]] = [("", "model", None)]
         for fqn, info in classify(model).items():
             if info.role is not None and fqn in modules:
                 targets.append((fqn, info.role, proj_category.get(fqn) if info.role == "proj"

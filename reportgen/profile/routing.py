@@ -85,7 +85,7 @@ def summarise(layers: list[tuple[str, list[int]]], tokens: int) -> dict[str, Any
     """The record's ``moe`` section from per-layer tokens per expert: per layer, the
     counts and how uneven they are (the busiest expert against the mean; the coefficient
     of variation), and over the layers the same figures."""
-    per_layer = []
+    per_layer: list[dict[str, Any]] = []
     for fqn, row in layers:
         mean = sum(row) / len(row)
         var = sum((c - mean) ** 2 for c in row) / len(row)

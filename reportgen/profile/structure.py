@@ -19,9 +19,10 @@ module of a block that holds experts), ``experts`` (its experts, routed or share
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn

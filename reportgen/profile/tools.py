@@ -51,6 +51,7 @@ from reportgen.categories import CATEGORIES
 from reportgen.profile import models
 from reportgen.profile.profiling import record_pass, write_gzip_atomic
 from reportgen.profile.structure import classify, label, module_categories
+from reportgen.records.paths import trace_file, trace_ref
 from reportgen.scrub import trace_name
 from reportgen.vocabulary import COMPILE_NONE
 
@@ -393,7 +394,7 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
     step, model = built.step, built.model
     seed = int(getattr(step, "inputs_info", {}).get("seed", 0) or 0)
     module_category = module_categories(model, step)
-    trace_path = Path(run_dir) / "traces" / f"{combo_id}.tools.trace.json.gz"
+    trace_path = trace_file(run_dir, combo_id, "tools")
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     passes: list[dict[str, Any]] = []
@@ -405,7 +406,7 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
         for index in range(toolcompare.PASSES):
             raw_path = Path(scratch) / f"pass-{index}.json"
             prof = record_pass(step, model, ITERATIONS, WARMUP, raw_path, label_modules=True)
-            raw = trace_name(raw_path.read_bytes(), f"traces/{trace_path.name}")
+            raw = trace_name(raw_path.read_bytes(), trace_ref(trace_path))
             raw_path.unlink()
             averages = prof.key_averages()
             trace = json.loads(raw)
@@ -429,7 +430,7 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
         os.replace(kept, trace_path)
     tools = summary["tools"]
     return {"status": "ok", "reason": None, "iterations": n_iter, "passes": len(passes),
-            "trace": f"traces/{trace_path.name}", "trace_bytes": trace_bytes,
+            "trace": trace_ref(trace_path), "trace_bytes": trace_bytes,
             "tools": tools, "evidence": summary["evidence"],
             "comparison": summary["comparison"], "duration_s": time.monotonic() - started}
 

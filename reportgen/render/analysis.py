@@ -13,8 +13,7 @@ from typing import Any
 import pandas as pd
 
 from reportgen import stats
-from reportgen.categories import (ATTENTION_CATEGORIES, CATEGORIES, OPTIONAL_CATEGORIES,
-                                  MOE_CATEGORIES)
+from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.intervals import unstable_reason
 from reportgen.render import fmt
 from reportgen.render.load import Run

@@ -232,7 +232,8 @@ def when(value: object) -> str:
     return escape(f"{m.group(1)} {m.group(2)} UTC" if m else value)
 
 
-FILTERS = {"breakable": breakable, "when": when, "front_matter_title": front_matter_title, "html_attr": html_attr, "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
+FILTERS = {"breakable": breakable, "when": when, "front_matter_title": front_matter_title, "html_attr": html_attr,
+           "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
            "fixed": fixed, "integer": integer, "seq_length": length, "nbytes": nbytes, "flops": flops,
            "bandwidth": bandwidth, "quantity": quantity,
            "code_block": code_block, "url": url, "raw": Raw}

@@ -13,6 +13,7 @@ from typing import Any
 
 from reportgen import schema
 from reportgen.errors import UserError
+from reportgen.records import paths
 
 
 @dataclass(frozen=True)
@@ -56,23 +57,11 @@ def load_runs(root: Path) -> list[Run]:
         run_dir = loaded.path
         record = dict(loaded.record)
         combos: list[Combination] = []
-        for combo_json in sorted((run_dir / "combinations").glob("*.json")):
+        for combo_json in paths.combination_files(run_dir):
             combo = schema.load_combination(combo_json)
-            trace_rel = (combo.get("profile") or {}).get("trace")
-            trace = run_dir / trace_rel if isinstance(trace_rel, str) else None
-            if trace is not None and (not trace.is_file() or not _inside(trace, run_dir)):
-                trace = None
-            combos.append(Combination(record=combo, path=combo_json, trace=trace))
+            combos.append(Combination(record=combo, path=combo_json, trace=paths.trace_path(run_dir, combo)))
         rel = run_dir.resolve().relative_to(root.resolve()).as_posix()
         if rel == ".":
             rel = run_dir.name
         runs.append(Run(record=record, path=run_dir, rel=rel, combinations=tuple(combos)))
     return runs
-
-
-def _inside(path: Path, parent: Path) -> bool:
-    try:
-        path.resolve().relative_to(parent.resolve())
-    except ValueError:
-        return False
-    return True

@@ -19,6 +19,11 @@ def _get(record: Any, *keys: str) -> Any:
     return record
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A section of the environment record, or an empty one where it is missing or not a mapping."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _gpus(env: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [g for g in env.get("gpus") or [] if isinstance(g, Mapping)]
 
@@ -53,7 +58,7 @@ def hardware_label(slug: str, env: Mapping[str, Any] | None) -> str:
     if gpus:
         names = sorted({str(g.get("name") or "GPU") for g in gpus})
         return SEP.join(["GPU", " + ".join(names), _plural(len(gpus), "GPU")])
-    host = env.get("host") if isinstance(env.get("host"), Mapping) else {}
+    host = _mapping(env.get("host"))
     name = cpu_name(env)
     if name is not None:
         cores = _cores(host)
@@ -101,7 +106,7 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     (a modified source tree). Facts the record lacks are left out; a note the record
     carries instead of a value (NVML unavailable) becomes a sentence."""
     env = env or {}
-    host = env.get("host") if isinstance(env.get("host"), Mapping) else {}
+    host = _mapping(env.get("host"))
     rows: list[dict[str, Any]] = []
 
     def add(label: str, value: Any, warn: bool = False) -> None:
@@ -116,13 +121,13 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         memory = _bytes_gib(gpu.get("memory_total_bytes") or gpu.get("cuda_memory_bytes"))
         if memory:
             parts.append(memory)
-        clocks = gpu.get("clocks_mhz") if isinstance(gpu.get("clocks_mhz"), Mapping) else {}
+        clocks = _mapping(gpu.get("clocks_mhz"))
         if clocks.get("sm"):
             parts.append(f"SM clock {clocks['sm']} MHz")
         if gpu.get("power_limit_w"):
             parts.append(f"power limit {gpu['power_limit_w']} W")
         add(label, ", ".join(parts))
-    driver = env.get("driver") if isinstance(env.get("driver"), Mapping) else {}
+    driver = _mapping(env.get("driver"))
     add("GPU driver", driver.get("driver_version")
         or next((g.get("driver") for g in gpus if g.get("driver")), None))
     add("CUDA (driver)", _cuda_driver(driver.get("cuda_driver_version")))
@@ -156,7 +161,7 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     add("Operating system", host.get("os_release") or host.get("os"))
     add("Kernel", host.get("kernel"))
     add("Python", _get(env, "python", "version"))
-    libraries = env.get("libraries") if isinstance(env.get("libraries"), Mapping) else {}
+    libraries = _mapping(env.get("libraries"))
     installed = [f"{name} {version}" for name, version in sorted(libraries.items(),
                                                                    key=lambda kv: kv[0].lower())
                  if isinstance(version, str) and version]
@@ -165,7 +170,7 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     add("torch threads", threads)
     precision = _get(env, "torch", "numerics", "float32_matmul_precision")
     add("float32 matmul precision", precision)
-    git = env.get("git") if isinstance(env.get("git"), Mapping) else {}
+    git = _mapping(env.get("git"))
     commit = git.get("commit")
     if commit:
         dirty = git.get("dirty")

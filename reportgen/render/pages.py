@@ -20,10 +20,19 @@ import pandas as pd
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
-from reportgen.render import (analysis, charts, cite, compiled, machine, moe, roofline_pages, sections,
-                              studies)
+from reportgen.render import (
+    analysis,
+    charts,
+    cite,
+    compiled,
+    machine,
+    moe,
+    roofline_pages,
+    sections,
+    studies,
+    training,
+)
 from reportgen.render import tools as tools_page
-from reportgen.render import training
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
 from reportgen.render.templating import environment
@@ -235,7 +244,7 @@ class _Builder:
 
     # shared pieces ---------------------------------------------------------------------
     def _chart(self, page: str, name: str, title: str, spec: Mapping[str, Any],
-               out: list[Chart]) -> dict[str, str]:
+               out: list[Chart]) -> dict[str, Any]:
         chart = Chart(name=name, title=title, spec=spec)
         out.append(chart)
         stem = posixpath.splitext(posixpath.basename(page))[0]
@@ -420,9 +429,9 @@ class _Builder:
         the reference setting, else the longest other), its layers as a table and a chart,
         and every combination of the page that has one; None where none has."""
         ok = rows[rows["status"] == "ok"]
-        found = [(r, moe.section(self.records.get((hw, str(r["combo_id"])))))
-                 for r in ok.to_dict(orient="records")]
-        found = [(r, m) for r, m in found if m is not None]
+        sections = ((r, moe.section(self.records.get((hw, str(r["combo_id"])))))
+                    for r in ok.to_dict(orient="records"))
+        found = [(r, m) for r, m in sections if m is not None]
         if not found:
             return None
         headline = str(summary["longest"]["combo_id"]) if summary is not None else None

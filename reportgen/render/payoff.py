@@ -361,7 +361,7 @@ def predict(base: Series, new: Series, part: Sequence[str] = PART) -> dict[str, 
 
 
 def _overlap(lo_a: float | None, hi_a: float | None, lo_b: float | None, hi_b: float | None) -> bool | None:
-    if None in (lo_a, hi_a, lo_b, hi_b):
+    if lo_a is None or hi_a is None or lo_b is None or hi_b is None:
         return None
     return not stats.difference(None, None, interval_a=(lo_a, hi_a), interval_b=(lo_b, hi_b)).significant
 

@@ -38,7 +38,8 @@ def _label(row: Mapping[str, Any], with_model: bool = True) -> str:
             f"{row['base_value']} → {row['new_value']}")
 
 
-def _grouped(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> list[tuple[str, list[tuple[str, list[Any]]]]]:
+def _grouped(rows: Sequence[Mapping[str, Any]],
+             labels: Mapping[str, str]) -> list[tuple[str, list[tuple[str, list[Any]]]]]:
     """Rows by hardware (label order), then by model."""
     by: dict[str, dict[str, list[Any]]] = {}
     for r in rows:

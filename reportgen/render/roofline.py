@@ -22,6 +22,7 @@ from typing import Any
 
 from reportgen import peaks, stats
 from reportgen.categories import ATTENTION_CATEGORIES
+from reportgen.records.shares import category_share
 from reportgen.render.shown import shown_categories
 from reportgen.shares import combined_share, headline_section
 from reportgen.traffic import BYTE_CATEGORIES, record_bytes
@@ -78,16 +79,15 @@ def category_time(record: Mapping[str, Any], categories: Sequence[str]
     """Attributed time (ms) of ``categories`` together with its interval and how the
     interval was formed; None without a latency or shares."""
     lat = latency(record)
-    cats = (record.get("attribution") or {}).get("categories") or {}
-    shares = [_num((cats.get(c) or {}).get("share")) for c in categories]
-    if lat is None or not cats or all(s is None for s in shares):
+    shares = [category_share(record, c) for c in categories]
+    found = [s for s in shares if s is not None]
+    if lat is None or not found:
         return None
     med, lo, hi = lat
-    share = sum(s for s in shares if s is not None)
+    share = sum(s.value for s in found)
     interval: tuple[float, float] | None = None
     if len(categories) == 1:
-        entry = cats.get(categories[0]) or {}
-        low, high = _num(entry.get("share_low")), _num(entry.get("share_high"))
+        low, high = found[0].low, found[0].high
         interval = (low, high) if low is not None and high is not None else None
     else:
         section = headline_section(record.get("attribution"))
