@@ -175,7 +175,8 @@ def reference_effort(measured: Measured, optimum_wall: float | None, why: str,
                      "median_ms": (r.get("timing") or {}).get("median"),
                      "ci_ms": [(r.get("timing") or {}).get("ci_low"), (r.get("timing") or {}).get("ci_high")],
                      "rounds": len((r.get("timing") or {}).get("rounds") or []),
-                     "optimum_benchmark_p50_ms": (1e3 * optimum_latency[seq]) if seq in optimum_latency else None})
+                     "optimum_benchmark_p50_ms": (1e3 * optimum_latency[int(seq)])
+                     if seq is not None and int(seq) in optimum_latency else None})
     notes = [f"reportgen: {measured.wall_s:.1f} s for the two combinations (a fresh `reportgen profile`, "
              "timing in rounds with intervals, a profiled pass with both attribution methods, FLOPs and "
              "records written)"]
@@ -267,7 +268,9 @@ def run(scratch: Path, log: Callable[[str], None], *, optimum: bool = True) -> d
     log(f"  {len(quiet.records)} combinations in {quiet.wall_s:.0f} s")
     log("  BERT-base at 128 and 512 tokens")
     bert = profile_run(REFERENCE_SUITE, scratch / "effort-bert")
-    wall, why, latency = None, "not asked for", {}
+    wall: float | None = None
+    why = "not asked for"
+    latency: dict[int, float] = {}
     if optimum:
         python, why = optimum_python(scratch, log)
         if python is not None:

@@ -228,7 +228,7 @@ def gpu_processes(index: int) -> list[int] | None:
     """The pids with a compute context on physical GPU ``index`` (None where NVML says
     nothing: no pynvml, or a driver that hides them)."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml  # type: ignore[import-not-found,import-untyped]
 
         pynvml.nvmlInit()
         try:
