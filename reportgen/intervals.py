@@ -1,4 +1,4 @@
-"""The interval of a median measured in rounds (pure Python: both sides import it).
+"""The interval of a median measured in rounds (both sides import it; numpy draws the resamples).
 
 A combination is timed in several rounds, each in a fresh worker process at a different
 point of the suite, so a round carries what one process cannot vary: the allocator's
@@ -21,7 +21,6 @@ interval's exact coverage (``stats.coverage``) as the confidence.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,18 +47,21 @@ def _pct(sorted_values: list[float], q: float) -> float:
 
 def bootstrap_medians(rounds: Sequence[Sequence[float]], *, replicates: int = BOOTSTRAP_REPLICATES,
                       seed: int = BOOTSTRAP_SEED) -> list[float]:
-    """Medians of ``replicates`` two-level resamples (rounds, then samples in each)."""
-    groups = [list(map(float, r)) for r in rounds if len(r)]
+    """Medians of ``replicates`` two-level resamples (rounds, then samples in each),
+    drawn with numpy's seeded generator (a millisecond forward's rounds hold hundreds of
+    samples each: drawn one by one in Python, 2,000 replicates of eight such rounds took
+    seconds per combination)."""
+    import numpy as np
+
+    groups = [np.asarray(r, dtype=float) for r in rounds if len(r)]
     if not groups:
         raise ValueError("no samples")
-    rng = random.Random(seed)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(groups), size=(replicates, len(groups)))
     out = []
-    for _ in range(replicates):
-        pooled: list[float] = []
-        for _ in groups:
-            group = groups[rng.randrange(len(groups))]
-            pooled.extend(group[rng.randrange(len(group))] for _ in group)
-        out.append(stats.median(pooled))
+    for row in picks:
+        drawn = [groups[g][rng.integers(0, len(groups[g]), size=len(groups[g]))] for g in row]
+        out.append(float(np.median(np.concatenate(drawn))))
     return out
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from reportgen import stats
 from reportgen.store import atomic_write_json
 
 if TYPE_CHECKING:
@@ -261,7 +262,12 @@ def decide(unit: Unit, found: Mapping[int, Mapping[str, Any]], policy: Policy,
     profile_ok = any(_profiled(r) and not profile_contended(r) for r in ordered)
     if len(clean) >= policy.floor and policy.target is not None and profile_ok:
         groups = [list(r["sections"]["timing"]["samples"]) for r in clean]
-        if _interval_rel_halfwidth(groups) <= policy.target:
+        # the interval is never narrower than the round medians' range (intervals.py): a
+        # range wider than the target needs no bootstrap to say so
+        medians = sorted(stats.median(g) for g in groups)
+        mid = stats.median(medians)
+        if mid and (medians[-1] - medians[0]) / 2 / abs(mid) <= policy.target \
+                and _interval_rel_halfwidth(groups) <= policy.target:
             return Decision(True)
     if len(clean) >= policy.rounds and profile_ok:
         return Decision(True)
