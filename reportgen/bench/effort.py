@@ -2,8 +2,8 @@
 does to its answers.
 
 * Tiny-model effort: the tiny suite's combinations run as a user runs them, ``reportgen
-  profile`` in a fresh process, with the default suite's settings (eight rounds at most,
-  20 s of timing at most per combination): rounds stop once their interval is tight, so
+  profile`` in a fresh process, with the default CPU suite's settings (eight rounds at
+  most, its timing budget per combination): rounds stop once their interval is tight, so
   fast models cost seconds, not the budget.
 * Reference effort: BERT-base at 128 and 512 tokens the same way, and side by side in the
   same bench run, the same two shapes through optimum-benchmark's inline launcher (its
@@ -35,23 +35,34 @@ CONTENTION_TOLERANCE = 0.05
 WIDE = 2.0  # an interval wider than this many medians must be flagged
 
 def suite_text(name: str, description: str, scale: str, matrices: str) -> str:
-    """A suite file with the default CPU suite's settings (eight rounds at most, 20 s of
-    timing at most per combination) and these combinations."""
+    """A suite file with the default CPU suite's settings (its most rounds, its timing
+    budget per combination and its target) and these combinations."""
+    from reportgen.suite import load_suite
+
+    default = load_suite("cpu-default").settings
     return (f'name = "{name}"\ndescription = "{description}"\n\n[settings]\nscale = "{scale}"\n'
-            'budget_s = 20.0\nrounds = 8\nprofile_iterations = 3\nseed = 0\ndevice = "cpu"\n' + matrices)
+            f"budget_s = {default.budget_s}\nrounds = {default.rounds}\n"
+            f"profile_iterations = {default.profile_iterations}\nseed = 0\ndevice = \"cpu\"\n"
+            + (f"target = {default.target}\n" if default.target is not None else "") + matrices)
 
 
 _ONE_BATCH = 'batch_sizes = [1]\ndtypes = ["fp32"]\n'
-TINY_SUITE = suite_text(
-    "bench-tiny", "The tiny suite's combinations with the default CPU suite's settings.", "tiny",
-    '\n[[matrix]]\nmodels = ["bert-base", "t5-small"]\nmodes = ["forward"]\nseq_lens = [16, 32]\n'
-    + _ONE_BATCH + 'attn = ["eager", "sdpa"]\n'
-    '\n[[matrix]]\nmodels = ["gpt2", "llama-small"]\nmodes = ["forward", "prefill", "decode"]\n'
-    'seq_lens = [16, 32]\n' + _ONE_BATCH + 'attn = ["eager", "sdpa"]\n')
-REFERENCE_SUITE = suite_text(
-    "bench-bert", "BERT-base at 128 and 512 tokens with the default CPU suite's settings.", "reference",
-    '\n[[matrix]]\nmodels = ["bert-base"]\nmodes = ["forward"]\nseq_lens = [128, 512]\n'
-    + _ONE_BATCH + 'attn = ["sdpa"]\n')
+TINY_MATRIX = ('\n[[matrix]]\nmodels = ["bert-base", "t5-small"]\nmodes = ["forward"]\nseq_lens = [16, 32]\n'
+               + _ONE_BATCH + 'attn = ["eager", "sdpa"]\n'
+               '\n[[matrix]]\nmodels = ["gpt2", "llama-small"]\nmodes = ["forward", "prefill", "decode"]\n'
+               'seq_lens = [16, 32]\n' + _ONE_BATCH + 'attn = ["eager", "sdpa"]\n')
+REFERENCE_MATRIX = ('\n[[matrix]]\nmodels = ["bert-base"]\nmodes = ["forward"]\nseq_lens = [128, 512]\n'
+                    + _ONE_BATCH + 'attn = ["sdpa"]\n')
+
+
+def tiny_suite() -> str:
+    return suite_text("bench-tiny", "The tiny suite's combinations with the default CPU suite's settings.",
+                      "tiny", TINY_MATRIX)
+
+
+def reference_suite() -> str:
+    return suite_text("bench-bert", "BERT-base at 128 and 512 tokens with the default CPU suite's settings.",
+                      "reference", REFERENCE_MATRIX)
 
 OPTIMUM_SPEC = ("optimum-benchmark==0.6.0", "transformers>=4.50,<5")
 OPTIMUM_SCRIPT = """
@@ -263,11 +274,11 @@ def run(scratch: Path, log: Callable[[str], None], *, optimum: bool = True) -> d
     """The three figures; the tiny run doubles as the contention figure's quiet run."""
     figures: dict[str, dict[str, Any]] = {}
     log("  tiny combinations, quiet")
-    quiet = profile_run(TINY_SUITE, scratch / "effort-tiny")
+    quiet = profile_run(tiny_suite(), scratch / "effort-tiny")
     figures["tiny_effort"] = tiny_effort(quiet)
     log(f"  {len(quiet.records)} combinations in {quiet.wall_s:.0f} s")
     log("  BERT-base at 128 and 512 tokens")
-    bert = profile_run(REFERENCE_SUITE, scratch / "effort-bert")
+    bert = profile_run(reference_suite(), scratch / "effort-bert")
     wall: float | None = None
     why = "not asked for"
     latency: dict[int, float] = {}
@@ -280,7 +291,7 @@ def run(scratch: Path, log: Callable[[str], None], *, optimum: bool = True) -> d
     log("  tiny combinations beside a busy process on one core")
     with Hog() as hog:
         log(f"  busy process {hog.proc.pid if hog.proc else '?'} on CPU {hog.cpu}")
-        busy = profile_run(TINY_SUITE, scratch / "effort-busy")
+        busy = profile_run(tiny_suite(), scratch / "effort-busy")
     figures["contention"] = contention_figure(contention_rows(quiet.records, busy.records),
                                               wall_s=busy.wall_s, quiet_wall_s=quiet.wall_s)
     return figures
