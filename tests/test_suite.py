@@ -44,7 +44,7 @@ BAD_SUITES = {
                             ["matrix[0].models", "nowhere/config.json"]),
     "unknown-dtype": (MATRIX + 'dtypes = ["fp8"]\n', ["matrix[0].dtypes", "'fp8'", "valid: fp32, fp16, bf16"]),
     "unknown-attn": (MATRIX + 'attn = ["flash3"]\n', ["matrix[0].attn", "'flash3'", "sdpa-flash"]),
-    "unknown-mode": (MATRIX + 'modes = ["train"]\n', ["matrix[0].modes", "'train'", "prefill"]),
+    "unknown-mode": (MATRIX + 'modes = ["fit"]\n', ["matrix[0].modes", "'fit'", "prefill"]),
     "unknown-device": ('[settings]\ndevice = "tpu"\n' + MATRIX, ["settings.device", "'tpu'", "auto, cpu, cuda"]),
     "unknown-scale": (MATRIX + 'scale = "huge"\n', ["matrix[0].scale", "'huge'", "tiny, reference"]),
     "seq-len-zero": ('[[matrix]]\nmodels = ["bert-base"]\nseq_lens = [0]\n', ["matrix[0].seq_lens", "0", ">= 1"]),
@@ -88,7 +88,7 @@ def test_bad_suite_exits_2_with_one_line_and_writes_nothing(
 BAD_FLAGS = {
     "dtypes": (["--dtypes", "fp32,fp8"], ["--dtypes", "'fp8'", "valid: fp32, fp16, bf16"]),
     "attn": (["--attn", "nope"], ["--attn", "'nope'"]),
-    "modes": (["--modes", "train"], ["--modes", "'train'"]),
+    "modes": (["--modes", "fit"], ["--modes", "'fit'"]),
     "device": (["--device", "tpu"], ["--device", "'tpu'", "auto, cpu, cuda"]),
     "scale": (["--scale", "big"], ["--scale", "'big'"]),
     "models": (["--models", "gpt9"], ["--models", "'gpt9'"]),
