@@ -269,3 +269,35 @@ def test_a_timed_pass_runs_at_least_the_samplers_window() -> None:
     assert out["stop_reason"] == "converged" and out["n"] >= 250 and out["contention"] == {"contended": False}
     plain = time_step(Step(), budget_s=5.0, timer=Timer(), wall=clock, max_warmup_s=0.01)
     assert plain["n"] < 50
+
+
+def test_the_gpu_sampler_reads_nvml_around_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampler's NVML path on recorded readings: a snapshot and the device's process
+    list before and after the pass (a fake pynvml answers what a driver answered)."""
+    import os
+    import types
+
+    from reportgen.profile import nvml
+
+    snaps = iter([SNAP, {**SNAP, "sm_clock_mhz": 1755}])
+    monkeypatch.setattr(nvml, "snapshot", lambda index: dict(next(snaps)))
+    calls: list[str] = []
+    listed = iter([[os.getpid()], [os.getpid(), 4343]])
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetHandleByIndex=lambda index: ("handle", index),
+        nvmlDeviceGetComputeRunningProcesses=lambda handle: [types.SimpleNamespace(pid=p) for p in next(listed)])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = contention.GpuSampler(1)
+    sampler.start()
+    reading = sampler.stop()
+    assert reading is not None and reading["contended"] is True
+    assert reading["other_processes"] == [4343] and reading["sm_clock_mhz"] == [1755, 1980]
+    assert calls == ["init", "shutdown", "init", "shutdown"]
+    # no NVML at all: the device side reads nothing, and the pass is judged on the host
+    monkeypatch.setattr(nvml, "snapshot", lambda index: {"throttled": None})
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert contention.gpu_processes(0) is None
+    quiet = contention.GpuSampler(0)
+    quiet.start()
+    assert quiet.stop() is None

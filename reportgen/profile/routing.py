@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from reportgen.profile.step import StepLike
+from reportgen.profile.step import StepLike, run_hooked
 from reportgen.profile.structure import classify, is_experts
 
 
@@ -68,13 +68,7 @@ def expert_load(model: nn.Module, step: StepLike) -> dict[str, Any] | None:
                 if indices is not None:
                     counts[fqn] += torch.bincount(indices.reshape(-1).long().cpu(), minlength=experts)
             handles.append(module.register_forward_pre_hook(count_indices, with_kwargs=True))
-    try:
-        step()
-        step.sync()
-    finally:
-        for handle in handles:
-            handle.remove()
-        step.reset()
+    run_hooked(step, handles)
     layers = [(fqn, c.tolist()) for fqn, c in counts.items() if int(c.sum()) > 0]
     if not layers:
         return None

@@ -3,6 +3,8 @@ iteration. `reportgen.profile.models.Step` and the micro-benchmark's step implem
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 
@@ -18,3 +20,17 @@ class StepLike(Protocol):
 
     def sync(self) -> None:
         """Wait for the device."""
+
+
+def run_hooked(step: StepLike, handles: Iterable[Any], within: Any = None) -> None:
+    """One untimed iteration of ``step`` while the hooks behind ``handles`` watch it
+    (inside the context manager ``within``, if any); the hooks are removed and the step
+    reset afterwards, whatever happens."""
+    try:
+        with within if within is not None else contextlib.nullcontext():
+            step()
+        step.sync()
+    finally:
+        for handle in handles:
+            handle.remove()
+        step.reset()

@@ -28,7 +28,7 @@ from torch import nn
 
 from reportgen import traffic
 from reportgen.categories import CATEGORIES
-from reportgen.profile.step import StepLike
+from reportgen.profile.step import StepLike, run_hooked
 from reportgen.profile.structure import classify, module_categories
 from reportgen.vocabulary import TRAIN
 
@@ -83,14 +83,7 @@ def saved_activation_bytes(model: nn.Module, step: StepLike) -> dict[str, int]:
             out[stack[-1]] += size
         return tensor
 
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            step()
-        step.sync()
-    finally:
-        for handle in handles:
-            handle.remove()
-        step.reset()
+    run_hooked(step, handles, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
     return out
 
 
