@@ -60,6 +60,22 @@ def test_the_reference_effort_is_a_ratio_or_says_why_not() -> None:
     assert verdict({"kind": "below", "target": 0.5}, 0.6) == "fail"
 
 
+def test_optimum_benchmarks_download_is_served_from_disk(tmp_path: Path) -> None:
+    """The script's stand-in for the Hub download copies config.json from the model
+    directory into the cache directory optimum-benchmark asks for, as hf_hub_download does."""
+    source = effort.OPTIMUM_SCRIPT
+    start, end = source.index("def config_from_disk"), source.index("base.HF_API")
+    scope: dict[str, object] = {"Path": Path, "shutil": __import__("shutil")}
+    exec(source[start:end], scope)  # noqa: S102 - the function as the script defines it
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "bert"}')
+    got = Path(scope["config_from_disk"](str(model), "config.json", cache_dir=str(tmp_path / "cache")))  # type: ignore[operator]
+    assert got.parent.parent == tmp_path / "cache"
+    assert got.name == "config.json" and got.read_text() == '{"model_type": "bert"}'
+    compile(source, "optimum-script", "exec")
+
+
 def _cpu_of(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[36])  # field 39 of /proc/<pid>/stat: the CPU it last ran on

@@ -66,15 +66,28 @@ def reference_suite() -> str:
 
 OPTIMUM_SPEC = ("optimum-benchmark==0.6.0", "transformers>=4.50,<5")
 OPTIMUM_SCRIPT = """
-import sys, time
+import shutil, sys, time
+from pathlib import Path
 t0 = time.perf_counter()
 from optimum_benchmark import Benchmark, BenchmarkConfig, InferenceConfig, InlineConfig, PyTorchConfig
+import optimum_benchmark.backends.base as base
+from transformers import BertConfig
+
+# its no-weights model starts from config.json, fetched from the Hub: served from disk
+# (BERT-base's config, transformers' BertConfig defaults) where the Hub is unreachable
+model = Path(sys.argv[1])
+BertConfig().save_pretrained(model)
+def config_from_disk(repo_id, filename, cache_dir=None, **kwargs):
+    target = Path(cache_dir) / "config-from-disk"
+    target.mkdir(parents=True, exist_ok=True)
+    return shutil.copy(Path(repo_id) / filename, target / filename)
+base.HF_API.hf_hub_download = config_from_disk
 for seq in (128, 512):
     config = BenchmarkConfig(
         name=f"bert-base-s{seq}", launcher=InlineConfig(),
         scenario=InferenceConfig(latency=True, memory=False,
                                  input_shapes={"batch_size": 1, "sequence_length": seq}),
-        backend=PyTorchConfig(model=sys.argv[1], device="cpu", no_weights=True, task="feature-extraction",
+        backend=PyTorchConfig(model=str(model), device="cpu", no_weights=True, task="feature-extraction",
                               library="transformers", model_type="bert"))
     report = Benchmark.launch(config)
     print("latency", seq, report.forward.latency.p50, flush=True)
@@ -152,17 +165,14 @@ def optimum_python(scratch: Path, log: Callable[[str], None]) -> tuple[Path | No
     return python, ""
 
 
-# optimum-benchmark's no-weights model is made from the config it fetches from the Hub (into
-# a temporary cache of its own): it takes a Hub id, never a local directory
-OPTIMUM_MODEL = "google-bert/bert-base-uncased"
 
 
 def optimum_run(python: Path, scratch: Path) -> tuple[float | None, str, dict[int, float]]:
     """optimum-benchmark's inline launcher on BERT-base's config (random weights) at 128
     and 512 tokens: (wall seconds, why not, median latency in s by length)."""
     t0 = time.perf_counter()
-    proc = subprocess.run([str(python), "-c", OPTIMUM_SCRIPT, OPTIMUM_MODEL], capture_output=True, text=True,
-                          cwd=scratch)
+    proc = subprocess.run([str(python), "-c", OPTIMUM_SCRIPT, str(scratch / "optimum-bert-base")],
+                          capture_output=True, text=True, cwd=scratch, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or ["?"]
@@ -193,7 +203,12 @@ def reference_effort(measured: Measured, optimum_wall: float | None, why: str,
              "records written)"]
     if optimum_wall is not None:
         notes.append(f"optimum-benchmark {OPTIMUM_SPEC[0].split('==')[1]}, inline launcher, its default "
-                     f"latency scenario: {optimum_wall:.1f} s for the same two shapes, in the same bench run")
+                     f"latency scenario: {optimum_wall:.1f} s for the same two shapes, in the same bench run "
+                     "(its no-weights model from BERT-base's config.json on disk: the one file it fetches "
+                     "from the Hub is served from there, the Hub's round trips left out of its time)")
+        notes.append("optimum-benchmark's median forward (its p50, in the rows) is not comparable with reportgen's: "
+                     "its no-weights model draws every weight from U(0, 1) (`fast_random_tensor` in "
+                     "optimum_benchmark.backends.transformers_utils), not from the model's initialisation")
     else:
         notes.append(f"optimum-benchmark not measured: {why}")
     return figure(
