@@ -293,21 +293,47 @@ def test_harness_efficiency_is_timed_samples_over_suite_wall_time() -> None:
     assert efficiency.figures(run, reference_size=False)["suite_time"]["status"] == "info"
 
 
-def test_coverage_counts_remeasured_medians_inside_the_first_interval() -> None:
+def test_coverage_asks_whether_two_runs_agree_and_counts_those_inside_the_first_interval() -> None:
     from reportgen.bench import coverage
 
     first = [_timed("a", [10.0, 11.0, 12.0], [], 1.0, low=9.0, high=13.0),
              _timed("b", [10.0, 11.0, 12.0], [], 1.0, low=10.5, high=11.5),
+             _timed("d", [10.0, 11.0, 12.0], [], 1.0, low=10.5, high=11.5),
              {"id": "c", "status": "failed", "timing": None}]
-    second = [_timed("a", [12.0, 12.5, 13.0], [], 1.0), _timed("b", [12.0, 12.5, 13.0], [], 1.0),
+    second = [_timed("a", [12.0, 12.5, 13.0], [], 1.0, low=12.0, high=13.0),
+              _timed("b", [12.0, 12.5, 13.0], [], 1.0, low=12.0, high=13.0),
+              _timed("d", [11.0, 12.0, 13.0], [], 1.0, low=11.0, high=13.0),
               _timed("c", [1.0], [], 1.0)]
     table = coverage.rows(first, second)
-    assert [(r["combination"], r["inside"]) for r in table] == [("a", True), ("b", False)]
+    # a: 1.5 apart, reach sqrt(2^2 + 0.5^2) = 2.06; b: 1.5 apart, reach sqrt(0.5^2 + 0.5^2) = 0.71;
+    # d: outside the first interval, but 1.0 apart with reach sqrt(0.5^2 + 1^2) = 1.12
+    assert [(r["combination"], r["inside"], r["agree"]) for r in table] == [
+        ("a", True, True), ("b", False, False), ("d", False, True)]
     fig = coverage.summarise(table)
-    assert fig["value"] == 0.5 and fig["status"] == "fail"
-    assert "75.0%" in " ".join(fig["notes"]) and "b (+13.6%)" in " ".join(fig["notes"])
+    assert fig["value"] == pytest.approx(2 / 3) and fig["status"] == "fail"
+    notes = " ".join(fig["notes"])
+    assert "2 of 3 re-measured medians agree" in notes and "Disagree: b (+13.6%)" in notes
+    assert "1 of 3 re-measured medians fall inside" in notes and "75.0%" in notes
     assert coverage.summarise(coverage.rows(first[:1], second))["status"] == "pass"
     assert coverage.summarise([])["status"] == "not measured"
+    # rows measured before the second run's interval was kept: judged by the first interval alone
+    old = [{k: v for k, v in r.items() if k != "agree"} for r in table]
+    assert coverage.summarise(old)["value"] == pytest.approx(1 / 3)
+    assert "inside the first run's interval" in coverage.summarise(old)["goal"]
+
+
+def test_coverage_rows_are_read_again_only_from_the_runs_they_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reportgen.bench import coverage
+
+    first = [_timed("a", [10.0, 11.0, 12.0], [], 1.0, low=9.0, high=13.0)]
+    second = [_timed("a", [12.0, 12.5, 13.0], [], 1.0, low=12.0, high=13.0)]
+    on_disk = {Path("first"): first, Path("again"): second}
+    monkeypatch.setattr(coverage, "first_records", lambda run_dir: on_disk[Path(run_dir)])
+    stored = [{k: v for k, v in r.items() if k != "agree"} for r in coverage.rows(first, second)]
+    again = coverage.rows_from_runs(Path("first"), Path("again"), stored)
+    assert again is not None and again[0]["agree"] is True
+    # other medians: not the runs these rows came from
+    assert coverage.rows_from_runs(Path("again"), Path("first"), stored) is None
 
 
 def test_coverage_names_a_shift_common_to_every_combination() -> None:

@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None,
                         help=f"comma-separated subset of: {', '.join(FIGURE_GROUPS)}")
     parser.add_argument("--resummarise", action="store_true",
-                        help="measure nothing: recompute the latency and instrumentation verdicts "
-                             "of --out from their stored rows")
+                        help="measure nothing: recompute the latency, instrumentation and "
+                             "coverage verdicts of --out from their stored rows")
     parser.add_argument("--merge", action="store_true",
                         help="with --only: keep the other figures of an existing results file")
     parser.add_argument("--ablation-models", default=None, metavar="GROUPS",
@@ -325,8 +325,9 @@ def ablation_targets(p: Plan, groups: set[str] | frozenset[str] = frozenset(ABLA
 
 
 def resummarise(path: Path) -> int:
-    """Recompute figure verdicts that are pure functions of their stored rows."""
-    from reportgen.bench import latency, overhead
+    """Recompute figure verdicts that are pure functions of their stored rows (the
+    coverage's rows read again from the bench's two suite runs where they are on disk)."""
+    from reportgen.bench import coverage, latency, overhead
 
     doc = R.load_results(path)
     figures = dict(doc["figures"])
@@ -344,10 +345,19 @@ def resummarise(path: Path) -> int:
             ins["rows"], rounds=ins.get("rounds") or len(ins["rows"][0].get("bare_rounds_ms", [])),
             budget_s=ins.get("budget_s", p.instr_budget_s), duration_s=ins.get("duration_s"))
         figures["instrumentation_overhead"] = {**ins, **new}
+    cov = figures.get("interval_coverage")
+    if cov and cov.get("rows"):
+        table = cov["rows"]
+        runs = [_scratch_run(SCRATCH / "runs"), _scratch_run(SCRATCH / "runs-again")]
+        if all(run is not None for run in runs):
+            # the re-measured intervals, where the rows predate them and the runs are still here
+            table = coverage.rows_from_runs(runs[0], runs[1], table) or table  # type: ignore[arg-type]
+        new = coverage.summarise(table, duration_s=cov.get("duration_s"))
+        figures["interval_coverage"] = {**cov, **new}
     out = R.results_document(figures, environment=doc["environment"], created=doc["created"],
                              quick=doc["quick"], duration_s=doc["duration_s"], command=doc["command"])
     R.write_results(path, out)
-    for name in ("latency_agreement", "instrumentation_overhead"):
+    for name in ("latency_agreement", "instrumentation_overhead", "interval_coverage"):
         if name in figures:
             f = out["figures"][name]
             log(f"{name}: {f['status']} value={f['value']} interval={f['interval']}")
@@ -367,6 +377,13 @@ def _load() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
+
+
+def _scratch_run(root: Path) -> Path | None:
+    from reportgen.schema import iter_runs
+
+    found = [r.path for r in iter_runs(root)] if root.is_dir() else []
+    return found[0] if len(found) == 1 else None
 
 
 def _coverage(suite: Any) -> dict[str, Any]:
