@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from reportgen import stats
 from reportgen.execute import rounds
 from reportgen.intervals import unstable_reason
 from reportgen.profile import contention
@@ -156,12 +157,24 @@ def test_rounds_stop_once_six_clean_rounds_are_tight() -> None:
     assert rounds.decide(rounds.Unit(COMBO, 5, 8), found, policy, pending=[6, 7]).done
 
 
-def test_wide_rounds_go_on_to_the_most_rounds() -> None:
-    policy = rounds.Policy(rounds=8)
-    found = {i: _clean(i, base=1.0 + 0.2 * (i % 2)) for i in range(6)}
-    assert not rounds.decide(rounds.Unit(COMBO, 5, 8), found, policy, pending=[6, 7]).done
-    found.update({6: _clean(6), 7: _clean(7, 1.2)})
-    assert rounds.decide(rounds.Unit(COMBO, 7, 8), found, policy).done
+def test_wide_rounds_go_on_while_more_rounds_could_narrow_the_interval() -> None:
+    # two outlying rounds of six: with twelve rounds the interval could drop them
+    # ([x(3), x(10)]), so the combination goes on to the most rounds
+    bases = [1.0, 1.0, 1.2, 1.0, 0.8, 1.0]
+    found = {i: _clean(i, base=b) for i, b in enumerate(bases)}
+    policy = rounds.Policy(rounds=12)
+    assert not rounds.decide(rounds.Unit(COMBO, 5, 12), found, policy, pending=range(6, 12)).done
+    found.update({i: _clean(i) for i in range(6, 11)})
+    found[11] = _clean(11, 1.2)
+    assert rounds.decide(rounds.Unit(COMBO, 11, 12), found, policy).done
+    # with eight at most the interval spans the round medians' whole range, already 40%
+    # wide: rounds seven and eight could only widen it
+    six = {i: found[i] for i in range(6)}
+    assert rounds.decide(rounds.Unit(COMBO, 5, 8), six, rounds.Policy(rounds=8), pending=[6, 7]).done
+    medians = [stats.median(r["sections"]["timing"]["samples"]) for r in six.values()]
+    assert not rounds.reachable(medians, rounds.Policy(rounds=8))
+    assert rounds.reachable(medians, rounds.Policy(rounds=12))
+    assert rounds.reachable(medians, rounds.Policy(rounds=8, target=None))
 
 
 def test_a_contended_round_is_left_out_and_measured_again_at_the_end() -> None:

@@ -19,7 +19,9 @@ Effort adapts (``Policy``): each round's timing stops once its own interval is w
 the target (a fast model converges in a fraction of a second), and the combination
 stops taking rounds once ``min_rounds`` clean rounds give an interval within the target
 of the median (six rounds can state 95%); rounds up to ``rounds`` are taken only while
-it is wider.
+it is wider and could still narrow to the target (``reachable``: up to eight rounds the
+interval spans at least the round medians' full range, so once that range is wider than
+the target, further rounds could only widen it).
 
 Contention is detected, not averaged in: each round's timing pass and the profiled pass
 carry what the host (and the GPU) gave the process (``reportgen.profile.contention``).
@@ -244,6 +246,22 @@ def _interval_rel_halfwidth(groups: list[list[float]]) -> float:
     return max(median - ci["ci_low"], ci["ci_high"] - median) / abs(median)
 
 
+def reachable(medians: list[float], policy: Policy) -> bool:
+    """Whether more rounds could bring the interval within the target. With ``rounds``
+    clean rounds the interval spans at least the round medians' k-th smallest to k-th
+    largest (k: their order-statistic rank at that count); at best the rounds still to
+    come all land in the middle, so that span of the rounds already measured is the
+    narrowest any later interval can be. Up to eight rounds k is 1, the full range: a
+    range already wider than the target only widens."""
+    if policy.target is None or not medians:
+        return True
+    ranked = sorted(medians)
+    k, _ = stats.order_statistic_rank(max(policy.rounds, len(ranked)))
+    k = min(k, (len(ranked) + 1) // 2)
+    mid = stats.median(ranked)
+    return (ranked[-k] - ranked[k - 1]) / 2 / abs(mid) <= policy.target
+
+
 @dataclass(frozen=True)
 class Decision:
     done: bool
@@ -268,6 +286,8 @@ def decide(unit: Unit, found: Mapping[int, Mapping[str, Any]], policy: Policy,
         mid = stats.median(medians)
         if mid and (medians[-1] - medians[0]) / 2 / abs(mid) <= policy.target \
                 and _interval_rel_halfwidth(groups) <= policy.target:
+            return Decision(True)
+        if mid and not reachable(medians, policy):
             return Decision(True)
     if len(clean) >= policy.rounds and profile_ok:
         return Decision(True)
