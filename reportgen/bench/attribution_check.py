@@ -40,8 +40,9 @@ from reportgen.bench.common import (
     combo_label,
     stopwatch,
 )
-from reportgen.bench.results import figure, median
+from reportgen.bench.results import figure
 from reportgen.shares import METHODS
+from reportgen.stats import median
 
 # Encoders, decoders, encoder-decoders; fused (gpt2, gpt_neox, falcon, bloom, phi's dense
 # out only) and separate QKV; learned, rotary, relative-bias and ALiBi positions.

@@ -29,10 +29,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from reportgen.paired import bootstrap_ratio, interleave
+from reportgen.paired import interleave
 from reportgen.profile.step import StepLike
 from reportgen.profile.timing import Timer, default_timer
-from reportgen.stats import median
+from reportgen.stats import bootstrap_ratio, median
 
 __all__ = ["CONFIDENCE", "MIN_PAIRS", "VARIANTS", "Variant", "compare", "study"]
 
