@@ -41,6 +41,7 @@ from reportgen.bench.common import (
     stopwatch,
 )
 from reportgen.bench.results import figure
+from reportgen.records.status import is_ok
 from reportgen.shares import METHODS
 from reportgen.stats import median
 
@@ -658,7 +659,7 @@ def other_overhead(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for rec in records:
         attribution = rec.get("attribution") or {}
-        if rec.get("status") != "ok" or not attribution.get("categories"):
+        if not is_ok(rec) or not attribution.get("categories"):
             continue
         cats = attribution["categories"]
         share = sum(float((cats.get(c) or {}).get("share") or 0.0) for c in ("other", "overhead"))

@@ -21,6 +21,7 @@ from typing import Any
 from reportgen.bench.efficiency import SuiteRun
 from reportgen.bench.results import figure
 from reportgen.records.paths import combination_files
+from reportgen.records.status import is_ok
 from reportgen.stats import bootstrap_ratio, median
 
 ISOLATION_QUESTION = (
@@ -121,7 +122,7 @@ def memory_estimate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         estimate = (rec.get("preflight") or {}).get("estimate_bytes")
         host = (rec.get("execution") or {}).get("host_memory") or {}
         peak, before = host.get("peak_rss_bytes"), host.get("baseline_rss_bytes")
-        if rec.get("status") != "ok" or not estimate or not peak or before is None or peak <= before:
+        if not is_ok(rec) or not estimate or not peak or before is None or peak <= before:
             continue
         rows.append({"combination": rec["id"], "estimate_gib": estimate / GIB, "baseline_rss_gib": before / GIB,
                      "peak_rss_gib": peak / GIB, "grew_gib": (peak - before) / GIB,

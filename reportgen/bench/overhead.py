@@ -22,6 +22,7 @@ from reportgen.bench.common import (
 from reportgen.bench.latency import describe_ratio
 from reportgen.bench.results import figure
 from reportgen.paired import interleave
+from reportgen.records.status import is_ok
 from reportgen.stats import bootstrap_median, bootstrap_ratio, median
 
 INSTRUMENTATION_GOAL = 0.03
@@ -44,7 +45,7 @@ INSTRUMENTATION_QUESTION = (
 def profiler_overhead(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for rec in records:
-        if rec.get("status") != "ok":
+        if not is_ok(rec):
             continue
         timing = rec.get("timing") or {}
         profile = rec.get("profile") or {}
