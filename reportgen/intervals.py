@@ -1,4 +1,5 @@
-"""The interval of a median measured in rounds (both sides import it; numpy draws the resamples).
+"""The interval of a median measured in rounds (both sides import it; the resampling is
+``stats.bootstrap_medians``).
 
 A combination is timed in several rounds, each in a fresh worker process at a different
 point of the suite, so a round carries what one process cannot vary: the allocator's
@@ -25,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reportgen import stats
+from reportgen.stats.bootstrap import BOOTSTRAP_REPLICATES
 
 CI_METHOD = "hierarchical-bootstrap"
-BOOTSTRAP_REPLICATES = 2000
 BOOTSTRAP_SEED = 0
 
 
@@ -39,30 +40,6 @@ def achieved_confidence(n: int, confidence: float = 0.95) -> float:
         return 0.0
     k, exact = stats.order_statistic_rank(n, confidence)
     return confidence if exact else stats.coverage(n, k)
-
-
-def _pct(sorted_values: list[float], q: float) -> float:
-    return stats.quantile(sorted_values, q)
-
-
-def bootstrap_medians(rounds: Sequence[Sequence[float]], *, replicates: int = BOOTSTRAP_REPLICATES,
-                      seed: int = BOOTSTRAP_SEED) -> list[float]:
-    """Medians of ``replicates`` two-level resamples (rounds, then samples in each),
-    drawn with numpy's seeded generator (a millisecond forward's rounds hold hundreds of
-    samples each: drawn one by one in Python, 2,000 replicates of eight such rounds took
-    seconds per combination)."""
-    import numpy as np
-
-    groups = [np.asarray(r, dtype=float) for r in rounds if len(r)]
-    if not groups:
-        raise ValueError("no samples")
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(groups), size=(replicates, len(groups)))
-    out = []
-    for row in picks:
-        drawn = [groups[g][rng.integers(0, len(groups[g]), size=len(groups[g]))] for g in row]
-        out.append(float(np.median(np.concatenate(drawn))))
-    return out
 
 
 def hierarchical_median_ci(rounds: Sequence[Sequence[float]], confidence: float = 0.95, *,
@@ -84,9 +61,8 @@ def hierarchical_median_ci(rounds: Sequence[Sequence[float]], confidence: float 
         return {"median": med, "ci_low": low, "ci_high": high,
                 "confidence": achieved_confidence(len(pooled), confidence),
                 "ci_method": stats.CI_METHOD, "rounds": 1}
-    boot = sorted(bootstrap_medians(groups, replicates=replicates, seed=seed))
-    tail = (1.0 - confidence) / 2.0
-    low, high = _pct(boot, tail), _pct(boot, 1.0 - tail)
+    boot = stats.bootstrap_medians(groups, replicates=replicates, seed=seed)
+    low, high = stats.percentiles(boot, confidence, interpolate=True)
     _, r_low, r_high = stats.median_ci([stats.median(g) for g in groups], confidence)
     return {"median": med, "ci_low": min(low, r_low), "ci_high": max(high, r_high),
             "confidence": min(confidence, achieved_confidence(len(groups), confidence)),

@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 
 from reportgen.commands.summary import run_rows
+from reportgen.records.status import COMBINATION_STATUSES, is_ok
 from reportgen.schema import Run, current_runs, iter_runs
 
 BLOCKS = ("runs", "today", "bench")
@@ -36,13 +37,13 @@ def run_figures(run: Run) -> dict[str, Any]:
         rows.append({**row, "other_overhead": (shares.get("other", 0.0) + shares.get("overhead", 0.0)
                                                if shares else None)})
     durations = [c.get("duration_s") or 0.0 for c in run.combinations()]
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if is_ok(r)]
     sums = [sum(r["shares"].values()) for r in ok]
     return {
         "run_id": run.run_id,
         "command": run.record.get("command"),
         "rows": rows,
-        "counts": {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "skipped", "failed")},
+        "counts": {s: sum(1 for r in rows if r["status"] == s) for s in COMBINATION_STATUSES},
         "measure_s": sum(durations),
         "max_share_error": max((abs(s - 1.0) for s in sums), default=None),
     }

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from reportgen.errors import UserError
 from reportgen.records import paths
+from reportgen.records.status import COMBINATION_STATUSES, COMPLETE
 
 SCHEMA_VERSION = 1
 RUN_KIND = "reportgen.run"
@@ -25,7 +26,7 @@ COMBINATION_KIND = "reportgen.combination"
 SCHEMAS_DIR = Path(__file__).parent / "schemas"
 SCHEMA_FILES = {RUN_KIND: "run.schema.json", COMBINATION_KIND: "combination.schema.json"}
 
-STATUSES: tuple[str, ...] = ("ok", "skipped", "failed")
+STATUSES: tuple[str, ...] = COMBINATION_STATUSES
 # Measurement sections: objects on an "ok" record, null on "skipped" / "failed".
 SECTIONS: tuple[str, ...] = ("model", "inputs", "timing", "profile", "attribution", "ops", "memory", "flops")
 ENVELOPE_KEYS: tuple[str, ...] = (
@@ -237,7 +238,7 @@ def current_runs(runs: Iterable[R]) -> list[R]:
     complete, its latest). Earlier runs stay on disk and keep their meaning."""
     out = []
     for group in series(runs).values():
-        complete = [r for r in group if r.record.get("status") == "complete"]
+        complete = [r for r in group if r.record.get("status") == COMPLETE]
         out.append((complete or group)[-1])
     return sorted(out, key=lambda r: r.run_id)
 

@@ -17,14 +17,15 @@ intervals (``method_section``) and says which method a device's headline figures
 from __future__ import annotations
 
 import math
-import random
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from reportgen.attribution import PHASES, ROLE_CATEGORY
 from reportgen.categories import CATEGORIES, OPTIMIZER
+from reportgen.stats.bootstrap import CONFIDENCE, share_interval
+from reportgen.stats.bootstrap import two_sample_intervals as two_sample_intervals  # the findings' pages
 
 METHODS: tuple[str, ...] = ("profiler", "hooks")
 
@@ -47,8 +48,6 @@ HEADLINE_REASON: dict[str, str] = {
     "profiler-only": ("a compiled forward keeps no module boundaries for clocks to read, so "
                       "only the profiler's kernel records attribute it"),
 }
-BOOTSTRAP_REPS = 1000
-CONFIDENCE = 0.95
 # Ops an attention or MLP container runs after its output projection (dropout, the
 # residual add) go to "other", as in ``reportgen.attribution.split_attention``.
 
@@ -203,62 +202,7 @@ def categorise_phases(calls: Sequence[Call]) -> dict[str, dict[str, float]] | No
 
 
 # ---------------------------------------------------------------- share intervals
-
-
-def ratio_of_sums(num: Sequence[float], den: Sequence[float], idx: Sequence[int]) -> float:
-    """sum(num[i]) / sum(den[i]) over the indices ``idx`` (0 when the denominator is)."""
-    total = sum(den[i] for i in idx)
-    return sum(num[i] for i in idx) / total if total > 0 else 0.0
-
-
-def percentiles(draws: list[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The two-sided percentile interval of bootstrap draws (sorted here)."""
-    if not draws:
-        return math.nan, math.nan
-    draws.sort()
-    last = len(draws) - 1
-    return (draws[math.floor((1 - confidence) / 2 * last)],
-            draws[math.ceil((1 + confidence) / 2 * last)])
-
-
-def share_interval(category_ms: Sequence[float], forward_ms: Sequence[float], *,
-                   reps: int = BOOTSTRAP_REPS, confidence: float = CONFIDENCE,
-                   seed: int = 0) -> tuple[float, float, float]:
-    """Share of a category over repeated iterations with a percentile-bootstrap interval:
-    iterations are resampled with replacement and the share recomputed as (sum of the
-    category's times) / (sum of the forward times) of each resample."""
-    n = len(forward_ms)
-    if n == 0 or len(category_ms) != n:
-        raise ValueError(f"need one category time per iteration, got {len(category_ms)} "
-                         f"for {n} iterations")
-    point = ratio_of_sums(category_ms, forward_ms, range(n))
-    rng = random.Random(seed)
-    low, high = percentiles([ratio_of_sums(category_ms, forward_ms,
-                                           [rng.randrange(n) for _ in range(n)])
-                             for _ in range(reps)], confidence)
-    return point, min(low, point), max(high, point)
-
-
-def two_sample_intervals(n_a: int, n_b: int,
-                         statistic: Callable[[Sequence[int], Sequence[int]], Mapping[str, float]], *,
-                         reps: int = BOOTSTRAP_REPS, confidence: float = CONFIDENCE,
-                         seed: int = 0) -> dict[str, tuple[float, float]]:
-    """Percentile-bootstrap intervals of statistics of two independent sets of iterations
-    (two combinations' attributed iterations): each replicate draws ``n_a`` indices into
-    the first set and ``n_b`` into the second, with replacement, and evaluates
-    ``statistic(indices_a, indices_b)``, a mapping of named values; a non-finite value
-    (a zero denominator in a draw) is left out of its name's interval."""
-    if n_a < 1 or n_b < 1:
-        raise ValueError("two_sample_intervals needs iterations on both sides")
-    rng = random.Random(seed)
-    draws: dict[str, list[float]] = defaultdict(list)
-    for _ in range(reps):
-        values = statistic([rng.randrange(n_a) for _ in range(n_a)],
-                           [rng.randrange(n_b) for _ in range(n_b)])
-        for name, value in values.items():
-            if math.isfinite(value):
-                draws[name].append(value)
-    return {name: percentiles(values, confidence) for name, values in draws.items()}
+# (the bootstrap itself: ``stats.bootstrap.share_interval``)
 
 
 def phases_section(per_iteration: Sequence[Mapping[str, Mapping[str, float]]],

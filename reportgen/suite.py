@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
-import importlib
 import json
 import re
 import tomllib
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.errors import UserError
+from reportgen.presets import preset_names
 from reportgen.vocabulary import (
     ATTENTION_MICRO,
     ATTN_IMPLEMENTATIONS,
@@ -295,14 +295,12 @@ def resolve_hub_models(suite: Suite, label: str) -> Suite:
     names = [m for m in dict.fromkeys(names) if hub.is_hub_id(m)]
     if not names:
         return suite
-    models = importlib.import_module("reportgen.profile.models")
     sources = dict(suite.sources)
     for name in names:
         try:
-            spec = models.resolve(name, trust_remote_code=suite.settings.trust_remote_code)
+            sources[name] = dict(hub.resolve(name, trust_remote_code=suite.settings.trust_remote_code))
         except UserError as exc:
             raise UserError(f"{label}: {exc}") from None
-        sources[name] = dict(spec.hub or {})
     return dataclasses.replace(suite, sources=sources)
 
 
@@ -453,12 +451,6 @@ def _check_matrix_value(key: str, value: Any, label: str, *, base_dir: Path | No
     what = {"dtypes": "dtype", "attn": "attention implementation", "modes": "mode",
             "compile": "compile mode"}[key]
     return list(dict.fromkeys(_choice(item, valid, what, label) for item in value))
-
-
-def preset_names() -> tuple[str, ...]:
-    # Lazy: reportgen.profile.models imports torch, and suite.py must stay importable without it.
-    models = importlib.import_module("reportgen.profile.models")
-    return tuple(models.model_choices())
 
 
 def _transformers_model_types() -> tuple[str, ...]:

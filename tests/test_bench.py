@@ -18,7 +18,8 @@ from reportgen.bench.trace_check import (
     op_totals,
     ops_table_totals,
 )
-from reportgen.paired import bootstrap_ratio, interleave
+from reportgen.paired import interleave
+from reportgen.stats import bootstrap_ratio
 
 
 def _doc(**figures: dict[str, Any]) -> dict[str, Any]:

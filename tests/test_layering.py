@@ -1,5 +1,6 @@
 """The package's layering, read from its source (ast): no module imports itself back
-through others, and the render side never reaches the measuring side.
+through others, the render side never reaches the measuring side, ``execute`` never imports
+a command, and no module outside the measuring side reaches it through ``importlib``.
 
 Every import counts: at module level, inside functions, under ``TYPE_CHECKING`` and through
 ``importlib.import_module("reportgen....")``. The sides are ARCHITECTURE.md's: the
@@ -42,6 +43,7 @@ class Module:
     imports: set[str] = field(default_factory=set)  # every import, anywhere in the file
     top: set[str] = field(default_factory=set)  # those run when the module is imported
     torch: bool = False  # imports torch or transformers at its top
+    dynamic: set[str] = field(default_factory=set)  # those named to importlib.import_module
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -110,6 +112,8 @@ def read_package(root: Path = PACKAGE) -> dict[str, Module]:
                 found = resolve(module.name, target)
                 if found:
                     module.imports.add(found)
+                    if isinstance(node, ast.Call):
+                        module.dynamic.add(found)
         for statement in _top_level(tree):
             for node in ast.walk(statement):
                 for target in _targets(node, module.name, is_package):
@@ -196,6 +200,24 @@ def test_the_render_side_imports_nothing_that_measures(modules: dict[str, Module
     assert not wrong, f"render-side modules importing measuring ones: {wrong}"
 
 
+def test_importlib_hides_no_measuring_import(modules: dict[str, Module]) -> None:
+    """A module both sides use reaches nothing of the measuring side by a name given to
+    importlib: what it needs of it lives below both (the model presets: ``presets``)."""
+    side = measuring(modules)
+    wrong = {name: sorted(m.dynamic & side) for name, m in sorted(modules.items())
+             if name not in side and m.dynamic & side}
+    assert not wrong, f"modules importing measuring ones through importlib: {wrong}"
+
+
+def test_execute_imports_no_command(modules: dict[str, Module]) -> None:
+    """The commands drive ``execute``, never the other way round: what both need lives in
+    ``execute`` or ``records``, and a command's output (the run table) is passed down."""
+    wrong = {name: sorted(i for i in m.imports if i.startswith("reportgen.commands"))
+             for name, m in sorted(modules.items()) if name.startswith("reportgen.execute")}
+    wrong = {name: found for name, found in wrong.items() if found}
+    assert not wrong, f"execute modules importing commands: {wrong}"
+
+
 def test_the_reader_sees_every_kind_of_import(tmp_path: Path) -> None:
     pkg = tmp_path / "reportgen"
     (pkg / "sub").mkdir(parents=True)
@@ -210,6 +232,7 @@ def test_the_reader_sees_every_kind_of_import(tmp_path: Path) -> None:
     assert found["reportgen.a"].imports == {"reportgen.b"} and not found["reportgen.a"].top
     assert found["reportgen.b"].imports == {"reportgen.sub.c"}
     assert found["reportgen.sub.c"].torch and found["reportgen.sub.c"].imports == {"reportgen.a"}
+    assert found["reportgen.sub.c"].dynamic == {"reportgen.a"} and not found["reportgen.b"].dynamic
     assert found["reportgen.d"].top == {"reportgen.sub.c"}
     graph = {name: m.imports for name, m in found.items()}
     assert circles(graph) == [frozenset({"reportgen.a", "reportgen.b", "reportgen.sub.c"})]

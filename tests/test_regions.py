@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from reportgen import shares
+from reportgen import shares, stats
 from reportgen.bench import ablation
 from reportgen.categories import CATEGORIES
 from reportgen.profile import regions
@@ -462,7 +462,7 @@ def test_ablation_pairs_cancel_the_hosts_drift() -> None:
 
 
 def test_hodges_lehmann() -> None:
-    assert ablation.hodges_lehmann([1.0, 2.0, 3.0]) == 2.0
+    assert stats.hodges_lehmann([1.0, 2.0, 3.0]) == 2.0
     # Walsh averages of (0, 0, 10): 0, 0, 5, 0, 5, 10 -> median 2.5; one outlier moves it less than the mean
-    assert ablation.hodges_lehmann([0.0, 0.0, 10.0]) == 2.5
-    assert ablation.hodges_lehmann([0.1, 0.2, 0.3, 0.4, 100.0]) == pytest.approx(0.3)
+    assert stats.hodges_lehmann([0.0, 0.0, 10.0]) == 2.5
+    assert stats.hodges_lehmann([0.1, 0.2, 0.3, 0.4, 100.0]) == pytest.approx(0.3)

@@ -18,9 +18,8 @@ import pytest
 from slurm_cluster import SlurmCluster, wait_until
 
 from reportgen import cli
-from reportgen.commands.status import slurm_label
 from reportgen.execute import runner
-from reportgen.execute.plan import size_key
+from reportgen.execute.plan import size_key, slurm_label
 from reportgen.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
 from reportgen.suite import load_suite, parse_overrides
 

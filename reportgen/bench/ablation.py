@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from reportgen.shares import percentiles, ratio_of_sums
-from reportgen.stats import median
+from reportgen.stats import hodges_lehmann, median, percentiles, ratio_of_sums
+from reportgen.stats.bootstrap import resample, two_level
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -375,18 +375,6 @@ def hooked_pair(full_ms: float, full_categories: dict[str, float], stub_ms: floa
             float(stub_categories.get(category, 0.0)))
 
 
-def hodges_lehmann(values: Sequence[float] | NDArray[Any]) -> float:
-    """The one-sample Hodges-Lehmann estimate: the median of all pairwise (Walsh) averages.
-    Robust like the median, and about as efficient as the mean on near-normal noise."""
-    import numpy as np
-
-    xs = np.asarray(values, dtype=float)
-    if xs.size == 0:
-        raise ValueError("no values")
-    rows, cols = np.triu_indices(xs.size)
-    return float(np.median((xs[rows] + xs[cols]) / 2.0))
-
-
 def relative_drops(full_ms: Sequence[float], ablated_ms: Sequence[float]) -> list[float]:
     """Per pair, the fraction of the forward that disappeared: 1 - ablated / full. The two
     forwards of a pair ran back to back, so the host's slow changes of speed, which scale
@@ -481,23 +469,21 @@ def agreement(rounds: Sequence[Round], profiler: tuple[tuple[list[float], list[f
         p_share = ratio_of_sums(pc, pf, list(range(len(pf))))
         p_left = ratio_of_sums(plc, plf, list(range(len(plf))))
 
-    rng = np.random.default_rng(seed)
-    drop_draws, hooks_draws, prof_draws = [], [], []
-    for _ in range(reps):
-        picked = rng.integers(len(rounds), size=len(rounds))
-        d = hodges_lehmann(np.concatenate([drops[i][rng.integers(drops[i].size, size=drops[i].size)]
-                                           for i in picked]))
-        h = hodges_lehmann(np.concatenate([removable[i][rng.integers(removable[i].size, size=removable[i].size)]
-                                           for i in picked]))
-        drop_draws.append(d)
-        if h > 0:
-            hooks_draws.append(d / h - 1.0)
+    def replicate(rng: np.random.Generator, picked: NDArray[Any]) -> tuple[float, float | None, float | None]:
+        d = hodges_lehmann(resample(rng, drops, picked))
+        h = hodges_lehmann(resample(rng, removable, picked))
+        prof = None
         if profiler is not None:
             s = ratio_of_sums(pc, pf, [int(i) for i in rng.integers(len(pf), size=len(pf))])
             s_left = ratio_of_sums(plc, plf, [int(i) for i in rng.integers(len(plf), size=len(plf))])
             attributed = s - s_left * (1.0 - d)
-            if attributed > 0:
-                prof_draws.append(d / attributed - 1.0)
+            prof = d / attributed - 1.0 if attributed > 0 else None
+        return d, d / h - 1.0 if h > 0 else None, prof
+
+    replicates = two_level(len(rounds), replicate, reps=reps, seed=seed, picks="per-replicate")
+    drop_draws = [d for d, _, _ in replicates]
+    hooks_draws = [h for _, h, _ in replicates if h is not None]
+    prof_draws = [p for _, _, p in replicates if p is not None]
     drop_low, drop_high = percentiles(drop_draws, confidence)
     common = {"drop_fraction": drop, "drop_ms": drop * forward, "drop_low_ms": drop_low * forward,
               "drop_high_ms": drop_high * forward}

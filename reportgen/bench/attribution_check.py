@@ -40,8 +40,10 @@ from reportgen.bench.common import (
     combo_label,
     stopwatch,
 )
-from reportgen.bench.results import figure, median
+from reportgen.bench.results import figure
+from reportgen.records.status import is_ok
 from reportgen.shares import METHODS
+from reportgen.stats import median
 
 # Encoders, decoders, encoder-decoders; fused (gpt2, gpt_neox, falcon, bloom, phi's dense
 # out only) and separate QKV; learned, rotary, relative-bias and ALiBi positions.
@@ -657,7 +659,7 @@ def other_overhead(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for rec in records:
         attribution = rec.get("attribution") or {}
-        if rec.get("status") != "ok" or not attribution.get("categories"):
+        if not is_ok(rec) or not attribution.get("categories"):
             continue
         cats = attribution["categories"]
         share = sum(float((cats.get(c) or {}).get("share") or 0.0) for c in ("other", "overhead"))

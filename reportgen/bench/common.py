@@ -2,7 +2,7 @@
 
 Interleaving (``interleave``, from ``reportgen.paired``): every comparison alternates its
 variants within one process, in ABBA order, so slow drift of the host falls on both sides
-alike; the rounds stay paired for the bootstrap in ``paired.bootstrap_ratio``.
+alike; the rounds stay paired for the bootstrap in ``stats.bootstrap_ratio``.
 """
 
 from __future__ import annotations

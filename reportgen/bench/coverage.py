@@ -23,6 +23,7 @@ from typing import Any
 
 from reportgen.bench.results import figure
 from reportgen.records.paths import combination_files
+from reportgen.records.status import is_ok
 
 GOAL = 0.90
 QUESTION = (
@@ -34,12 +35,12 @@ QUESTION = (
 
 def rows(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per combination timed in both runs (pure)."""
-    again = {r["id"]: r for r in second if r.get("status") == "ok" and r.get("timing")}
+    again = {r["id"]: r for r in second if is_ok(r) and r.get("timing")}
     out = []
     for rec in first:
         timing = rec.get("timing") or {}
         other = (again.get(rec["id"]) or {}).get("timing") or {}
-        if rec.get("status") != "ok" or timing.get("median") is None or other.get("median") is None:
+        if not is_ok(rec) or timing.get("median") is None or other.get("median") is None:
             continue
         low, high, median = timing["ci_low"], timing["ci_high"], other["median"]
         out.append({"combination": rec["id"], "median_ms": timing["median"], "ci_low_ms": low,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.bench.results import figure
+from reportgen.records.status import is_ok
 
 EFFICIENCY_QUESTION = (
     "How much of the suite's wall time is spent in timed iterations (the samples a latency "
@@ -63,7 +64,7 @@ def figures(run: SuiteRun, *, reference_size: bool) -> dict[str, dict[str, Any]]
                      "share": kept / wall if wall else None,
                      "budget_s": timing.get("budget_s"), "n": timing.get("n"),
                      "stop_reason": timing.get("stop_reason")})
-    ok = sum(r["status"] == "ok" for r in rows)
+    ok = sum(is_ok(r) for r in rows)
     share = timed_s / run.wall_s if run.wall_s else None
     stop = _count(r.get("stop_reason") for r in rows)
     eff = figure(
@@ -106,4 +107,4 @@ def _count(items: Any) -> dict[str, int]:
 
 
 def ok_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in records if r.get("status") == "ok"]
+    return [r for r in records if is_ok(r)]

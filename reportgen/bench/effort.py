@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.bench.results import figure
+from reportgen.records.status import is_ok
 
 TINY_GOAL_S = 120.0
 TINY_GOAL_COMBINATIONS = 28
@@ -140,7 +141,7 @@ def tiny_effort(measured: Measured) -> dict[str, Any]:
         rows=rows, duration_s=measured.wall_s,
         notes=[f"{n} combinations in {measured.wall_s:.1f} s, interpreter start, model builds, warm-up, "
                "rounds, profiled pass and writing included ({} ok)".format(
-                   sum(1 for r in measured.records if r["status"] == "ok"))],
+                   sum(1 for r in measured.records if is_ok(r)))],
         extra={"combinations": n, "wall_s": measured.wall_s})
 
 
@@ -247,12 +248,12 @@ def contention_rows(quiet: Sequence[Mapping[str, Any]], busy: Sequence[Mapping[s
     its interval's width in medians, and whether its record says unstable."""
     from reportgen.intervals import unstable_reason
 
-    by_id = {r["id"]: r for r in quiet if r.get("status") == "ok"}
+    by_id = {r["id"]: r for r in quiet if is_ok(r)}
     rows = []
     for rec in busy:
         base = by_id.get(rec["id"])
         timing = rec.get("timing") or {}
-        if base is None or rec.get("status") != "ok" or not timing.get("median"):
+        if base is None or not is_ok(rec) or not timing.get("median"):
             continue
         median, q = float(timing["median"]), float(base["timing"]["median"])
         width = (float(timing["ci_high"]) - float(timing["ci_low"])) / median

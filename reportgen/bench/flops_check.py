@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reportgen.bench.results import figure
+from reportgen.records.status import is_ok
 
 TOLERANCE = 0.01
 QUESTION = (
@@ -88,7 +89,7 @@ def run(records: Sequence[Mapping[str, Any]], combos_by_id: Mapping[str, Any], *
     disagreements = explained = 0
     unexplained: list[str] = []
     for rec in records:
-        if rec.get("status") != "ok" or not rec.get("flops"):
+        if not is_ok(rec) or not rec.get("flops"):
             continue
         flops = rec["flops"]
         analytic = flops.get("analytic") or {}

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,8 +20,9 @@ from typing import Any
 
 from reportgen.bench.efficiency import SuiteRun
 from reportgen.bench.results import figure
-from reportgen.paired import bootstrap_ratio
 from reportgen.records.paths import combination_files
+from reportgen.records.status import is_ok
+from reportgen.stats import bootstrap_ratio, median
 
 ISOLATION_QUESTION = (
     "What does measuring every combination in a supervised worker process (so a crash, hang "
@@ -122,7 +122,7 @@ def memory_estimate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         estimate = (rec.get("preflight") or {}).get("estimate_bytes")
         host = (rec.get("execution") or {}).get("host_memory") or {}
         peak, before = host.get("peak_rss_bytes"), host.get("baseline_rss_bytes")
-        if rec.get("status") != "ok" or not estimate or not peak or before is None or peak <= before:
+        if not is_ok(rec) or not estimate or not peak or before is None or peak <= before:
             continue
         rows.append({"combination": rec["id"], "estimate_gib": estimate / GIB, "baseline_rss_gib": before / GIB,
                      "peak_rss_gib": peak / GIB, "grew_gib": (peak - before) / GIB,
@@ -140,14 +140,14 @@ def memory_estimate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
              "lower bound",
         goal_spec=None,
         notes=[f"Over {len(rows)} combinations: estimate / growth of the worker's resident memory from "
-               f"{min(ratios):.2f} to {max(ratios):.2f}, median {statistics.median(ratios):.2f}.",
+               f"{min(ratios):.2f} to {max(ratios):.2f}, median {median(ratios):.2f}.",
                "Growth is the worker's peak resident set during the combination (VmHWM, reset before it) "
                "less its resting size (after importing torch). A warm worker keeps the heap the previous "
                "model freed, so growth is at least what the combination needed: the ratio is a lower "
                "bound. On a GPU the device's own peak (allocator statistics) is in each record's memory "
                "section."],
         rows=rows,
-        extra={"median_ratio": statistics.median(ratios), "max_ratio": max(ratios)},
+        extra={"median_ratio": median(ratios), "max_ratio": max(ratios)},
     )
 
 

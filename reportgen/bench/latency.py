@@ -19,10 +19,10 @@ from reportgen.bench.common import (
     time_median,
     timer_median,
 )
-from reportgen.bench.results import bootstrap_median, figure, median
+from reportgen.bench.results import figure
 from reportgen.intervals import achieved_confidence
 from reportgen.paired import interleave
-from reportgen.stats import median_ci
+from reportgen.stats import bootstrap_median, median, median_ci
 
 GOAL = 0.03
 QUESTION = (

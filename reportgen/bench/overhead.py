@@ -20,8 +20,10 @@ from reportgen.bench.common import (
     time_median,
 )
 from reportgen.bench.latency import describe_ratio
-from reportgen.bench.results import bootstrap_median, figure, median
-from reportgen.paired import bootstrap_ratio, interleave
+from reportgen.bench.results import figure
+from reportgen.paired import interleave
+from reportgen.records.status import is_ok
+from reportgen.stats import bootstrap_median, bootstrap_ratio, median
 
 INSTRUMENTATION_GOAL = 0.03
 # time_step stops at a 2% CI by default; a comparison of ~1% effects spends its budget
@@ -43,7 +45,7 @@ INSTRUMENTATION_QUESTION = (
 def profiler_overhead(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for rec in records:
-        if rec.get("status") != "ok":
+        if not is_ok(rec):
             continue
         timing = rec.get("timing") or {}
         profile = rec.get("profile") or {}

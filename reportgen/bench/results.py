@@ -19,13 +19,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reportgen.paired import percentiles
-from reportgen.stats import median
 from reportgen.store import atomic_write_bytes
 
 KIND = "reportgen.bench"
@@ -138,19 +135,6 @@ def verdict(goal_spec: Mapping[str, Any] | None, value: float | None,
     else:
         raise ValueError(f"unknown goal kind {kind!r}")
     return "pass" if ok else "fail"
-
-
-# ---------------------------------------------------------------- statistics (pure)
-
-
-def bootstrap_median(values: Sequence[float], *, reps: int = 2000, confidence: float = 0.95,
-                     seed: int = 0) -> tuple[float, float, float]:
-    """Median with a percentile-bootstrap interval."""
-    if not values:
-        return (float("nan"),) * 3  # type: ignore[return-value]
-    rng = random.Random(seed)
-    stats = [median([values[rng.randrange(len(values))] for _ in values]) for _ in range(reps)]
-    return median(values), *percentiles(stats, confidence)
 
 
 # ---------------------------------------------------------------- file I/O

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reportgen.records.status import is_ok
+
 EPS_US = 1e-3  # timestamps carry nanoseconds as fractions of a microsecond
 
 
@@ -315,7 +317,7 @@ def run(records: Sequence[Mapping[str, Any]], run_dir: Path, *,
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     for rec in records:
-        if rec.get("status") != "ok":
+        if not is_ok(rec):
             continue
         try:
             row = check_record(rec, run_dir)

@@ -193,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
     if args.executor == "slurm":
         from reportgen.execute import slurm
 
-        return slurm.main(args, suite, out=out, command=command_line(args), timeout_s=timeout_s)
+        return slurm.main(args, suite, out=out, command=command_line(args), timeout_s=timeout_s,
+                          show_run=print_run)
 
     gpu_count = _gpu_count(suite.settings.device)
     from reportgen.execute.devices import parse_devices

@@ -12,9 +12,9 @@ import sys
 from collections import Counter
 from typing import Any
 
+from reportgen.records.status import FAILED, PLAN_STATES
 from reportgen.schema import load_run
 
-STATES: tuple[str, ...] = ("ok", "skipped", "failed", "running", "pending")
 FORMATS: tuple[str, ...] = ("table", "json")
 
 
@@ -30,18 +30,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def slurm_label(slurm: Any) -> str | None:
-    if not isinstance(slurm, dict):
-        return None
-    job = slurm.get("array_job_id") or slurm.get("job_id")
-    if job is None:
-        return None
-    task = slurm.get("array_task_id")
-    return f"{job}_{task}" if task is not None else str(job)
-
-
 def status_rows(run_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from reportgen.execute.plan import states
+    from reportgen.execute.plan import slurm_label, states
 
     run = load_run(run_dir)
     rows = []
@@ -60,7 +50,7 @@ def status_rows(run_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         })
     counts = Counter(row["state"] for row in rows)
     summary = {"run_id": run.run_id, "status": run.record.get("status"),
-               "counts": {state: counts.get(state, 0) for state in STATES},
+               "counts": {state: counts.get(state, 0) for state in PLAN_STATES},
                "slurm_jobs": sorted({row["slurm_job"] for row in rows if row["slurm_job"]})}
     return summary, rows
 
@@ -84,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         where = row["slot"] or (f"{row['host']} pid {row['pid']}" if row["host"] else "")
         table.add_row(row["id"], row["state"], where, row["slurm_job"] or "", row["reason"] or "")
     console.print(table)
-    if summary["counts"]["failed"]:
+    if summary["counts"][FAILED]:
         console.print("failed combinations are measured again with `reportgen profile ... --retry-failed`",
                       markup=False)
     return 0

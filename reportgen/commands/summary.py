@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from reportgen.categories import CATEGORIES
 from reportgen.intervals import unstable_reason
+from reportgen.records.status import FAILED, OK, PENDING, SKIPPED, is_ok
 from reportgen.render.shown import shown_categories
 from reportgen.schema import Run, load_combination, load_run
 
@@ -39,7 +40,6 @@ COMBINATION_FIELDS: tuple[str, ...] = (
 )
 LATENCY_FIELDS: tuple[str, ...] = ("median", "ci_low", "ci_high", "n")
 FORMATS: tuple[str, ...] = ("table", "json", "csv")
-PENDING = "pending"  # in the suite, no record yet (an interrupted or running run)
 
 _TO_MS = {"ms": 1.0, "s": 1e3, "us": 1e-3, "ns": 1e-6}
 MOE_LOAD = "moe_max_over_mean"
@@ -111,7 +111,7 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(categories[name], Mapping) and (name in shown or name not in CATEGORIES)
         },
     }
-    unstable = unstable_reason(record) if record.get("status") == "ok" else None
+    unstable = unstable_reason(record) if is_ok(record) else None
     if unstable:
         row["unstable"] = unstable  # a key only where it applies: clean runs' CSVs stay as they were
     load = moe_load(record)
@@ -238,13 +238,13 @@ def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     if moe:
         table.add_column("MoE busiest/mean", justify="right")
     table.add_column("top categories / reason", overflow="fold")
-    styles = {"ok": "green", "skipped": "yellow", "failed": "red", PENDING: "dim"}
+    styles = {OK: "green", SKIPPED: "yellow", FAILED: "red", PENDING: "dim"}
     for row in rows:
         status = str(row.get("status"))
         overhead = row.get("profiler_overhead")
         latency = row.get("latency_ms") or {}
         detail = (
-            _shares_text(row.get("shares") or {}) if status == "ok" else (row.get("reason") or "")
+            _shares_text(row.get("shares") or {}) if status == OK else (row.get("reason") or "")
         )
         if row.get("unstable"):
             detail = f"unstable: {row['unstable']}" + (f"; {detail}" if detail else "")
@@ -272,7 +272,7 @@ def print_run(run_dir: Path) -> None:
     console = table_console()
     console.print(render_table(rows, title=title))
     console.print(f"records: {run_dir}", markup=False, highlight=False)
-    if counts.get("failed"):
-        console.print(f"{counts['failed']} failed: the reasons are in the table and the worker logs in "
+    if counts.get(FAILED):
+        console.print(f"{counts[FAILED]} failed: the reasons are in the table and the worker logs in "
                       f"{run_dir / 'logs'}; rerun with --retry-failed to measure them again",
                       markup=False, highlight=False, soft_wrap=True)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reportgen.intervals import unstable_reason
+from reportgen.records.status import is_failed, is_ok
 from reportgen.suite import Combination
 
 
@@ -96,16 +97,16 @@ class Progress:
             line = (f"[{self.done}/{self.total}] {combo.id}{where}: {record['status']} {detail} "
                     f"({record['duration_s']:.1f} s)")
             lines = [line]
-            unstable = unstable_reason(record) if record["status"] == "ok" else None
+            unstable = unstable_reason(record) if is_ok(record) else None
             if unstable:
                 lines.append(f"  unstable: {unstable}")
-            if record["status"] == "failed" and log_tail:
+            if is_failed(record) and log_tail:
                 lines.append("  worker log (last lines):")
                 lines += ["  | " + text for text in log_tail.splitlines()]
             if self.bar is not None:
                 self.bar.advance(self.task)
                 self.bar.update(self.task, description=self._describe())
-                if record["status"] == "failed" or unstable:
+                if is_failed(record) or unstable:
                     for text in lines:
                         self.bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
             else:

@@ -20,6 +20,7 @@ from reportgen.execute.console import Progress
 from reportgen.execute.local import Job, rounds_combo
 from reportgen.execute.record import utc_now
 from reportgen.execute.supervisor import Outcome
+from reportgen.records.status import FAILED, OK, SKIPPED
 
 
 def _release_memory() -> None:
@@ -69,12 +70,12 @@ class InlineExecutor:
             sections = self.measure(combo, run_dir=task["run_dir"], combo_id=task["combo_id"],
                                     budget_s=task["budget_s"], seed=task["seed"],
                                     profile_iterations=task["profile_iterations"], **task.get("options", {}))
-            return Outcome("ok", sections=sections, preflight=preflight)
+            return Outcome(OK, sections=sections, preflight=preflight)
         except Skip as exc:
-            return Outcome("skipped", str(exc) or "skipped", preflight=getattr(exc, "preflight", preflight))
+            return Outcome(SKIPPED, str(exc) or "skipped", preflight=getattr(exc, "preflight", preflight))
         except Exception as exc:  # noqa: BLE001 - one failure must not stop the suite
             oom = type(exc).__name__ == "OutOfMemory"
             reason = str(exc) if oom else f"{type(exc).__name__}: {exc}"
-            outcome = Outcome("failed", reason, traceback=traceback.format_exc(limit=20), preflight=preflight)
+            outcome = Outcome(FAILED, reason, traceback=traceback.format_exc(limit=20), preflight=preflight)
             _release_memory()
             return outcome

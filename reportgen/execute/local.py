@@ -22,6 +22,7 @@ from reportgen.execute.plan import HEARTBEAT_S, Claims, read_record
 from reportgen.execute.record import combination_record, utc_now
 from reportgen.execute.supervisor import Outcome, Supervisor
 from reportgen.execute.worker import WorkerSpec
+from reportgen.records.status import FAILED, OK, is_failed
 from reportgen.store import RunStore
 from reportgen.suite import Combination, Settings
 
@@ -55,7 +56,7 @@ class Job:
         if self.force:
             return True
         record = read_record(self.store.run_dir, combo.id)
-        return record is None or (self.retry_failed and record.get("status") == "failed")
+        return record is None or (self.retry_failed and is_failed(record))
 
     def units(self) -> list[rounds.Unit]:
         """This invocation's units of work (``execute.rounds``): rounds measured before
@@ -81,7 +82,7 @@ class Job:
         rounds decided it, ``rounds.decide``; or a round that failed or was skipped), else
         the round alone (None). ``pending``: the combination's rounds still queued; a round
         to measure again is added to ``retries``."""
-        if unit.rounds > 1 and outcome.status == "ok":
+        if unit.rounds > 1 and outcome.status == OK:
             rounds.save_round(self.store.run_dir, rounds.round_payload(
                 unit, outcome, started=started, finished=utc_now(), seconds=seconds))
             found, retry = rounds.complete(self.store.run_dir, unit, self.policy, pending)
@@ -90,7 +91,7 @@ class Job:
             if found is None:
                 return None
             outcome, started, seconds = rounds.combination_outcome(found, self.policy)
-        elif outcome.status == "ok" and outcome.sections:
+        elif outcome.status == OK and outcome.sections:
             outcome = dataclasses.replace(outcome, sections=rounds.single_round(outcome.sections))
         record = outcome_record(self, unit.combo, outcome, started=started, seconds=seconds, slurm=slurm)
         self.store.write_combination(record)
@@ -127,12 +128,12 @@ def outcome_record(job: Job, combo: Combination, outcome: Outcome, *, started: s
     execution: dict[str, Any] = {"executor": job.executor, **outcome.execution}
     if slurm:
         execution["slurm"] = dict(slurm)
-    if outcome.status == "failed" and outcome.log_tail:
+    if outcome.status == FAILED and outcome.log_tail:
         execution["log_tail"] = outcome.log_tail
     return combination_record(
         combo, run_id=job.store.run_id, status=outcome.status, reason=outcome.reason, started=started,
         finished=utc_now(), duration_s=seconds, git=job.git,
-        sections=outcome.sections if outcome.status == "ok" else None,
+        sections=outcome.sections if outcome.status == OK else None,
         error_traceback=outcome.traceback,
         extra={"preflight": outcome.preflight, "device": outcome.device, "execution": execution},
     )

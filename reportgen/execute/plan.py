@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reportgen.records.paths import combination_path
+from reportgen.records.status import PENDING, RUNNING, is_failed
 from reportgen.schema import load_combination
 
 if TYPE_CHECKING:
@@ -44,6 +45,17 @@ def owner(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     slurm = {key: environ[name] for key, name in _SLURM_IDS.items() if environ.get(name)}
     return {"host": socket.gethostname(), "pid": os.getpid(),
             "claimed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "slurm": slurm or None}
+
+
+def slurm_label(slurm: Any) -> str | None:
+    """A claim's or record's Slurm ids (``owner``'s ``slurm``) as ``job_task``, or the job alone."""
+    if not isinstance(slurm, dict):
+        return None
+    job = slurm.get("array_job_id") or slurm.get("job_id")
+    if job is None:
+        return None
+    task = slurm.get("array_task_id")
+    return f"{job}_{task}" if task is not None else str(job)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -157,9 +169,9 @@ def states(run_dir: str | Path, ids: Iterable[str]) -> list[Entry]:
         if record is not None:
             entries.append(Entry(combo_id, record["status"], record.get("reason"), record=record))
         elif combo_id in claims:
-            entries.append(Entry(combo_id, "running", claim=claims[combo_id]))
+            entries.append(Entry(combo_id, RUNNING, claim=claims[combo_id]))
         else:
-            entries.append(Entry(combo_id, "pending"))
+            entries.append(Entry(combo_id, PENDING))
     return entries
 
 
@@ -191,6 +203,6 @@ def todo(store: RunStore, combos: Iterable[Combination], *, force: bool = False,
     pending = []
     for combo in combos:
         record = None if force else read_record(store.run_dir, combo.id)
-        if record is None or (retry_failed and record.get("status") == "failed"):
+        if record is None or (retry_failed and is_failed(record)):
             pending.append(combo)
     return sorted(pending, key=size_key)

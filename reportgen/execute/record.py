@@ -6,6 +6,7 @@ import datetime as _dt
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from reportgen.records.status import COMBINATION_STATUSES, COMPLETE, INCOMPLETE, PENDING
 from reportgen.schema import (
     COMBINATION_KIND,
     RUN_KIND,
@@ -77,10 +78,10 @@ def combination_record(
 def run_counts(store: RunStore, ids: list[str]) -> dict[str, int]:
     from reportgen.execute.plan import read_record
 
-    counts = {"ok": 0, "skipped": 0, "failed": 0, "pending": 0}
+    counts = dict.fromkeys((*COMBINATION_STATUSES, PENDING), 0)
     for combo_id in ids:
         record = read_record(store.run_dir, combo_id)  # unreadable: measured again, so pending
-        counts["pending" if record is None else record["status"]] += 1
+        counts[PENDING if record is None else record["status"]] += 1
     return counts
 
 
@@ -106,7 +107,7 @@ def run_record(
         "suite": {"name": suite.name, "hash": suite.hash, "source": suite.source, "spec": suite.spec()},
         "command": command,
         "environment": dict(environment),
-        "status": ("complete" if counts["pending"] == 0 else "incomplete") if state == "ended" else state,
+        "status": (COMPLETE if counts[PENDING] == 0 else INCOMPLETE) if state == "ended" else state,
         "started": started,
         "updated": utc_now(),
         "finished": finished,

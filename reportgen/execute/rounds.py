@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from reportgen import stats
+from reportgen.records.status import OK
 from reportgen.store import atomic_write_json
 
 if TYPE_CHECKING:
@@ -419,7 +420,7 @@ def combination_outcome(rounds: Mapping[int, Mapping[str, Any]],
     execution["rounds"] = len(ordered)
     execution["measure_s"] = sum(float((r.get("execution") or {}).get("measure_s") or 0.0) for r in ordered)
     first = ordered[0]
-    outcome = Outcome("ok", sections=merged_sections(rounds, policy), preflight=first.get("preflight"),
+    outcome = Outcome(OK, sections=merged_sections(rounds, policy), preflight=first.get("preflight"),
                       device=last.get("device"), execution=execution)
     return outcome, first["started"], sum(float(r["duration_s"]) for r in ordered)
 

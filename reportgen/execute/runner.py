@@ -23,6 +23,7 @@ from reportgen.execute.console import Progress
 from reportgen.execute.devices import MEASURE, PREFLIGHT, worker_specs
 from reportgen.execute.local import Job
 from reportgen.execute.record import environment_differences, git_of, run_record, utc_now
+from reportgen.records.status import FAILED, INTERRUPTED, RUNNING
 from reportgen.store import RunStore
 from reportgen.suite import Settings, Suite
 
@@ -145,13 +146,13 @@ def run_suite(
     if previous and not todo:
         # nothing measured now: the run keeps the environment its records were measured in
         if show_progress:
-            failed = sum(1 for e in plan.states(store.run_dir, [c.id for c in combos]) if e.state == "failed")
+            failed = sum(1 for e in plan.states(store.run_dir, [c.id for c in combos]) if e.state == FAILED)
             hint = f"; {failed} failed (--retry-failed measures them again)" if failed else ""
             print(f"nothing to measure: all {len(combos)} combinations of {store.run_id} are done{hint} "
                   "(a finished run is kept as it is; --force measures the suite again as a new run)",
                   file=sys.stderr)
         return result
-    write_run("running", None)
+    write_run(RUNNING, None)
     job = Job(store=store, todo=todo, settings=suite.settings, git=git_of(environment),
               retry_failed=retry_failed, force=force, executor=executor.name, records=result.records)
     with Progress(len(combos), len(todo), len(result.resumed), enabled=show_progress) as progress:
@@ -159,7 +160,7 @@ def run_suite(
             executor.run(job, progress)
         except KeyboardInterrupt:
             result.interrupted = True
-            write_run("interrupted", utc_now())
+            write_run(INTERRUPTED, utc_now())
             raise
     write_run("ended", utc_now())
     return result

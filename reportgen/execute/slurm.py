@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -34,6 +34,7 @@ from reportgen.errors import UserError
 from reportgen.execute import plan
 from reportgen.execute.record import utc_now
 from reportgen.execute.slurm_task import after, task_main
+from reportgen.records.status import COMBINATION_STATUSES, FAILED, PENDING, PLAN_STATES, RUNNING
 from reportgen.schema import load_run
 from reportgen.store import run_names
 from reportgen.suite import Suite
@@ -226,8 +227,11 @@ def _import_submitit() -> Any:
 
 # --- submitting ---------------------------------------------------------------------------
 
-def main(args: argparse.Namespace, suite: Suite, *, out: Path, command: str, timeout_s: float | None) -> int:
-    """Validate, submit one job array, then wait for it (or not, with ``--no-wait``)."""
+def main(args: argparse.Namespace, suite: Suite, *, out: Path, command: str, timeout_s: float | None,
+         show_run: Callable[[Path], None]) -> int:
+    """Validate, submit one job array, then wait for it (or not, with ``--no-wait``);
+    ``show_run`` prints each run directory's table once every task has ended (the
+    ``profile`` command's run table: a command's, so it is passed down, not imported)."""
     from reportgen.execute import runner
 
     options = SlurmOptions.from_args(args)
@@ -247,7 +251,7 @@ def main(args: argparse.Namespace, suite: Suite, *, out: Path, command: str, tim
     dirs = run_dirs(out, name)
     pending = len(combos) if args.force or not dirs else max(
         sum(1 for e in plan.states(d, [c.id for c in combos])
-            if e.record is None or (args.retry_failed and e.state == "failed")) for d in dirs)
+            if e.record is None or (args.retry_failed and e.state == FAILED)) for d in dirs)
     tasks = options.tasks or _default_tasks(device, pending)
     folder = out / ".slurm" / name
     submitted_at = utc_now()
@@ -275,7 +279,7 @@ def main(args: argparse.Namespace, suite: Suite, *, out: Path, command: str, tim
     watch = Watch(jobs, out=out, name=name, ids=[c.id for c in combos], submitted_at=submitted_at)
     if not options.wait:
         return _no_wait(watch, array_id)
-    return _wait(watch, array_id)
+    return _wait(watch, array_id, show_run)
 
 
 @contextlib.contextmanager
@@ -444,9 +448,7 @@ def _tally(states: Mapping[str, str]) -> str:
     return ", ".join(f"{n} {word}" for word, n in counts.items())
 
 
-def _wait(watch: Watch, array_id: str) -> int:
-    from reportgen.commands.status import STATES
-
+def _wait(watch: Watch, array_id: str, show_run: Callable[[Path], None]) -> int:
     announced: set[tuple[Path, str, str]] = set()  # (run dir, combination, started)
     reported: set[str] = set()
     try:
@@ -456,11 +458,11 @@ def _wait(watch: Watch, array_id: str) -> int:
                 dirs, parts = watch.dirs(), []
                 for run_dir in dirs:
                     entries = plan.states(run_dir, watch.ids)
-                    counts = {s: sum(1 for e in entries if e.state == s) for s in STATES}
-                    done = counts["ok"] + counts["skipped"] + counts["failed"]
+                    counts = {s: sum(1 for e in entries if e.state == s) for s in PLAN_STATES}
+                    done = sum(counts[s] for s in COMBINATION_STATUSES)
                     label = f"{run_dir.parent.name}: " if len(dirs) > 1 else ""
-                    parts.append(f"{label}{done}/{len(entries)} done, {counts['running']} running, "
-                                 f"{counts['pending']} pending")
+                    parts.append(f"{label}{done}/{len(entries)} done, {counts[RUNNING]} running, "
+                                 f"{counts[PENDING]} pending")
                     new = [e for e in entries if e.record is not None
                            and (run_dir, e.id, str(e.record.get("started"))) not in announced]
                     announced.update((run_dir, e.id, str((e.record or {}).get("started"))) for e in new)
@@ -483,29 +485,25 @@ def _wait(watch: Watch, array_id: str) -> int:
         for line in watch.status_commands():
             print(f"  follow: {line}", file=sys.stderr)
         raise
-    return _report(watch, array_id)
+    return _report(watch, array_id, show_run)
 
 
 def _finished_line(prefix: str, combo_id: str, record: Mapping[str, Any]) -> str:
-    from reportgen.commands.status import slurm_label
-
     median = (record.get("timing") or {}).get("median")
     detail = f"{median:.4g} ms" if isinstance(median, (int, float)) else (record.get("reason") or "")
-    task = slurm_label((record.get("execution") or {}).get("slurm")) or "?"
+    task = plan.slurm_label((record.get("execution") or {}).get("slurm")) or "?"
     return (f"{prefix} {combo_id}: {record['status']} {detail} "
             f"({float(record.get('duration_s') or 0):.1f} s, task {task})")
 
 
-def _report(watch: Watch, array_id: str) -> int:
+def _report(watch: Watch, array_id: str, show_run: Callable[[Path], None]) -> int:
     """After every task has ended: each run directory's table; non-zero when combinations
     are left without a record, with what stopped the tasks that ended abnormally."""
-    from reportgen.commands.summary import print_run
-
     written = {Path(r[1]["run_dir"]) for job in watch.jobs if (r := watch.result(job)) and r[0] == "success"}
     dirs = sorted(set(watch.fresh_dirs()) | {d for d in written if (d / "run.json").is_file()})
     left = 0
     for run_dir in dirs:
-        print_run(run_dir)
+        show_run(run_dir)
         left += sum(1 for e in plan.states(run_dir, watch.ids) if e.record is None)
     for job in watch.jobs:
         normal, reason = watch.outcome(job)

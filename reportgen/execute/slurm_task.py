@@ -30,6 +30,7 @@ from reportgen.execute.console import Progress
 from reportgen.execute.local import Job, LocalExecutor
 from reportgen.execute.record import git_of, run_record, utc_now
 from reportgen.execute.supervisor import Outcome, Supervisor
+from reportgen.records.status import FAILED, RUNNING
 from reportgen.store import RunStore
 from reportgen.suite import Suite
 
@@ -86,7 +87,7 @@ class _TaskSupervisor(Supervisor):
 
     def run(self, task: Mapping[str, Any]) -> Outcome:
         outcome = super().run(task)
-        if (outcome.status == "failed" and outcome.execution.get("worker_exit") == -signal.SIGTERM
+        if (outcome.status == FAILED and outcome.execution.get("worker_exit") == -signal.SIGTERM
                 and self.cancelled.wait(CANCEL_GRACE_S)):
             raise TaskCancelled("Slurm stopped this task")
         return outcome
@@ -206,7 +207,7 @@ def _write_run(store: RunStore, suite: Suite, ending: str | None, *, command: st
 
     for _ in range(3):
         busy = ending is None or held()
-        state = "running" if busy else str(ending)
+        state = RUNNING if busy else str(ending)
         record = run_record(store, suite, command=command, environment=environment, started=started, state=state,
                             finished=None if busy else utc_now(), execution=execution)
         previous = store.read_run()

@@ -33,6 +33,7 @@ from reportgen.execute.memory import (
     refresh,
 )
 from reportgen.execute.worker import WorkerSpec
+from reportgen.records.status import FAILED
 
 READY_TIMEOUT_S = 300.0  # importing torch on a cold network filesystem can take minutes
 POLL_S = 0.25
@@ -212,7 +213,7 @@ class Supervisor:
             if elapsed > self.timeout_s:
                 self.kill()
                 execution["worker_restarted"] = True
-                return Outcome("failed", f"timed out after {self.timeout_s:.0f} s; worker restarted",
+                return Outcome(FAILED, f"timed out after {self.timeout_s:.0f} s; worker restarted",
                                execution=execution, log_tail=self._tail(offset))
         self.proc.wait()
         code = self.proc.returncode
@@ -222,13 +223,13 @@ class Supervisor:
         execution["worker_restarted"] = True
         execution["worker_exit"] = code
         cgroups = (cgroup, refresh(cgroup)) if cgroup is not None else None
-        return Outcome("failed", death_reason(code, seconds, peak, cgroups), execution=execution, log_tail=tail)
+        return Outcome(FAILED, death_reason(code, seconds, peak, cgroups), execution=execution, log_tail=tail)
 
     def _finished(self, result: Mapping[str, Any], execution: dict[str, Any], offset: int) -> Outcome:
         execution["host_memory"] = result.get("host_memory")
         execution["measure_s"] = result.get("seconds")
         tail = None
-        if result["status"] == "failed":
+        if result["status"] == FAILED:
             tail = self._tail(offset)
         if result.get("poisoned"):
             # the worker exits by itself; the next task gets a fresh process

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from reportgen.records.status import FAILED, OK, SKIPPED
+
 POISONED_EXIT = 3
 PARENT_POLL_S = 0.5
 
@@ -152,7 +154,7 @@ def run_task(task: Mapping[str, Any], spec: WorkerSpec, measure: Callable[..., A
     combo = task["combo"]
     release_memory()
     baseline = task.get("baseline_rss_bytes")
-    result: dict[str, Any] = {"status": "ok", "sections": None, "reason": None, "traceback": None,
+    result: dict[str, Any] = {"status": OK, "sections": None, "reason": None, "traceback": None,
                               "preflight": None, "poisoned": False}
     reset = _reset_peak_rss()
     rss_before = _status_bytes("VmRSS")
@@ -170,10 +172,10 @@ def run_task(task: Mapping[str, Any], spec: WorkerSpec, measure: Callable[..., A
             seed=task["seed"], profile_iterations=task["profile_iterations"],
             **({"gpu_index": index} if index is not None else {}), **(task.get("options") or {})))
     except Skip as exc:
-        result.update(status="skipped", reason=str(exc) or "skipped")
+        result.update(status=SKIPPED, reason=str(exc) or "skipped")
         result["preflight"] = getattr(exc, "preflight", None) or result["preflight"]
     except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which records it
-        result.update(status="failed", reason=_reason(exc), traceback=traceback.format_exc(limit=20),
+        result.update(status=FAILED, reason=_reason(exc), traceback=traceback.format_exc(limit=20),
                       poisoned=is_poisoning(exc))
         if result["poisoned"]:
             result["reason"] += "; worker restarted"

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.records.status import COMBINATION_STATUSES, FAILED, OK, SKIPPED
 
 TIMEOUT_S = 120.0
 ITERATIONS = 7  # hooked forwards per type: shares of the tiny forward, not of its first call
@@ -69,14 +70,14 @@ def check(model_type: str, *, seq_len: int = 32, mode: str = "forward",
         section = regions.hooks_method(built.model, built.step, min_iterations=ITERATIONS,
                                        max_iterations=ITERATIONS, budget_s=0.0)
         shares = median_shares(section)
-        row.update(status="ok", shares=shares, parameters=int(built.info["parameters"]),
+        row.update(status=OK, shares=shares, parameters=int(built.info["parameters"]),
                    model_class=built.info["class"], architecture=built.info["architecture"],
                    input=built.step.inputs_info.get("input", "input_ids"))
     except Skip as exc:
-        row.update(status="skipped", reason=str(exc).strip().splitlines()[0])
+        row.update(status=SKIPPED, reason=str(exc).strip().splitlines()[0])
     except Exception as exc:  # noqa: BLE001 - a failing architecture is the finding
         notes = " ".join(getattr(exc, "__notes__", []))
-        row.update(status="failed",
+        row.update(status=FAILED,
                    reason=f"{type(exc).__name__}: {str(exc).strip()[:300]}" + (f" ({notes})" if notes else ""))
     finally:
         models.free(built)
@@ -140,15 +141,15 @@ def sweep(model_types: Iterable[str], *, workers: int = 2, timeout_s: float = TI
                     row = None
                 proc.join(5)
                 if row is None:
-                    row = {"model_type": name, "status": "failed",
+                    row = {"model_type": name, "status": FAILED,
                            "reason": f"the process died (exit code {proc.exitcode})"}
             elif not proc.is_alive():
-                row = {"model_type": name, "status": "failed",
+                row = {"model_type": name, "status": FAILED,
                        "reason": f"the process died (exit code {proc.exitcode})"}
             elif time.monotonic() - started > timeout_s:
                 proc.kill()
                 proc.join()
-                row = {"model_type": name, "status": "failed",
+                row = {"model_type": name, "status": FAILED,
                        "reason": f"no result within {timeout_s:.0f} s"}
             if row is not None:
                 if proc.is_alive():
@@ -165,7 +166,7 @@ def sweep(model_types: Iterable[str], *, workers: int = 2, timeout_s: float = TI
 def line(row: dict[str, Any]) -> str:
     """One row as a line: type, status, then the shares over 0.5% or the reason."""
     head = f"{row['model_type']:26s} {row['status']:8s}"
-    if row["status"] != "ok":
+    if row["status"] != OK:
         return f"{head} {row.get('reason', '')}"
     shares = " ".join(f"{c} {row['shares'][c]:.1%}" for c in CATEGORIES
                       if row["shares"].get(c, 0.0) >= 0.005)
@@ -187,9 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
              else encoder_model_types() if args.encoders else text_model_types())
     rows = sweep(types, workers=args.workers, seq_len=args.seq_len, mode=args.mode, attn=args.attn,
                  log=lambda text: print(text, flush=True))
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
-    print(f"{counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed", flush=True)
-    return 1 if counts["failed"] else 0
+    counts = {s: sum(r["status"] == s for r in rows) for s in COMBINATION_STATUSES}
+    print(", ".join(f"{counts[s]} {s}" for s in COMBINATION_STATUSES), flush=True)
+    return 1 if counts[FAILED] else 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ blocks of forwards alternate in one process in ABBA order (``reportgen.paired.in
 as the bench's instrumentation figure does); a block's sample is the median of its
 forwards, timed like the unprofiled pass (``timing.default_timer``: CUDA events on a GPU,
 a synchronised host clock on a CPU). The overhead is median(instrumented) / median(bare)
-over the blocks with a paired percentile bootstrap interval (``paired.bootstrap_ratio``).
+over the blocks with a paired percentile bootstrap interval (``stats.bootstrap_ratio``).
 Starting and stopping the instrument (a profiler's setup and its trace processing at
 exit) happens outside the timed forwards and is reported apart as ``session_ms``.
 
@@ -29,10 +29,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from reportgen.paired import bootstrap_ratio, interleave
+from reportgen.paired import interleave
 from reportgen.profile.step import StepLike
 from reportgen.profile.timing import Timer, default_timer
-from reportgen.stats import median
+from reportgen.stats import bootstrap_ratio, median
 
 __all__ = ["CONFIDENCE", "MIN_PAIRS", "VARIANTS", "Variant", "compare", "study"]
 

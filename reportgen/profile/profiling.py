@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import statistics
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from reportgen.profile.step import StepLike
 from reportgen.profile.structure import install_hooks
 from reportgen.records.paths import trace_ref
 from reportgen.scrub import gzip_trace, trace_name
+from reportgen.stats import median
 from reportgen.store import atomic_write_bytes
 
 __all__ = ["profile_step", "record_pass", "write_gzip_atomic"]
@@ -130,7 +130,7 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
                            f"expected {iterations}")
     out = {
         "profile": {"iterations": iterations, "per_iteration_ms": per_iteration,
-                    "median_ms": statistics.median(per_iteration),
+                    "median_ms": median(per_iteration),
                     "trace": trace_ref(trace_path), "trace_bytes": trace_bytes},
         "attribution": {key: result[key] for key in ATTRIBUTION_KEYS},
         "ops": result["ops"],

@@ -26,7 +26,6 @@ repetition.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ from reportgen import shares
 from reportgen.attribution import profiler_iterations
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import classify, module_categories
+from reportgen.stats import bootstrap_ratio, median
 
 __all__ = ["attribute", "attribution_section", "clocked", "device_clock", "hooked_forward", "hooks_method",
            "profiler_iterations", "profiler_method"]
@@ -398,22 +398,16 @@ def hooks_method(model: nn.Module, step: StepLike, *, min_iterations: int = 6,
 
 
 def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return (s[n // 2] + s[(n - 1) // 2]) / 2 if n else float("nan")
+    return median(xs) if xs else float("nan")
 
 
 def _paired_ratio(a: Sequence[float], b: Sequence[float], reps: int = 1000,
                   seed: int = 0) -> tuple[float, float, float]:
-    """median(a) / median(b), rounds resampled in pairs (percentile bootstrap)."""
+    """median(a) / median(b), rounds resampled in pairs (percentile bootstrap), the
+    interval widened to hold the ratio."""
     n = min(len(a), len(b))
     point = _median(a) / _median(b)
-    rng = random.Random(seed)
-    draws = []
-    for _ in range(reps):
-        idx = [rng.randrange(n) for _ in range(n)]
-        draws.append(_median([a[i] for i in idx]) / _median([b[i] for i in idx]))
-    low, high = shares.percentiles(draws)
+    _, low, high = bootstrap_ratio(a[:n], b[:n], reps=reps, seed=seed)
     return point, min(point, low), max(point, high)
 
 

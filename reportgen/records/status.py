@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 # a combination record's "status"
 OK = "ok"
 SKIPPED = "skipped"
@@ -16,3 +19,17 @@ COMPLETE = "complete"
 INCOMPLETE = "incomplete"
 INTERRUPTED = "interrupted"
 RUN_STATUSES: tuple[str, ...] = (RUNNING, COMPLETE, INCOMPLETE, INTERRUPTED)
+
+#: a combination's state in a run (``execute.plan.states``): its record's status, else
+#: ``running`` while claimed, else ``pending``
+PLAN_STATES: tuple[str, ...] = (*COMBINATION_STATUSES, RUNNING, PENDING)
+
+
+def is_ok(record: Mapping[str, Any]) -> bool:
+    """Whether a combination record holds its measurements (status ``ok``)."""
+    return record.get("status") == OK
+
+
+def is_failed(record: Mapping[str, Any]) -> bool:
+    """Whether a combination record's measuring failed (status ``failed``)."""
+    return record.get("status") == FAILED
