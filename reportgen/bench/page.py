@@ -20,6 +20,8 @@ import jinja2
 from markupsafe import Markup
 
 from reportgen.bench.results import FIGURES, validate
+from reportgen.render import sections
+from reportgen.render.builder import Builder, Page
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -48,6 +50,14 @@ def site_chart_block(svg_url: Mapping[str, str] | None = None) -> ChartBlock:
         lines.append("</div>")
         return "\n".join(lines)
     return block
+
+
+def validation_page(b: Builder) -> list[Page]:
+    """The site's Validation page from the builder's bench results (none without them)."""
+    if b.bench is None:
+        return []
+    markdown = render_validation(b.bench, chart_block=b.embed_for(sections.VALIDATION))
+    return sections.pages(b, [sections.generated(sections.VALIDATION, "Validation", markdown)])
 
 
 def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | None = None,
