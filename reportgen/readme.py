@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.commands.summary import run_rows
+from reportgen.render import fmt
 from reportgen.render.templating import make_environment
 from reportgen.schema import Run, current_runs, iter_runs
 
 BLOCKS = ("runs", "today", "bench")
-_TEMPLATE = make_environment("reportgen")
+_TEMPLATE = make_environment("reportgen", filters=fmt.FILTERS)
 
 
 def _markers(name: str) -> tuple[str, str]:

@@ -8,7 +8,6 @@ here from escaped parts) pass through unchanged.
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from reportgen.claims.cite import cite
 from reportgen.claims.evaluate import CONTEXT_OUTCOME, CheckReport, ClaimResult, check
 from reportgen.claims.metrics import format_value
 from reportgen.claims.registry import Comparison, Hardware, Ordering
+from reportgen.render.builder import rel
 from reportgen.render.charts import script_block
 from reportgen.render.templating import make_environment
 
@@ -252,10 +252,6 @@ def rg_chart(name: str, spec: dict[str, Any]) -> str:
 # -- page models ---------------------------------------------------------------------------
 
 
-def _rel(target: str, page: str) -> str:
-    return posixpath.relpath(target, posixpath.dirname(page) or ".")
-
-
 def claim_page_path(claim_id: str) -> str:
     return f"{FINDINGS}/{claim_id}.md"
 
@@ -279,7 +275,7 @@ def _evidence_rows(result: ClaimResult, page: str, combination_page: Combination
             target = combination_page(row["run_id"], combo_id) if combination_page else None
             attn = combo_id.split("--")[3] if variants and combo_id.count("--") >= 5 else None
             links.append({"text": attn or "combination page", "title": combo_id,
-                          "href": _rel(target, page) if target else None})
+                          "href": rel(page, target) if target else None})
         notes = list(row["outside"])
         if row.get("reason"):
             notes.append(row["reason"])
@@ -388,7 +384,7 @@ def combination_section(report: CheckReport, run_id: str, combination_id: str, p
     if not items:
         return ""
     for item in items:
-        item["href"] = _rel(item["page"], page)
+        item["href"] = rel(page, item["page"])
         item["verdict_class"] = item["verdict"].replace(" ", "-")
         item["claim_verdict_class"] = item["claim_verdict"].replace(" ", "-")
         item["outcome"] = CONTEXT_OUTCOME[item["verdict"]]

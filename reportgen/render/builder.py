@@ -28,7 +28,7 @@ from reportgen.render.templating import environment
 from reportgen.schema import current_runs
 
 if TYPE_CHECKING:
-    from reportgen.claims import CheckReport
+    from reportgen.claims.evaluate import CheckReport
 
 DATA_DIR = "data"
 """Copies of the run files under docs/, so raw data and traces are linked from the site."""

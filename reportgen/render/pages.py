@@ -49,7 +49,7 @@ from reportgen.render.charts import Chart
 from reportgen.render.load import Run
 
 if TYPE_CHECKING:
-    from reportgen.claims import CheckReport
+    from reportgen.claims.evaluate import CheckReport
 
 # Columns of the all-combinations table that only locate files inside the site.
 _INTERNAL_COLUMNS = ("json_rel", "trace_rel", "run_rel")
