@@ -128,7 +128,7 @@ def fmt_value(fig: Mapping[str, Any]) -> str:
     if unit in ("share", "fraction"):
         return fmt.pct(v, 2)
     if unit == "ratio":
-        return f"{float(v):.4f}"
+        return fmt.fixed(v, 4)
     return f"{fmt_number(v)} {unit}".strip()
 
 
@@ -139,7 +139,7 @@ def fmt_interval(fig: Mapping[str, Any]) -> str:
     if fig.get("unit") in ("share", "fraction"):
         return f"[{fmt.pct(iv[0], 2)}, {fmt.pct(iv[1], 2)}]"
     if fig.get("unit") == "ratio":
-        return f"[{float(iv[0]):.4f}, {float(iv[1]):.4f}]"
+        return f"[{fmt.fixed(iv[0], 4)}, {fmt.fixed(iv[1], 4)}]"
     return f"[{fmt_number(iv[0])}, {fmt_number(iv[1])}]"
 
 
