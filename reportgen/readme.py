@@ -11,17 +11,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from reportgen.commands.summary import run_rows
 from reportgen.records.status import COMBINATION_STATUSES, is_ok
+from reportgen.render import fmt
+from reportgen.render.templating import make_environment
 from reportgen.schema import Run, current_runs, iter_runs
 
 BLOCKS = ("runs", "today", "bench")
-_TEMPLATE = jinja2.Environment(
-    loader=jinja2.PackageLoader("reportgen", "templates"), undefined=jinja2.StrictUndefined,
-    trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-)
+_TEMPLATE = make_environment("reportgen", filters=fmt.FILTERS)
 
 
 def _markers(name: str) -> tuple[str, str]:

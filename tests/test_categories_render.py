@@ -16,10 +16,11 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import synthetic
 
 from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.commands.summary import combination_row, csv_columns
-from reportgen.render import analysis, render, roofline, synthetic
+from reportgen.render import analysis, render, roofline
 from reportgen.render.compare import compare_records
 from reportgen.render.shown import shown_categories
 

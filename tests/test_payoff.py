@@ -13,10 +13,11 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import synthetic
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
-from reportgen.render import payoff, render, synthetic
+from reportgen.render import payoff, render
 from reportgen.render.load import load_runs
 from reportgen.render.payoff import Series, amdahl, iteration_series, predict
 

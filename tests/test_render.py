@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import synthetic
 
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
-from reportgen.render import analysis, fmt, render, synthetic
+from reportgen.render import analysis, fmt, render
 from reportgen.render.charts import Chart
 from reportgen.render.site import MANIFEST, MARKER, RenderResult
 
@@ -81,8 +82,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_committed_fixture_matches_its_generator(tmp_path: Path) -> None:
     synthetic.fixture(tmp_path)
     assert files_under(tmp_path) == files_under(FIXTURE), (
-        "tests/data/runs_fixture is stale: python -m reportgen.render.synthetic "
-        "tests/data/runs_fixture --fixture")
+        "tests/data/runs_fixture is stale: python tests/synthetic.py tests/data/runs_fixture --fixture")
 
 
 def test_pages_match_golden(rendered: Path) -> None:

@@ -13,15 +13,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-import jinja2
 from markupsafe import Markup
 
 from reportgen.bench.results import FIGURES, validate
-
-TEMPLATES = Path(__file__).parent / "templates"
+from reportgen.render import fmt, sections
+from reportgen.render.builder import Builder, Page
+from reportgen.render.charts import script_block
+from reportgen.render.templating import make_environment
 
 ChartBlock = Callable[[str, Mapping[str, Any]], str]
 
@@ -31,23 +31,22 @@ def fenced_vegalite(name: str, spec: Mapping[str, Any]) -> str:
     return "```vegalite\n" + json.dumps(spec, indent=1, sort_keys=True) + "\n```"
 
 
-def spec_json(spec: Mapping[str, Any]) -> str:
-    """Spec JSON that is safe inside a ``<script>`` element, stable byte for byte."""
-    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
 def site_chart_block(svg_url: Mapping[str, str] | None = None) -> ChartBlock:
     """The site's chart element (see reportgen/render/templates/_macros.md.j2)."""
     def block(name: str, spec: Mapping[str, Any]) -> str:
         title = str(spec.get("title") or name)
-        lines = [f'<div class="rg-chart" data-chart="validation-{name}" markdown>',
-                 f'<script type="application/json" class="rg-spec">{spec_json(spec)}</script>', ""]
-        if svg_url and name in svg_url:
-            lines += [f"![{title}]({svg_url[name]}){{ .rg-fallback }}", ""]
-        lines.append("</div>")
-        return "\n".join(lines)
+        fallback = (f"![{title}]({svg_url[name]}){{ .rg-fallback }}"
+                    if svg_url and name in svg_url else None)
+        return script_block(f"validation-{name}", spec, fallback)
     return block
+
+
+def validation_page(b: Builder) -> list[Page]:
+    """The site's Validation page from the builder's bench results (none without them)."""
+    if b.bench is None:
+        return []
+    markdown = render_validation(b.bench, chart_block=b.embed_for(sections.VALIDATION))
+    return sections.pages(b, [sections.generated(sections.VALIDATION, "Validation", markdown)])
 
 
 def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | None = None,
@@ -56,19 +55,10 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
     doc = validate(results)
     charts = chart_specs(doc)
     block = chart_block or site_chart_block()
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        finalize=inert,
-    )
-    env.filters["num"] = fmt_number
-    env.filters["pct"] = fmt_pct
-    env.filters["value"] = fmt_value
-    env.filters["interval"] = lambda fig: Markup(fmt_interval(fig))  # numbers and brackets
-    env.filters["cell"] = fmt_cell
+    env = make_environment("reportgen.bench", finalize=inert, filters={
+        "num": fmt_number, "pct": fmt.pct, "value": fmt_value,
+        "interval": lambda fig: Markup(fmt_interval(fig)),  # numbers and brackets
+        "cell": fmt_cell})
     figures = doc["figures"]
     order = [k for k in FIGURES if k in figures] + [k for k in figures if k not in FIGURES]
     return env.get_template("validation.md.j2").render(
@@ -116,7 +106,7 @@ def inert(value: Any) -> str:
 
 def fmt_number(x: Any, digits: int = 3) -> str:
     if x is None:
-        return "–"
+        return fmt.DASH
     if isinstance(x, bool):
         return "yes" if x else "no"
     if isinstance(x, int):
@@ -130,32 +120,26 @@ def fmt_number(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
-def fmt_pct(x: Any, digits: int = 1) -> str:
-    if x is None:
-        return "–"
-    return f"{100.0 * float(x):.{digits}f}%"
-
-
 def fmt_value(fig: Mapping[str, Any]) -> str:
     v = fig.get("value")
     unit = fig.get("unit") or ""
     if v is None:
-        return "–"
+        return fmt.DASH
     if unit in ("share", "fraction"):
-        return fmt_pct(v, 2)
+        return fmt.pct(v, 2)
     if unit == "ratio":
-        return f"{float(v):.4f}"
+        return fmt.fixed(v, 4)
     return f"{fmt_number(v)} {unit}".strip()
 
 
 def fmt_interval(fig: Mapping[str, Any]) -> str:
     iv = fig.get("interval")
     if not iv:
-        return "–"
+        return fmt.DASH
     if fig.get("unit") in ("share", "fraction"):
-        return f"[{fmt_pct(iv[0], 2)}, {fmt_pct(iv[1], 2)}]"
+        return f"[{fmt.pct(iv[0], 2)}, {fmt.pct(iv[1], 2)}]"
     if fig.get("unit") == "ratio":
-        return f"[{float(iv[0]):.4f}, {float(iv[1]):.4f}]"
+        return f"[{fmt.fixed(iv[0], 4)}, {fmt.fixed(iv[1], 4)}]"
     return f"[{fmt_number(iv[0])}, {fmt_number(iv[1])}]"
 
 
@@ -175,9 +159,9 @@ def interval_name(fig: Mapping[str, Any]) -> str:
 
 def fmt_cell(x: Any) -> str:
     if isinstance(x, (list, tuple)):
-        return ", ".join(fmt_cell(v) for v in x) or "–"
+        return ", ".join(fmt_cell(v) for v in x) or fmt.DASH
     if isinstance(x, dict):
-        return ", ".join(f"{k}: {fmt_cell(v)}" for k, v in x.items()) or "–"
+        return ", ".join(f"{k}: {fmt_cell(v)}" for k, v in x.items()) or fmt.DASH
     return fmt_number(x).replace("|", "\\|")
 
 

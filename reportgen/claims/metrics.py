@@ -29,6 +29,7 @@ from typing import Any
 
 from reportgen.categories import CATEGORIES
 from reportgen.records.shares import category_share
+from reportgen.render import fmt
 from reportgen.shares import combined_share, headline_section
 
 VALID_FORMS = (
@@ -373,13 +374,13 @@ def format_value(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
     if unit == "share":
-        return f"{value * 100:.1f}%"
+        return fmt.pct(value)
     if unit == "ratio":
         return f"{value:.3g}x"
     if unit == "kernels":
         return f"{value:g}"
     if unit == "percent":
-        return f"{value:.1f}% of peak"
+        return f"{fmt.pct_value(value)} of peak"
     if unit == "ms":
         return f"{value * 1000:.1f} us" if value < 1 else f"{value:.4g} ms"
     if unit == "bytes":

@@ -8,20 +8,21 @@ here from escaped parts) pass through unchanged.
 
 from __future__ import annotations
 
-import json
-import posixpath
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 from markupsafe import Markup
 
 from reportgen.claims.cite import cite
 from reportgen.claims.evaluate import CONTEXT_OUTCOME, CheckReport, ClaimResult, check
 from reportgen.claims.metrics import format_value
 from reportgen.claims.registry import Comparison, Hardware, Ordering
+from reportgen.render.builder import rel
+from reportgen.render.charts import script_block
+from reportgen.render.templating import make_environment
 
 FINDINGS = "findings"
 CombinationPage = Callable[[str, str], "str | None"]  # (run_id, combination id) -> docs path
@@ -50,17 +51,8 @@ def _url(value: str) -> Markup:
 
 
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("reportgen.claims", "templates"),
-        autoescape=False,  # Markdown, not HTML: escaping is done by finalize (md)
-        finalize=md,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters["url"] = _url
-    return env
+    # Markdown, not HTML: escaping is done by finalize (md)
+    return make_environment("reportgen.claims", finalize=md, filters={"url": _url})
 
 
 # -- formatting ----------------------------------------------------------------------------
@@ -248,30 +240,16 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
     return dict(chart.to_dict())
 
 
-def spec_json(spec: dict[str, Any]) -> str:
-    """The spec as stable JSON that nothing from data can break out of (a ``<script>``)."""
-    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    for char in "<>&":
-        text = text.replace(char, f"\\u{ord(char):04x}")
-    return text
-
-
 def rg_chart(name: str, spec: dict[str, Any]) -> str:
     """Default chart embedding: the site's ``rg-chart`` block, drawn by rg-charts.js.
 
     The site renderer may pass its own ``chart_embed`` (e.g. one that also writes the
     static SVG fallback).
     """
-    return (f'<div class="rg-chart" data-chart="{md(name)}" markdown>\n'
-            f'<script type="application/json" class="rg-spec">{spec_json(spec)}</script>\n'
-            "</div>")
+    return script_block(md(name), spec)
 
 
 # -- page models ---------------------------------------------------------------------------
-
-
-def _rel(target: str, page: str) -> str:
-    return posixpath.relpath(target, posixpath.dirname(page) or ".")
 
 
 def claim_page_path(claim_id: str) -> str:
@@ -297,7 +275,7 @@ def _evidence_rows(result: ClaimResult, page: str, combination_page: Combination
             target = combination_page(row["run_id"], combo_id) if combination_page else None
             attn = combo_id.split("--")[3] if variants and combo_id.count("--") >= 5 else None
             links.append({"text": attn or "combination page", "title": combo_id,
-                          "href": _rel(target, page) if target else None})
+                          "href": rel(page, target) if target else None})
         notes = list(row["outside"])
         if row.get("reason"):
             notes.append(row["reason"])
@@ -406,7 +384,7 @@ def combination_section(report: CheckReport, run_id: str, combination_id: str, p
     if not items:
         return ""
     for item in items:
-        item["href"] = _rel(item["page"], page)
+        item["href"] = rel(page, item["page"])
         item["verdict_class"] = item["verdict"].replace(" ", "-")
         item["claim_verdict_class"] = item["claim_verdict"].replace(" ", "-")
         item["outcome"] = CONTEXT_OUTCOME[item["verdict"]]

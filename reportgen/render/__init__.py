@@ -6,8 +6,9 @@ Never imports torch. Public API::
            site_url: str | None) -> RenderResult
 
 Stages, one module each: ``load`` (records), ``analysis`` (frames), ``charts`` (Vega-Lite
-specs, SVG), ``pages`` (page models), ``sections`` (pages written by ``reportgen.claims``
-and ``reportgen.bench``), ``site`` (templates and files under docs/).
+specs, SVG), ``builder`` (page models and what every producer of pages shares), ``pages``
+(the site's own pages and the order of every producer's), ``sections`` (pages written by
+``reportgen.claims`` and ``reportgen.bench``), ``site`` (templates and files under docs/).
 """
 
 from __future__ import annotations

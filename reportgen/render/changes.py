@@ -7,20 +7,16 @@ Page models only: the statistics are `reportgen.render.compare`'s, the Markdown 
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reportgen import schema
 from reportgen.errors import UserError
+from reportgen.render.builder import rel
 from reportgen.render.compare import Side, compare, host_drift
 from reportgen.render.load import Run
 
 INDEX = "changes/index.md"
-
-
-def _rel(page: str, target: str) -> str:
-    return posixpath.relpath(target, posixpath.dirname(page) or ".")
 
 
 def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Callable[[str], str],
@@ -44,7 +40,7 @@ def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Calla
             item: dict[str, Any] = {
                 "run_id": run.run_id, "status": run.record.get("status"),
                 "started": run.record.get("started"), "current": run.run_id in current,
-                "run_json": _rel(path, data(f"{run.rel}/run.json")),
+                "run_json": rel(path, data(f"{run.rel}/run.json")),
                 "previous": previous.run_id if previous is not None else None,
                 "comparison": None, "reason": None}
             if previous is not None:
@@ -57,8 +53,8 @@ def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Calla
         latest = next((i["comparison"] for i in items if i["comparison"] is not None), None)
         pages.append(page_type(path, "changes.md.j2", {
             "hardware": hardware, "suite": suite, "runs": items, "drift": drift.get(hardware),
-            "validation": _rel(path, validation) if validation and hardware in drift else None}))
-        entries.append({"hardware": hardware, "suite": suite, "link": _rel(INDEX, path),
+            "validation": rel(path, validation) if validation and hardware in drift else None}))
+        entries.append({"hardware": hardware, "suite": suite, "link": rel(INDEX, path),
                         "runs": len(group), "latest": latest})
     pages.append(page_type(INDEX, "changes_index.md.j2", {"series": entries}))
     return pages

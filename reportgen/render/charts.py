@@ -58,8 +58,27 @@ class Chart:
 
     def json(self) -> str:
         """The spec as JSON that is safe inside a ``<script>`` element and stable."""
-        text = json.dumps(self.spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
-        return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        return spec_json(self.spec)
+
+
+def spec_json(spec: Mapping[str, Any]) -> str:
+    """A spec as JSON that is safe inside a ``<script>`` element (or an attribute) and
+    stable byte for byte: nothing from the data can close the element."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def script_block(name: str, spec: Mapping[str, Any], fallback: str | None = None) -> str:
+    """The site's chart element with its spec in a ``<script>`` (drawn by rg-charts.js),
+    for Markdown written outside the site's render step (which embeds the ``chart`` macro
+    of ``_macros.md.j2`` instead); ``name``: the ``data-chart`` text, already escaped;
+    ``fallback``: Markdown shown where the script does not run (an image)."""
+    lines = [f'<div class="rg-chart" data-chart="{name}" markdown>',
+             f'<script type="application/json" class="rg-spec">{spec_json(spec)}</script>', ""]
+    if fallback:
+        lines += [fallback, ""]
+    lines.append("</div>")
+    return "\n".join(lines)
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:

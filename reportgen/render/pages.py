@@ -1,105 +1,58 @@
-"""Page models: which pages the site has, and the data each template receives.
+"""The site's own pages (home, hardware, models, combinations, runs, status) and the order
+in which the pages other modules produce join them (``PRODUCERS``).
 
-A page model is a template name, a path under docs/ and a context of plain values. Paths
-are built from slugs only, so no run data ends up in a file name or a link target.
+The machinery every page is built with (``Page``, ``Builder``, slugs, links, downloads) is
+``reportgen.render.builder``'s; this module only adds pages to it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
-import math
-import posixpath
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from reportgen import stats
+from reportgen.bench.page import validation_page
 from reportgen.categories import CATEGORIES
 from reportgen.render import (
     analysis,
+    changes,
     charts,
     cite,
     compiled,
     machine,
     moe,
+    payoff_pages,
     roofline_pages,
     sections,
     studies,
     training,
 )
 from reportgen.render import tools as tools_page
+from reportgen.render.builder import (
+    ALL_COMBINATIONS,
+    DATA_DIR,
+    Builder,
+    Page,
+    Producer,
+    SiteModel,
+    clean,
+    clean_row,
+    clean_rows,
+    rel,
+    slugify,
+    unique_slugs,
+)
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
-from reportgen.render.templating import environment
-from reportgen.schema import current_runs
 
 if TYPE_CHECKING:
-    from reportgen.claims import CheckReport
+    from reportgen.claims.evaluate import CheckReport
 
-DATA_DIR = "data"
-"""Copies of the run files under docs/, so raw data and traces are linked from the site."""
-ALL_COMBINATIONS = f"{DATA_DIR}/combinations"
-"""One table of every combination (``.csv`` and ``.parquet``), for notebooks."""
 # Columns of the all-combinations table that only locate files inside the site.
 _INTERNAL_COLUMNS = ("json_rel", "trace_rel", "run_rel")
-
-
-@dataclass(frozen=True)
-class Page:
-    path: str  # under docs/, forward slashes
-    template: str
-    context: Mapping[str, Any]
-    charts: tuple[Chart, ...] = field(default=())
-
-
-def slugify(text: str) -> str:
-    out = re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")
-    return re.sub(r"\.{2,}", ".", out)
-
-
-def unique_slugs(names: Iterable[str]) -> dict[str, str]:
-    """A slug per name; names that share a slug (or have none) get a hash suffix."""
-    names = sorted(set(names))
-    base = {name: slugify(name) for name in names}
-    counts: dict[str, int] = {}
-    for s in base.values():
-        counts[s] = counts.get(s, 0) + 1
-    out: dict[str, str] = {}
-    for name in names:
-        s = base[name]
-        if not s or counts[s] > 1 or s == "index":
-            digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-            s = f"{s}-{digest}" if s else digest
-        out[name] = s
-    return out
-
-
-def rel(from_page: str, target: str) -> str:
-    """Relative link from one docs/ file to another (MkDocs resolves .md targets)."""
-    return posixpath.relpath(target, posixpath.dirname(from_page) or ".")
-
-
-def _clean(value: Any) -> Any:
-    """NaN becomes None so templates test one thing; numpy scalars become Python."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
-def _row(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _clean(v) for k, v in row.items()}
-
-
-def _rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return [_row(r) for r in frame.to_dict(orient="records")]
-
 
 # The columns of a page's downloadable tables (the frame has more).
 _COMBINATION_COLUMNS = ("run_id", "combo_id", "status", "reason", "median", "ci_low", "ci_high",
@@ -158,17 +111,6 @@ def units_title(units: Iterable[str]) -> str:
     return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} or {found[-1]}"
 
 
-def table_csv(rows: Sequence[Mapping[str, Any]]) -> bytes:
-    frame = pd.DataFrame([dict(r) for r in rows])
-    return frame.to_csv(index=False, lineterminator="\n").encode("utf-8")
-
-
-def table_json(rows: Sequence[Mapping[str, Any]]) -> bytes:
-    clean = [{k: _clean(v) for k, v in r.items()} for r in rows]
-    return (json.dumps(clean, indent=1, sort_keys=False, allow_nan=False, default=str)
-            + "\n").encode("utf-8")
-
-
 def all_combinations(frame: pd.DataFrame) -> dict[str, bytes]:
     """The combinations table as CSV and Parquet (suffix -> bytes)."""
     table = frame[[c for c in analysis.shown_columns(frame) if c not in _INTERNAL_COLUMNS]]
@@ -178,115 +120,27 @@ def all_combinations(frame: pd.DataFrame) -> dict[str, bytes]:
             ".parquet": buffer.getvalue()}
 
 
-@dataclass
-class SiteModel:
-    """All pages of the site and the run files to copy under docs/data/."""
-
-    pages: list[Page]
-    data_files: list[tuple[str, str]]  # (path under docs/, source path)
-    files: dict[str, bytes] = field(default_factory=dict)  # downloads built from the runs
 
 
-class _Builder:
+class SiteBuilder(Builder):
+    """The site's own pages (home, hardware, models, combinations, runs, status), and the
+    order in which every producer's pages join them."""
+
     def __init__(self, runs: Sequence[Run], report: CheckReport | None = None,
                  bench: Mapping[str, Any] | None = None, site_url: str | None = None) -> None:
-        self.runs = list(runs)
-        self.site_url = site_url
-        # pages read each suite's current run; earlier runs appear in Runs and Changes
-        self.current = current_runs(self.runs)
-        self.report = report if report is not None and report.claims else None
+        super().__init__(runs, report, bench, site_url)
         self._claims = sections.claims_index(self.report) if self.report is not None else {}
-        self.bench = bench
-        self._embedded: dict[str, list[Chart]] = {}  # charts of pages written elsewhere
-        self.files: dict[str, bytes] = {}  # CSV and JSON behind charts and tables
-        self.frame = analysis.combinations_frame(self.current)
-        self.records = {(run.hardware, str(c.record.get("id") or c.path.stem)): c.record
-                        for run in self.current for c in run.combinations}
-        self.runs_by_id = {run.run_id: run for run in self.runs}
-        f = self.frame
-        self.hw_slugs = unique_slugs(f["hardware"]) if not f.empty else {}
-        self.hw_env: dict[str, Mapping[str, Any]] = {}
-        for run in sorted(self.runs, key=lambda r: (str(r.record.get("updated") or ""), r.run_id)):
-            env = run.record.get("environment")
-            if isinstance(env, Mapping) and env:
-                self.hw_env[run.hardware] = env
-        self.hw_labels = {hw: machine.hardware_label(hw, self.hw_env.get(hw))
-                          for hw in {run.hardware for run in self.runs} | set(self.hw_slugs)}
-        self.model_slugs = unique_slugs(f["model"]) if not f.empty else {}
-        # what each model's lengths count on each hardware (tokens, patches, frames)
-        self.sequences: dict[tuple[str, str], str] = {} if f.empty else {
-            (str(hw), str(model)): analysis.sequence_of(part)[0]
-            for (hw, model), part in f.groupby(["hardware", "model"], sort=True)}
         self._summaries: dict[tuple[str, str], dict[str, Any] | None] = {}
-        self.probes: dict[str, Any] = {}  # hardware -> (run id, CPU probe) or None
-        self._combo_pages = ({} if f.empty else {
-            (str(r), str(c)): self.combo_page(str(h), str(m))
-            for r, c, h, m in zip(f["run_id"], f["combo_id"], f["hardware"], f["model"])})
-        self.instrumentation = studies.instrumentation_page(
-            self.current, labels=self.hw_labels, page_type=Page,
-            chart=self._chart, table=lambda page, name, rows: self._table(page, slugify(name), rows),
-            combination_page=lambda hw, model: (rel(studies.PATH, self.combo_page(hw, model))
-                                                if hw in self.hw_slugs and model in self.model_slugs else None))
 
-    # paths -----------------------------------------------------------------------------
-    def combo_page(self, hw: str, model: str) -> str:
-        return f"hardware/{self.hw_slugs[hw]}/{self.model_slugs[model]}.md"
-
-    def hw_page(self, hw: str) -> str:
-        return f"hardware/{self.hw_slugs[hw]}/index.md"
-
-    def model_page(self, model: str) -> str:
-        return f"models/{self.model_slugs[model]}.md"
-
-    @staticmethod
-    def data(rel_path: str) -> str:
-        return f"{DATA_DIR}/{rel_path}"
-
-    # shared pieces ---------------------------------------------------------------------
-    def _chart(self, page: str, name: str, title: str, spec: Mapping[str, Any],
-               out: list[Chart]) -> dict[str, Any]:
-        chart = Chart(name=name, title=title, spec=spec)
-        out.append(chart)
-        stem = posixpath.splitext(posixpath.basename(page))[0]
-        svg = f"{posixpath.dirname(page)}/charts/{stem}--{name}.svg".lstrip("/")
-        return {"name": name, "title": title, "json": chart.json(), "svg": rel(page, svg),
-                "svg_path": svg,
-                "data": self._table(page, f"{name}-chart", charts.data_rows(spec))}
-
-    def _table(self, page: str, name: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-        """CSV and JSON of ``rows`` next to ``page``'s charts; their links from ``page``."""
-        stem = posixpath.splitext(posixpath.basename(page))[0]
-        base = f"{posixpath.dirname(page)}/charts/{stem}--{name}".lstrip("/")
-        self.files[f"{base}.csv"] = table_csv(rows)
-        self.files[f"{base}.json"] = table_json(rows)
-        return {"csv": rel(page, f"{base}.csv"), "json": rel(page, f"{base}.json")}
-
-    def _embed_for(self, page: str) -> sections.ChartEmbed:
-        """A chart callback for Markdown that another module writes for ``page``."""
-        out = self._embedded.setdefault(page, [])
-
-        def embed(name: str, spec: Mapping[str, Any]) -> str:
-            spec = {k: v for k, v in spec.items() if k != "$schema"}  # as charts._spec
-            title = spec.get("title")
-            if isinstance(title, Mapping):
-                title = title.get("text")
-            slug = slugify(name) or "chart"
-            c = self._chart(page, slug, str(title or name), spec, out)
-            return environment().get_template("_chart.md.j2").render(c=c).strip("\n")
-        return embed
-
-    def _combo_page_of(self, run_id: str, combo_id: str) -> str | None:
-        """The page of a combination, for links from the Findings pages."""
-        return self._combo_pages.get((run_id, combo_id))
 
     def _links(self, page: str, row: Mapping[str, Any]) -> dict[str, str | None]:
-        trace = _clean(row.get("trace_rel"))
+        trace = clean(row.get("trace_rel"))
         return {"json": rel(page, self.data(str(row["json_rel"]))),
                 "trace": rel(page, self.data(str(trace))) if trace else None}
 
     def _not_ok(self, page: str, frame: pd.DataFrame) -> list[dict[str, Any]]:
         bad = frame[frame["status"] != "ok"]
-        return [{**_row(r), "links": self._links(page, r)}
+        return [{**clean_row(r), "links": self._links(page, r)}
                 for r in bad.to_dict(orient="records")]
 
     def _page_summary(self, rows: pd.DataFrame) -> dict[str, Any] | None:
@@ -309,10 +163,10 @@ class _Builder:
         fits = analysis.scaling_fits(sel)
         core = fits[fits["category"] == "attention.core"]
         return {"setting": setting, "label": setting_label(setting), "rows": sel,
-                "longest": _row(last.to_dict()), "crossover": crossover,
+                "longest": clean_row(last.to_dict()), "crossover": crossover,
                 "fits": fits, "lengths": sorted(int(x) for x in sel["seq"].unique()),
                 "core_exponent": float(core["exponent"].iloc[0]) if not core.empty else None,
-                "core_fit": _row(core.iloc[0].to_dict()) if not core.empty else None}
+                "core_fit": clean_row(core.iloc[0].to_dict()) if not core.empty else None}
 
     def _run_context(self, page: str, run_ids: Iterable[str]) -> list[dict[str, Any]]:
         out = []
@@ -349,9 +203,9 @@ class _Builder:
                                            rows["combo_id"].astype(str))))]
         all_rows = []
         for r in rows.to_dict(orient="records"):
-            all_rows.append({**_row(r), "links": self._links(path, r)})
+            all_rows.append({**clean_row(r), "links": self._links(path, r)})
         ctx["all_rows"] = all_rows
-        ctx["all_rows_data"] = self._table(path, "all-combinations", [
+        ctx["all_rows_data"] = self.table(path, "all-combinations", [
             {k: r[k] for k in _COMBINATION_COLUMNS} for r in all_rows])
         run_ids = sorted(set(rows["run_id"]))
         ctx["runs"] = self._run_context(path, run_ids)
@@ -368,7 +222,7 @@ class _Builder:
             sel = summary["rows"]
             longest = summary["longest"]
             record = self.records[(hw, longest["combo_id"])]
-            headline = _rows(sel)
+            headline = clean_rows(sel)
             groups = analysis.group_shares(sel)
             categories = [{
                 "category": cat, "ms": longest[f"ms:{cat}"], "share": longest[f"share:{cat}"],
@@ -379,15 +233,15 @@ class _Builder:
             ctx["summary"] = {
                 "label": summary["label"], "setting": summary["setting"],
                 "headline": headline, "longest": longest, "groups": _group_labels(groups),
-                "headline_data": self._table(path, "headline", [
+                "headline_data": self.table(path, "headline", [
                     {k: r[k] for k in _headline_columns(groups)} for r in headline]),
                 "categories": categories,
                 "has_share_ci": any(c["share_ci_low"] is not None for c in categories),
-                "categories_data": self._table(path, "categories", categories),
+                "categories_data": self.table(path, "categories", categories),
                 "lengths": summary["lengths"], "min_fit_points": stats.MIN_FIT_POINTS,
-                "fits": _rows(summary["fits"]),
-                "fits_data": self._table(path, "fits", _rows(summary["fits"])),
-                "memory_data": self._table(path, "memory", [
+                "fits": clean_rows(summary["fits"]),
+                "fits_data": self.table(path, "fits", clean_rows(summary["fits"])),
+                "memory_data": self.table(path, "memory", [
                     {k: r[k] for k in ("seq", "peak_alloc", "peak_reserved", "attn_act_analytic",
                                        "attn_act_measured")} for r in headline]),
                 "crossover": summary["crossover"],
@@ -397,15 +251,15 @@ class _Builder:
                 "unlinked": {k: (record.get("attribution") or {}).get(k) for k in
                              ("unlinked_device_events", "unlinked_device_ms")},
                 "methods": analysis.attribution_methods(record),
-                "top_ops_data": self._table(path, "top-ops", analysis.top_ops(record)),
+                "top_ops_data": self.table(path, "top-ops", analysis.top_ops(record)),
                 "flop_notes": list((record.get("flops") or {}).get("notes") or []),
                 "has_peak": bool(sel["pct_peak"].notna().any()),
                 "has_launches": bool(sel["launches"].notna().any()),
-                "shares_chart": self._chart(path, "shares", "Category shares: time beside FLOPs",
+                "shares_chart": self.chart(path, "shares", "Category shares: time beside FLOPs",
                                             charts.shares_chart(analysis.shares_long(sel)), out),
             }
             if sel["seq"].nunique() >= 2:
-                ctx["summary"]["scaling_chart"] = self._chart(
+                ctx["summary"]["scaling_chart"] = self.chart(
                     path, "scaling", "Time per category against sequence length (log-log)",
                     charts.scaling_chart(analysis.category_ms_long(sel), unit), out)
         ctx["routing"] = self._routing(path, hw, rows, summary, out)
@@ -414,10 +268,10 @@ class _Builder:
             for r in rows.to_dict(orient="records") if (hw, str(r["combo_id"])) in self.records])
         ctx["roofline"] = roofline_pages.combination_section(self, path, hw, rows, out)
         comparison = analysis.attention_comparison(rows)
-        ctx["attention"] = _rows(comparison)
-        ctx["attention_data"] = self._table(path, "attention", ctx["attention"])
+        ctx["attention"] = clean_rows(comparison)
+        ctx["attention_data"] = self.table(path, "attention", ctx["attention"])
         if not comparison.empty:
-            ctx["attention_chart"] = self._chart(
+            ctx["attention_chart"] = self.chart(
                 path, "attention", "Attention implementations: median latency with 95% CI",
                 charts.attention_chart(comparison), out)
         return Page(path, "combination.md.j2", ctx, tuple(out))
@@ -458,12 +312,12 @@ class _Builder:
             "json": self._links(path, row)["json"],
             **moe.overview(section, layers),
             "layer_rows": layers,
-            "layers_data": self._table(path, "routing-layers", moe.table_rows(layers)),
-            "chart": self._chart(path, "routing", "Tokens per expert in each layer (dashed: "
+            "layers_data": self.table(path, "routing-layers", moe.table_rows(layers)),
+            "chart": self.chart(path, "routing", "Tokens per expert in each layer (dashed: "
                                  "the layer's mean)",
                                  charts.expert_load_chart(moe.chart_rows(layers)), out),
             "combinations": combos if len(combos) > 1 else [],
-            "combinations_data": (self._table(path, "routing-combinations", combos)
+            "combinations_data": (self.table(path, "routing-combinations", combos)
                                   if len(combos) > 1 else None),
             "decode": any(c["mode"] == moe.DECODE for c in combos),
         }
@@ -497,7 +351,7 @@ class _Builder:
         ctx: dict[str, Any] = {"hardware": self.hw_labels[hw], "models": models,
                                "not_ok": self._not_ok(path, rows),
                                "groups": _group_labels(groups),
-                               "models_data": self._table(path, "models", [
+                               "models_data": self.table(path, "models", [
                                    {"model": m["model"], "setting": m["summary"]["label"],
                                     **{k: m["summary"]["longest"][k]
                                        for k in _headline_columns(groups)},
@@ -505,7 +359,7 @@ class _Builder:
                                    for m in models if m["summary"]]),
                                "headline_methods": analysis.headline_methods(rows, self.records)}
         if longest_rows is not None:
-            ctx["shares_chart"] = self._chart(
+            ctx["shares_chart"] = self.chart(
                 path, "shares", "Category shares per model at its longest measured length",
                 charts.shares_chart(analysis.shares_long(longest_rows, by="model"), by="model",
                                     by_title="model", by_type="N"), out)
@@ -513,12 +367,12 @@ class _Builder:
             whole = frame[~frame["model"].isin(isolated)]
             alone = frame[frame["model"].isin(isolated)]
             if not whole.empty:
-                ctx["latency_chart"] = self._chart(
+                ctx["latency_chart"] = self.chart(
                     path, "latency", "Median latency per model against sequence length",
                     charts.latency_lines(whole.drop(columns="sequence"), "model", "model",
                                          units_title(whole["sequence"])), out)
             if not alone.empty:
-                ctx["isolated_chart"] = self._chart(
+                ctx["isolated_chart"] = self.chart(
                     path, "latency-isolated",
                     "Isolated attention (one attention layer alone): median latency against "
                     "sequence length", charts.latency_lines(alone.drop(columns="sequence"),
@@ -543,7 +397,7 @@ class _Builder:
                                     "core_exponent": s["core_exponent"],
                                     "groups": _group_labels(analysis.group_shares(s["rows"])),
                                     "sequence": analysis.sequence_of(s["rows"])[0]}
-                entry["headline"] = _rows(s["rows"])
+                entry["headline"] = clean_rows(s["rows"])
                 lines.extend({"hardware": self.hw_labels[hw], "setting": s["label"],
                               "seq": int(r["seq"]),
                               "median": r["median"], "attention_share": r["attention_share"]}
@@ -554,7 +408,7 @@ class _Builder:
         ctx: dict[str, Any] = {"model": model, "entries": entries,
                                "headline_methods": analysis.headline_methods(rows, self.records)}
         if lines:
-            ctx["latency_chart"] = self._chart(
+            ctx["latency_chart"] = self.chart(
                 path, "latency", "Median latency per hardware against sequence length",
                 charts.latency_lines(pd.DataFrame(lines), "hardware", "hardware",
                                      units_title(units)), out)
@@ -566,9 +420,9 @@ class _Builder:
         matched = compiled.pairs(rows)
         if matched.empty:
             return None
-        table = [{**_row(r), "label": setting_label({**r, "compile": "none"})}
+        table = [{**clean_row(r), "label": setting_label({**r, "compile": "none"})}
                  for r in matched.to_dict(orient="records")]
-        chart = self._chart(page, f"compiled-{self.hw_slugs[hw]}",
+        chart = self.chart(page, f"compiled-{self.hw_slugs[hw]}",
                             f"Category shares on {hw}: eager beside torch.compile",
                             charts.shares_chart(compiled.shares(rows, matched), by="variant",
                                                 by_title="combination", by_type="N"), out)
@@ -639,71 +493,20 @@ class _Builder:
                        for s in ("ok", "skipped", "failed")},
             "findings_link": sections.FINDINGS_INDEX if self.report is not None else None,
             "validation_link": sections.VALIDATION if self.bench is not None else None,
-            "instrumentation_link": studies.PATH if self.instrumentation is not None else None,
+            "instrumentation_link": studies.PATH if studies.studied(self.current) else None,
             "headline_methods": analysis.headline_methods(f, self.records),
             "all_combinations": {ext: rel(path, f"{ALL_COMBINATIONS}{ext}")
                                  for ext in (".csv", ".parquet")} if not f.empty else None,
         }
-        ctx["breakdown_data"] = self._table(path, "breakdown", [
+        ctx["breakdown_data"] = self.table(path, "breakdown", [
             {"hardware": c["hardware"], "model": c["model"], "seq": c["seq"],
              "category": c["category"], "share": c["share"], "share_ci_low": c["share_ci_low"],
              "share_ci_high": c["share_ci_high"]} for c in cells])
         if cells:
-            ctx["breakdown_chart"] = self._chart(
+            ctx["breakdown_chart"] = self.chart(
                 path, "breakdown", "Share of forward time per category, each model at its "
                 "longest measured sequence length", charts.breakdown_chart(cells), out)
         return Page(path, "home.md.j2", ctx, tuple(out))
-
-    def tools(self) -> Page | None:
-        """"Compared with other tools": every current combination with a tools study,
-        grouped by hardware; None when no record has one."""
-        path = tools_page.PAGE
-        out: list[Chart] = []
-        by_hw: dict[str, list[dict[str, Any]]] = {}
-        found = sorted(((run.hardware, str(c.record.get("id") or c.path.stem), run, c)
-                        for run in self.current for c in run.combinations),
-                       key=lambda item: item[:2])
-        for hw, combo_id, run, c in found:
-            record = c.record
-            study = tools_page.study_of(record)
-            if study is None or hw not in self.hw_slugs:
-                continue
-            trace = tools_page.trace_path(run.path, study)
-            model = str((record.get("combination") or {}).get("model"))
-            entry: dict[str, Any] = {
-                "combo_id": combo_id, "model": model, "status": study.get("status"),
-                "reason": study.get("reason"), "iterations": study.get("iterations"),
-                "passes": study.get("passes"),
-                "link": (rel(path, self.combo_page(hw, model))
-                         if model in self.model_slugs else None),
-                "trace": (rel(path, self.data(f"{run.rel}/{study['trace']}"))
-                          if trace is not None else None),
-                "tools": tools_page.tool_rows(study), "rows": [], "comparison": None}
-            if study.get("comparison"):
-                rows = tools_page.table_rows(study)
-                comparison = study["comparison"]
-                entry.update(rows=rows, comparison={
-                    "basis": comparison.get("basis"), "forward_ms": comparison.get("forward_ms"),
-                    "threshold": comparison.get("threshold"),
-                    "threshold_ms": comparison.get("threshold_ms")})
-                entry["present"] = [k for k in tools_page.TOOL_ORDER
-                                    if any(r.get(k) is not None for r in rows)]
-                entry["table"] = self._table(path, f"{self.hw_slugs[hw]}-{slugify(combo_id)}",
-                                             tools_page.flat_rows(rows))
-                long = tools_page.chart_long(rows)
-                if not long.empty:
-                    names = [tools_page.TOOL_NAMES[k] for k in entry["present"]]
-                    entry["chart"] = self._chart(
-                        path, f"tools-{self.hw_slugs[hw]}-{slugify(combo_id)}",
-                        f"{combo_id}: time per category by tool (ms per forward)",
-                        charts.tools_chart(long, names), out)
-            by_hw.setdefault(hw, []).append(entry)
-        if not by_hw:
-            return None
-        sections_ = [{"hardware": self.hw_labels[hw], "hw_link": rel(path, self.hw_page(hw)),
-                      "combinations": entries} for hw, entries in sorted(by_hw.items())]
-        return Page(path, "tools.md.j2", {"sections": sections_, "names": tools_page.TOOL_NAMES,
-                                          "title": tools_page.TITLE}, tuple(out))
 
     def _run_rows(self, page: str, runs: Iterable[Run]) -> list[dict[str, Any]]:
         out = []
@@ -749,29 +552,8 @@ class _Builder:
             "runs": self._run_rows("runs.md", sorted(self.runs, key=lambda r: r.run_id)),
             "all_combinations": {ext: rel("runs.md", f"{ALL_COMBINATIONS}{ext}")
                                  for ext in (".csv", ".parquet")} if not f.empty else None}))
-        traffic_page = roofline_pages.findings_page(self)
-        if traffic_page is not None:
-            pages.append(traffic_page)
-        from reportgen.render.payoff_pages import payoff_page, speedups_page
-
-        pages += [speedups_page(self, Page), payoff_page(self, Page)]
-        tools = self.tools()
-        if tools is not None:
-            pages.append(tools)
-        from reportgen.render.changes import series_pages
-
-        pages += series_pages(self.runs, slug=slugify, data=self.data, page_type=Page, bench=self.bench,
-                              validation=sections.VALIDATION)
-        if self.instrumentation is not None:
-            pages.append(self.instrumentation)
-        generated: list[sections.Generated] = []
-        if self.report is not None:
-            generated += sections.findings(self.report, self._embed_for, self._combo_page_of,
-                                           self.site_url)
-        if self.bench is not None:
-            generated.append(sections.validation(self.bench, self._embed_for))
-        pages += [Page(g.path, "generated.md.j2", g.context(), tuple(self._embedded.get(g.path, ())))
-                  for g in generated]
+        for produce in PRODUCERS:
+            pages += produce(self)
         data_files: list[tuple[str, str]] = []
         for run in self.runs:
             data_files.append((self.data(f"{run.rel}/run.json"), str(run.path / "run.json")))
@@ -792,12 +574,32 @@ class _Builder:
         return SiteModel(pages=pages, data_files=sorted(data_files), files=files)
 
 
+def _changes(b: Builder) -> list[Page]:
+    return changes.series_pages(b.runs, slug=slugify, data=b.data, page_type=Page, bench=b.bench,
+                                validation=sections.VALIDATION)
+
+
+def _instrumentation(b: Builder) -> list[Page]:
+    page = studies.instrumentation_page(
+        b.current, labels=b.hw_labels, page_type=Page,
+        chart=b.chart, table=lambda page, name, rows: b.table(page, slugify(name), rows),
+        combination_page=lambda hw, model: (rel(studies.PATH, b.combo_page(hw, model))
+                                            if hw in b.hw_slugs and model in b.model_slugs else None))
+    return [page] if page is not None else []
+
+
+PRODUCERS: tuple[Producer, ...] = (
+    roofline_pages.findings_page, payoff_pages.speedups_page, payoff_pages.payoff_page, tools_page.page,
+    _changes, _instrumentation, sections.findings_pages, validation_page)
+"""The pages other modules produce, in the order they follow the site's own."""
+
+
 def site_model(runs: Sequence[Run], *, report: CheckReport | None = None,
                bench: Mapping[str, Any] | None = None, site_url: str | None = None) -> SiteModel:
     """Every page of the site; ``report`` adds the Findings section (when it has claims)
     and the claims on each combination page, ``bench`` (a results document) the
     Validation page; ``site_url`` (the published site's address) the citations' URLs."""
-    return _Builder(runs, report, bench, site_url).build()
+    return SiteBuilder(runs, report, bench, site_url).build()
 
 
 __all__ = ["CATEGORIES", "DATA_DIR", "Page", "SiteModel", "rel", "site_model", "slugify",

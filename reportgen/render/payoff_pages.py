@@ -4,18 +4,15 @@ it pay off?" (each measured end-to-end gain beside the others, per model)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from reportgen.render import analysis, charts, fmt, payoff
+from reportgen.render.builder import Builder, Page, rel
 from reportgen.render.charts import Chart
-from reportgen.render.pages import rel
-
-if TYPE_CHECKING:
-    from reportgen.render.pages import Page, _Builder
 
 SPEEDUPS = "findings/speedups.md"
 PAYOFF = "findings/payoff.md"
@@ -47,26 +44,26 @@ def _grouped(rows: Sequence[Mapping[str, Any]],
     return [(hw, sorted(models.items())) for hw, models in sorted(by.items(), key=lambda kv: labels.get(kv[0], kv[0]))]
 
 
-def _href(b: _Builder, hw: str, model: str) -> str:
+def _href(b: Builder, hw: str, model: str) -> str:
     """A chart mark's link to the combination page, from this page's URL (findings/<page>/)."""
     return "../../" + b.combo_page(hw, model)[: -len(".md")] + "/"
 
 
-def _point(b: _Builder, r: Mapping[str, Any], series: str, key: str) -> dict[str, Any]:
+def _point(b: Builder, r: Mapping[str, Any], series: str, key: str) -> dict[str, Any]:
     """One mark of ``charts.gain_chart``: the value ``key`` of row ``r`` with its interval."""
     return {"label": _label(r), "series": series, "gain": r[key], "gain_low": r[f"{key}_low"],
             "gain_high": r[f"{key}_high"], "href": _href(b, str(r["hardware"]), str(r["model"]))}
 
 
-def _gain_chart(b: _Builder, path: str, name: str, title: str, points: list[dict[str, Any]],
+def _gain_chart(b: Builder, path: str, name: str, title: str, points: list[dict[str, Any]],
                 series_title: str, out: list[Chart]) -> dict[str, str] | None:
     if not points:
         return None
-    return b._chart(path, name, title, charts.gain_chart(
+    return b.chart(path, name, title, charts.gain_chart(
         points, series_title=series_title, x_title="end-to-end gain (base latency / new latency)"), out)
 
 
-def _inputs(b: _Builder) -> tuple[pd.DataFrame, payoff.Records, Mapping[tuple[str, ...], Path | None]]:
+def _inputs(b: Builder) -> tuple[pd.DataFrame, payoff.Records, Mapping[tuple[str, ...], Path | None]]:
     """The pairs over every current run (a combination several runs measured is a
     candidate from each, so a pair can take both sides from one run), and the records and
     traces keyed by (hardware, run, combination)."""
@@ -80,7 +77,7 @@ def _inputs(b: _Builder) -> tuple[pd.DataFrame, payoff.Records, Mapping[tuple[st
     return payoff.pairs(analysis.combinations_frame(b.current, latest_only=False)), records, traces
 
 
-def speedups_page(b: _Builder, page_type: Callable[..., Page]) -> Page:
+def speedups_page(b: Builder) -> list[Page]:
     path = SPEEDUPS
     out: list[Chart] = []
     matched, records, traces = _inputs(b)
@@ -105,12 +102,12 @@ def speedups_page(b: _Builder, page_type: Callable[..., Page]) -> Page:
              for r in rows for m in r["moved"]]
     ctx = {"sections": sections, "part": " + ".join(payoff.PART),
            "payoff_link": "payoff.md",
-           "data": b._table(path, "speedups", [{k: r.get(k) for k in _SPEEDUP_COLUMNS} for r in rows]),
-           "moved_data": b._table(path, "moved", moved) if moved else None}
-    return page_type(path, "speedups.md.j2", ctx, tuple(out))
+           "data": b.table(path, "speedups", [{k: r.get(k) for k in _SPEEDUP_COLUMNS} for r in rows]),
+           "moved_data": b.table(path, "moved", moved) if moved else None}
+    return [Page(path, "speedups.md.j2", ctx, tuple(out))]
 
 
-def payoff_page(b: _Builder, page_type: Callable[..., Page]) -> Page:
+def payoff_page(b: Builder) -> list[Page]:
     path = PAYOFF
     out: list[Chart] = []
     matched, records, _ = _inputs(b)
@@ -145,7 +142,7 @@ def payoff_page(b: _Builder, page_type: Callable[..., Page]) -> Page:
         sections.append({"hardware": b.hw_labels[hw], "chart": chart, "models": entries})
     ctx = {"sections": sections, "speedups_link": "speedups.md",
            "suites": sorted(set(payoff.SUITE_FOR_DEVICE.values())),
-           "data": b._table(path, "gains", [{k: r.get(k) for k in _PAYOFF_COLUMNS} for r in rows]),
-           "missing_data": b._table(path, "not-measured", [{k: r.get(k) for k in _MISSING_COLUMNS}
+           "data": b.table(path, "gains", [{k: r.get(k) for k in _PAYOFF_COLUMNS} for r in rows]),
+           "missing_data": b.table(path, "not-measured", [{k: r.get(k) for k in _MISSING_COLUMNS}
                                                           for r in absent]) if absent else None}
-    return page_type(path, "payoff.md.j2", ctx, tuple(out))
+    return [Page(path, "payoff.md.j2", ctx, tuple(out))]

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from reportgen import peaks
 from reportgen.render import charts, fmt, roofline
+from reportgen.render.builder import Builder, Page, rel
 from reportgen.render.charts import Chart
-
-if TYPE_CHECKING:
-    from reportgen.render.pages import Page, _Builder
 
 PAGE = "findings/memory-traffic-and-roofline.md"
 # the claim whose quote speaks of attention consuming disproportionate GPU memory bandwidth
@@ -50,7 +48,7 @@ def _roof_entry(panel: str, roof: roofline.Roof) -> dict[str, Any]:
             "run_id": roof.run_id}
 
 
-def measured(b: _Builder, hw: str, rows: pd.DataFrame) -> list[dict[str, Any]]:
+def measured(b: Builder, hw: str, rows: pd.DataFrame) -> list[dict[str, Any]]:
     """Each selected combination with its record, roof, category rows and attention
     beside the rest."""
     out = []
@@ -70,7 +68,7 @@ def measured(b: _Builder, hw: str, rows: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def combination_section(b: _Builder, page: str, hw: str, rows: pd.DataFrame,
+def combination_section(b: Builder, page: str, hw: str, rows: pd.DataFrame,
                         out: list[Chart]) -> dict[str, Any] | None:
     items = measured(b, hw, rows)
     if not items:
@@ -80,7 +78,7 @@ def combination_section(b: _Builder, page: str, hw: str, rows: pd.DataFrame,
     table = [{"panel": i["panel"], **{k: c.get(k) for k in _TABLE_COLUMNS if k != "combo_id"},
               "combo_id": i["row"]["combo_id"]} for i in items for c in i["categories"]]
     return {
-        "chart": b._chart(page, "roofline", "Roofline: each category at its arithmetic "
+        "chart": b.chart(page, "roofline", "Roofline: each category at its arithmetic "
                           "intensity and achieved FLOP/s, under the device's roof",
                           charts.roofline_chart(roofline.chart_rows(points, roofs)), out),
         "items": [{"panel": i["panel"], "categories": i["categories"],
@@ -90,17 +88,16 @@ def combination_section(b: _Builder, page: str, hw: str, rows: pd.DataFrame,
         "recomputed": any(i["recomputed"] for i in items),
         "share_interval": any(str(c.get("interval") or "").startswith("share")
                               for c in points),
-        "data": b._table(page, "roofline-categories", table),
-        "findings_link": _rel(page, PAGE),
+        "data": b.table(page, "roofline-categories", table),
+        "findings_link": rel(page, PAGE),
     }
 
 
-def findings_page(b: _Builder) -> Page | None:
-    from reportgen.render.pages import Page
-
+def findings_page(b: Builder) -> list[Page]:
+    """The "Memory traffic and roofline" page; none when no combination has a roof."""
     f = b.frame
     if f.empty:
-        return None
+        return []
     out: list[Chart] = []
     sections: list[dict[str, Any]] = []
     table: list[dict[str, Any]] = []
@@ -120,7 +117,7 @@ def findings_page(b: _Builder) -> Page | None:
                     verdict.append({"hardware": b.hw_labels[hw], "model": model,
                                     "combination": i["panel"], "combo_id": i["row"]["combo_id"],
                                     **_flat(a)})
-            models.append({"model": model, "link": _rel(PAGE, b.combo_page(str(hw), str(model))),
+            models.append({"model": model, "link": rel(PAGE, b.combo_page(str(hw), str(model))),
                            "items": [{"panel": i["panel"], "categories": i["categories"],
                                       "attention": i["attention"],
                                       "roof": _roof_entry(i["panel"], i["roof"])} for i in items]})
@@ -134,31 +131,25 @@ def findings_page(b: _Builder) -> Page | None:
                              "higher": sum(1 for v in mine if v["attention_higher"]),
                              "lower": sum(1 for v in mine if v["attention_lower"])})
     if not sections:
-        return None
+        return []
     claims = _claim_pages(b)
     ctx = {
         "sections": sections,
         "gpu_measured": any(s["kind"] == "gpu" for s in sections),
         "verdict": verdict,
-        "verdict_data": b._table(PAGE, "attention-vs-rest", verdict),
-        "categories_data": b._table(PAGE, "categories", table),
+        "verdict_data": b.table(PAGE, "attention-vs-rest", verdict),
+        "categories_data": b.table(PAGE, "categories", table),
         # datasheet addresses are constants of reportgen.peaks, not run data: links as they are
         "peaks": [{**r, "url": fmt.Raw(str(r["url"]))} for r in peaks.table_rows()],
-        "peaks_data": b._table(PAGE, "gpu-peaks", peaks.table_rows()),
-        "claim_link": (_rel(PAGE, claims[CLAIM_ID]) if CLAIM_ID in claims else None),
-        "findings_index": _rel(PAGE, "findings/index.md") if claims else None,
-        "methodology": _rel(PAGE, "methodology.md"),
+        "peaks_data": b.table(PAGE, "gpu-peaks", peaks.table_rows()),
+        "claim_link": (rel(PAGE, claims[CLAIM_ID]) if CLAIM_ID in claims else None),
+        "findings_index": rel(PAGE, "findings/index.md") if claims else None,
+        "methodology": rel(PAGE, "methodology.md"),
     }
-    return Page(PAGE, "roofline.md.j2", ctx, tuple(out))
+    return [Page(PAGE, "roofline.md.j2", ctx, tuple(out))]
 
 
-def _rel(page: str, target: str) -> str:
-    from reportgen.render.pages import rel
-
-    return rel(page, target)
-
-
-def _claim_pages(b: _Builder) -> dict[str, str]:
+def _claim_pages(b: Builder) -> dict[str, str]:
     """Claim id -> its Findings page, when the site has a Findings section."""
     if b.report is None:
         return {}

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from reportgen.errors import UserError
 from reportgen.render import fmt
+from reportgen.render.builder import Builder, ChartEmbed, Page
 
 if TYPE_CHECKING:  # claims and bench are imported only when their section exists
     from reportgen.claims import CheckReport
 
-ChartEmbed = Callable[[str, Mapping[str, Any]], str]
 EmbedFor = Callable[[str], ChartEmbed]  # page path -> chart callback for that page
 VALIDATION = "validation.md"
 FINDINGS_INDEX = "findings/index.md"
@@ -39,7 +39,8 @@ class Generated:
         return {"title": self.title, "heading": fmt.Raw(self.heading), "body": fmt.Raw(self.body)}
 
 
-def _generated(path: str, title: str, markdown: str) -> Generated:
+def generated(path: str, title: str, markdown: str) -> Generated:
+    """The page at ``path`` from Markdown that starts with its title heading."""
     heading, _, body = markdown.lstrip("\n").partition("\n")
     if not heading.startswith("# "):
         raise ValueError(f"{path}: generated Markdown must start with its title heading")
@@ -67,16 +68,22 @@ def findings(report: CheckReport, embed_for: EmbedFor,
     # with a report given, pages() reads neither the runs nor the claims directory
     texts = claim_pages(report.runs_root, "", report=report, combination_page=combination_page,
                         chart_embed=embed, site_url=site_url)
-    out = [_generated(path, by_page.get(path, "Findings"), text)
+    out = [generated(path, by_page.get(path, "Findings"), text)
            for path, text in sorted(texts.items())]
     return sorted(out, key=lambda g: (g.path != FINDINGS_INDEX, g.path))
 
 
-def validation(results: Mapping[str, Any], embed_for: EmbedFor) -> Generated:
-    from reportgen.bench.page import render_validation
+def pages(b: Builder, written: list[Generated]) -> list[Page]:
+    """The site's pages for Markdown written elsewhere, each with the charts it embedded."""
+    return [Page(g.path, "generated.md.j2", g.context(), tuple(b.embedded.get(g.path, ())))
+            for g in written]
 
-    return _generated(VALIDATION, "Validation",
-                      render_validation(results, chart_block=embed_for(VALIDATION)))
+
+def findings_pages(b: Builder) -> list[Page]:
+    """The Findings section's pages (none without a report with claims)."""
+    if b.report is None:
+        return []
+    return pages(b, findings(b.report, b.embed_for, b.combo_page_of, b.site_url))
 
 
 def claims_index(report: CheckReport) -> dict[tuple[str, str], list[dict[str, Any]]]:

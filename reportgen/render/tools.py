@@ -11,7 +11,9 @@ from typing import Any
 import pandas as pd
 
 from reportgen.categories import CATEGORIES
-from reportgen.render import fmt
+from reportgen.render import charts, fmt
+from reportgen.render.builder import Builder, Page, rel, slugify
+from reportgen.render.charts import Chart
 
 PAGE = "tools.md"
 TITLE = "Compared with other tools"
@@ -115,4 +117,54 @@ def chart_long(rows: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(data, columns=["category", "tool", "ms"])
     shown = frame.groupby("category")["ms"].transform(lambda s: (s.abs() > 0).any())
     return frame[shown.astype(bool)] if not frame.empty else frame
+
+
+def page(b: Builder) -> list[Page]:
+    """"Compared with other tools": every current combination with a tools study,
+    grouped by hardware; none when no record has one."""
+    path = PAGE
+    out: list[Chart] = []
+    by_hw: dict[str, list[dict[str, Any]]] = {}
+    found = sorted(((run.hardware, str(c.record.get("id") or c.path.stem), run, c)
+                    for run in b.current for c in run.combinations),
+                   key=lambda item: item[:2])
+    for hw, combo_id, run, c in found:
+        record = c.record
+        study = study_of(record)
+        if study is None or hw not in b.hw_slugs:
+            continue
+        trace = trace_path(run.path, study)
+        model = str((record.get("combination") or {}).get("model"))
+        entry: dict[str, Any] = {
+            "combo_id": combo_id, "model": model, "status": study.get("status"),
+            "reason": study.get("reason"), "iterations": study.get("iterations"),
+            "passes": study.get("passes"),
+            "link": rel(path, b.combo_page(hw, model)) if model in b.model_slugs else None,
+            "trace": (rel(path, b.data(f"{run.rel}/{study['trace']}"))
+                      if trace is not None else None),
+            "tools": tool_rows(study), "rows": [], "comparison": None}
+        if study.get("comparison"):
+            rows = table_rows(study)
+            comparison = study["comparison"]
+            entry.update(rows=rows, comparison={
+                "basis": comparison.get("basis"), "forward_ms": comparison.get("forward_ms"),
+                "threshold": comparison.get("threshold"),
+                "threshold_ms": comparison.get("threshold_ms")})
+            entry["present"] = [k for k in TOOL_ORDER
+                                if any(r.get(k) is not None for r in rows)]
+            entry["table"] = b.table(path, f"{b.hw_slugs[hw]}-{slugify(combo_id)}", flat_rows(rows))
+            long = chart_long(rows)
+            if not long.empty:
+                names = [TOOL_NAMES[k] for k in entry["present"]]
+                entry["chart"] = b.chart(
+                    path, f"tools-{b.hw_slugs[hw]}-{slugify(combo_id)}",
+                    f"{combo_id}: time per category by tool (ms per forward)",
+                    charts.tools_chart(long, names), out)
+        by_hw.setdefault(hw, []).append(entry)
+    if not by_hw:
+        return []
+    sections_ = [{"hardware": b.hw_labels[hw], "hw_link": rel(path, b.hw_page(hw)),
+                  "combinations": entries} for hw, entries in sorted(by_hw.items())]
+    return [Page(path, "tools.md.j2", {"sections": sections_, "names": TOOL_NAMES, "title": TITLE},
+                 tuple(out))]
 

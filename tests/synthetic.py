@@ -1,11 +1,13 @@
 """Synthetic runs trees that follow the record format of ARCHITECTURE.md.
 
-Used for the committed test fixture, the golden pages and ``nox -s bench``. The numbers
+Used for the committed test fixture, the golden pages and ``nox -s bench`` (which finds
+this file in the source checkout; it is not part of the installed package). The numbers
 follow plausible scaling laws (attention core grows with s^2, projections and MLP with s)
 so that fits and crossovers on the rendered pages have something to find; they are not
 measurements and never go into runs/.
 
-    python -m reportgen.render.synthetic OUT_DIR --combinations 500
+    python tests/synthetic.py OUT_DIR --combinations 500
+    python tests/synthetic.py tests/data/runs_fixture --fixture
 """
 
 from __future__ import annotations

@@ -1,0 +1,204 @@
+"""The machinery every page of the site is built with, below every module that produces pages.
+
+A page model (``Page``) is a template name, a path under docs/ and a context of plain
+values. Paths are built from slugs only, so no run data ends up in a file name or a link
+target. ``Builder`` holds what the runs give every page (the current runs, the
+combinations frame, slugs, labels) and writes a page's charts and downloads; a producer of
+pages (``Producer``: the site's own pages, the findings pages, the Validation page) takes
+the builder and returns its pages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import posixpath
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from reportgen.render import analysis, charts, machine
+from reportgen.render.charts import Chart
+from reportgen.render.load import Run
+from reportgen.render.templating import environment
+from reportgen.schema import current_runs
+
+if TYPE_CHECKING:
+    from reportgen.claims.evaluate import CheckReport
+
+DATA_DIR = "data"
+"""Copies of the run files under docs/, so raw data and traces are linked from the site."""
+ALL_COMBINATIONS = f"{DATA_DIR}/combinations"
+"""One table of every combination (``.csv`` and ``.parquet``), for notebooks."""
+
+
+@dataclass(frozen=True)
+class Page:
+    path: str  # under docs/, forward slashes
+    template: str
+    context: Mapping[str, Any]
+    charts: tuple[Chart, ...] = field(default=())
+
+
+def slugify(text: str) -> str:
+    out = re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")
+    return re.sub(r"\.{2,}", ".", out)
+
+
+def unique_slugs(names: Iterable[str]) -> dict[str, str]:
+    """A slug per name; names that share a slug (or have none) get a hash suffix."""
+    names = sorted(set(names))
+    base = {name: slugify(name) for name in names}
+    counts: dict[str, int] = {}
+    for s in base.values():
+        counts[s] = counts.get(s, 0) + 1
+    out: dict[str, str] = {}
+    for name in names:
+        s = base[name]
+        if not s or counts[s] > 1 or s == "index":
+            digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+            s = f"{s}-{digest}" if s else digest
+        out[name] = s
+    return out
+
+
+def rel(from_page: str, target: str) -> str:
+    """Relative link from one docs/ file to another (MkDocs resolves .md targets)."""
+    return posixpath.relpath(target, posixpath.dirname(from_page) or ".")
+
+
+def clean(value: Any) -> Any:
+    """NaN becomes None so templates test one thing; numpy scalars become Python."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def clean_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: clean(v) for k, v in row.items()}
+
+
+def clean_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [clean_row(r) for r in frame.to_dict(orient="records")]
+
+
+def table_csv(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    frame = pd.DataFrame([dict(r) for r in rows])
+    return frame.to_csv(index=False, lineterminator="\n").encode("utf-8")
+
+
+def table_json(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    cleaned = [{k: clean(v) for k, v in r.items()} for r in rows]
+    return (json.dumps(cleaned, indent=1, sort_keys=False, allow_nan=False, default=str)
+            + "\n").encode("utf-8")
+
+
+@dataclass
+class SiteModel:
+    """All pages of the site and the run files to copy under docs/data/."""
+
+    pages: list[Page]
+    data_files: list[tuple[str, str]]  # (path under docs/, source path)
+    files: dict[str, bytes] = field(default_factory=dict)  # downloads built from the runs
+
+
+ChartEmbed = Callable[[str, Mapping[str, Any]], str]
+"""A chart callback for Markdown written elsewhere: (name, Vega-Lite spec) -> chart block."""
+
+
+class Builder:
+    """What every page producer reads of the runs, and where its charts and downloads go."""
+
+    def __init__(self, runs: Sequence[Run], report: CheckReport | None = None,
+                 bench: Mapping[str, Any] | None = None, site_url: str | None = None) -> None:
+        self.runs = list(runs)
+        self.site_url = site_url
+        # pages read each suite's current run; earlier runs appear in Runs and Changes
+        self.current = current_runs(self.runs)
+        self.report = report if report is not None and report.claims else None
+        self.bench = bench
+        self.embedded: dict[str, list[Chart]] = {}  # charts of pages written elsewhere
+        self.files: dict[str, bytes] = {}  # CSV and JSON behind charts and tables
+        self.frame = analysis.combinations_frame(self.current)
+        self.records = {(run.hardware, str(c.record.get("id") or c.path.stem)): c.record
+                        for run in self.current for c in run.combinations}
+        self.runs_by_id = {run.run_id: run for run in self.runs}
+        f = self.frame
+        self.hw_slugs = unique_slugs(f["hardware"]) if not f.empty else {}
+        self.hw_env: dict[str, Mapping[str, Any]] = {}
+        for run in sorted(self.runs, key=lambda r: (str(r.record.get("updated") or ""), r.run_id)):
+            env = run.record.get("environment")
+            if isinstance(env, Mapping) and env:
+                self.hw_env[run.hardware] = env
+        self.hw_labels = {hw: machine.hardware_label(hw, self.hw_env.get(hw))
+                          for hw in {run.hardware for run in self.runs} | set(self.hw_slugs)}
+        self.model_slugs = unique_slugs(f["model"]) if not f.empty else {}
+        # what each model's lengths count on each hardware (tokens, patches, frames)
+        self.sequences: dict[tuple[str, str], str] = {} if f.empty else {
+            (str(hw), str(model)): analysis.sequence_of(part)[0]
+            for (hw, model), part in f.groupby(["hardware", "model"], sort=True)}
+        self.probes: dict[str, Any] = {}  # hardware -> (run id, CPU probe) or None
+        self.combo_pages = ({} if f.empty else {
+            (str(r), str(c)): self.combo_page(str(h), str(m))
+            for r, c, h, m in zip(f["run_id"], f["combo_id"], f["hardware"], f["model"])})
+
+    # paths -----------------------------------------------------------------------------
+    def combo_page(self, hw: str, model: str) -> str:
+        return f"hardware/{self.hw_slugs[hw]}/{self.model_slugs[model]}.md"
+
+    def hw_page(self, hw: str) -> str:
+        return f"hardware/{self.hw_slugs[hw]}/index.md"
+
+    def model_page(self, model: str) -> str:
+        return f"models/{self.model_slugs[model]}.md"
+
+    @staticmethod
+    def data(rel_path: str) -> str:
+        return f"{DATA_DIR}/{rel_path}"
+
+    # shared pieces ---------------------------------------------------------------------
+    def chart(self, page: str, name: str, title: str, spec: Mapping[str, Any],
+              out: list[Chart]) -> dict[str, Any]:
+        chart = Chart(name=name, title=title, spec=spec)
+        out.append(chart)
+        stem = posixpath.splitext(posixpath.basename(page))[0]
+        svg = f"{posixpath.dirname(page)}/charts/{stem}--{name}.svg".lstrip("/")
+        return {"name": name, "title": title, "json": chart.json(), "svg": rel(page, svg),
+                "svg_path": svg,
+                "data": self.table(page, f"{name}-chart", charts.data_rows(spec))}
+
+    def table(self, page: str, name: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        """CSV and JSON of ``rows`` next to ``page``'s charts; their links from ``page``."""
+        stem = posixpath.splitext(posixpath.basename(page))[0]
+        base = f"{posixpath.dirname(page)}/charts/{stem}--{name}".lstrip("/")
+        self.files[f"{base}.csv"] = table_csv(rows)
+        self.files[f"{base}.json"] = table_json(rows)
+        return {"csv": rel(page, f"{base}.csv"), "json": rel(page, f"{base}.json")}
+
+    def embed_for(self, page: str) -> ChartEmbed:
+        """A chart callback for Markdown that another module writes for ``page``."""
+        out = self.embedded.setdefault(page, [])
+
+        def embed(name: str, spec: Mapping[str, Any]) -> str:
+            spec = {k: v for k, v in spec.items() if k != "$schema"}  # as charts._spec
+            title = spec.get("title")
+            if isinstance(title, Mapping):
+                title = title.get("text")
+            slug = slugify(name) or "chart"
+            c = self.chart(page, slug, str(title or name), spec, out)
+            return environment().get_template("_chart.md.j2").render(c=c).strip("\n")
+        return embed
+
+    def combo_page_of(self, run_id: str, combo_id: str) -> str | None:
+        """The page of a combination, for links from the Findings pages."""
+        return self.combo_pages.get((run_id, combo_id))
+
+
+Producer = Callable[[Builder], Iterable[Page]]
+"""A producer of pages: the builder in, its pages out (none where it has nothing to show)."""
