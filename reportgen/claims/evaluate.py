@@ -41,6 +41,7 @@ from reportgen.claims.metrics import (
     read_term,
 )
 from reportgen.claims.registry import Check, Claim, Comparison, load_claims
+from reportgen.records.status import is_ok
 from reportgen.vocabulary import TRAIN_MODES
 
 SUPPORTED, REFUTED, INCONCLUSIVE, NOT_TESTED = "supported", "refuted", "inconclusive", "not tested"
@@ -88,7 +89,7 @@ class Observation:
 
     @property
     def ok(self) -> bool:
-        return self.record.get("status") == "ok"
+        return is_ok(self.record)
 
 
 @dataclass

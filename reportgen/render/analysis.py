@@ -15,6 +15,7 @@ import pandas as pd
 from reportgen import stats
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.intervals import unstable_reason
+from reportgen.records.status import OK, is_ok
 from reportgen.render import fmt
 from reportgen.render.load import Run
 from reportgen.render.shown import shown_categories
@@ -92,7 +93,7 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "timing_method": _get(rec, "timing", "method"),
                 "overhead_ratio": _num(_get(rec, "profile", "overhead_ratio")),
                 # measured under contention: why, in words (None when clean)
-                "unstable": unstable_reason(rec) if rec.get("status") == "ok" else None,
+                "unstable": unstable_reason(rec) if is_ok(rec) else None,
                 "forward_ms": _num(_get(rec, "attribution", "forward_ms")),
                 "basis": _get(rec, "attribution", "basis"),
                 "headline_method": (_get(rec, "attribution", "headline_method")
@@ -124,11 +125,11 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                                              else math.nan)
             row["attention_share"] = (sum(shares[c] for c in ATTENTION_CATEGORIES
                                           if not math.isnan(shares[c]))
-                                      if row["status"] == "ok" and cats else math.nan)
+                                      if row["status"] == OK and cats else math.nan)
             for column, group in GROUP_SHARES.items():
                 # NaN where the record has none of them (dense models' older records)
                 known = [shares[c] for c in group if not math.isnan(shares[c])]
-                row[column] = (sum(known) if row["status"] == "ok" and known else math.nan)
+                row[column] = (sum(known) if row["status"] == OK and known else math.nan)
             # mixture-of-experts records: the busiest expert's load against the mean
             row["moe_max_over_mean"] = _num(_get(rec, "moe", "max_over_mean"))
             rows.append(row)
@@ -171,7 +172,7 @@ def sequence_of(rows: pd.DataFrame | Sequence[Mapping[str, Any]]) -> tuple[str, 
 def reference_setting(page: pd.DataFrame) -> dict[str, Any] | None:
     """The setting whose sequence sweep a page charts: eager over compiled, then most
     sequence lengths, then sdpa over other implementations, forward over other modes, the smallest batch."""
-    ok = page[page["status"] == "ok"]
+    ok = page[page["status"] == OK]
     if ok.empty:
         return None
     counts = ok.groupby(SETTING, sort=True)["seq"].nunique().reset_index()
@@ -192,7 +193,7 @@ def select(frame: pd.DataFrame, setting: Mapping[str, Any]) -> pd.DataFrame:
     mask = pd.Series(True, index=frame.index)
     for key, value in setting.items():
         mask &= frame[key] == value
-    return frame[mask & (frame["status"] == "ok")].sort_values("seq", kind="mergesort")
+    return frame[mask & (frame["status"] == OK)].sort_values("seq", kind="mergesort")
 
 
 def shown_columns(frame: pd.DataFrame) -> list[str]:
@@ -291,7 +292,7 @@ def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
     two medians' 95% intervals) and this implementation is the slower one.
     Only groups with two or more implementations appear.
     """
-    ok = page[(page["status"] == "ok") & page["median"].notna()]
+    ok = page[(page["status"] == OK) & page["median"].notna()]
     if "compile" not in ok:
         ok = ok.assign(compile="none")
     keys = ["scale", "mode", "dtype", "batch", "seq", "compile"]
@@ -324,7 +325,7 @@ def headline_methods(rows: pd.DataFrame, records: Mapping[tuple[str, str], Mappi
     out: dict[str, dict[str, Any]] = {}
     if rows.empty or "headline_method" not in rows:
         return []
-    for _, row in rows[rows["status"] == "ok"].iterrows():
+    for _, row in rows[rows["status"] == OK].iterrows():
         method = row["headline_method"]
         if not isinstance(method, str):
             continue

@@ -32,6 +32,7 @@ from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
 from reportgen.intervals import unstable_reason
+from reportgen.records.status import is_ok
 from reportgen.render.shown import shown_categories
 from reportgen.schema import Run, iter_runs, load_run
 
@@ -160,14 +161,14 @@ def _by_key(side: Side, keys: Sequence[str], where: str) -> dict[tuple[str, ...]
 
 
 def _timing(record: Mapping[str, Any]) -> dict[str, Any] | None:
-    timing = record.get("timing") if record.get("status") == "ok" else None
+    timing = record.get("timing") if is_ok(record) else None
     if not isinstance(timing, Mapping) or not isinstance(timing.get("median"), (int, float)):
         return None
     return dict(timing)
 
 
 def _shares(record: Mapping[str, Any]) -> dict[str, float]:
-    cats = ((record.get("attribution") or {}).get("categories") or {}) if record.get("status") == "ok" else {}
+    cats = ((record.get("attribution") or {}).get("categories") or {}) if is_ok(record) else {}
     return {c: float(v["share"]) for c, v in cats.items()
             if isinstance(v, Mapping) and isinstance(v.get("share"), (int, float))}
 

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from reportgen import stats
+from reportgen.records.status import OK
 from reportgen.render import analysis, fmt
 
 _MATCH = ["scale", "mode", "dtype", "attn", "batch", "seq"]
@@ -25,7 +26,7 @@ def pairs(page: pd.DataFrame) -> pd.DataFrame:
     ``speedup`` is eager median / compiled median; ``significant`` is true when the two
     95% intervals do not overlap (METHOD.md rule 5).
     """
-    ok = page[(page["status"] == "ok") & page["median"].notna()]
+    ok = page[(page["status"] == OK) & page["median"].notna()]
     eager = {tuple(r[k] for k in _MATCH): r for _, r in ok[ok["compile"] == "none"].iterrows()}
     out: list[dict[str, Any]] = []
     for _, row in ok[ok["compile"] != "none"].iterrows():

@@ -16,6 +16,7 @@ import pandas as pd
 from reportgen import stats
 from reportgen.bench.page import validation_page
 from reportgen.categories import CATEGORIES
+from reportgen.records.status import COMBINATION_STATUSES, OK
 from reportgen.render import (
     analysis,
     changes,
@@ -139,7 +140,7 @@ class SiteBuilder(Builder):
                 "trace": rel(page, self.data(str(trace))) if trace else None}
 
     def _not_ok(self, page: str, frame: pd.DataFrame) -> list[dict[str, Any]]:
-        bad = frame[frame["status"] != "ok"]
+        bad = frame[frame["status"] != OK]
         return [{**clean_row(r), "links": self._links(page, r)}
                 for r in bad.to_dict(orient="records")]
 
@@ -282,7 +283,7 @@ class SiteBuilder(Builder):
         section (the headline combination's where it has one, else the longest one of
         the reference setting, else the longest other), its layers as a table and a chart,
         and every combination of the page that has one; None where none has."""
-        ok = rows[rows["status"] == "ok"]
+        ok = rows[rows["status"] == OK]
         sections = ((r, moe.section(self.records.get((hw, str(r["combo_id"])))))
                     for r in ok.to_dict(orient="records"))
         found = [(r, m) for r, m in sections if m is not None]
@@ -334,7 +335,7 @@ class SiteBuilder(Builder):
                 isolated.add(str(model))
             s = self._page_summary(part)
             entry: dict[str, Any] = {"model": model, "link": rel(path, self.combo_page(hw, model)),
-                                     "summary": None, "not_ok": int((part["status"] != "ok").sum())}
+                                     "summary": None, "not_ok": int((part["status"] != OK).sum())}
             if s is not None:
                 entry["summary"] = {"label": s["label"], "longest": s["longest"],
                                     "crossover": s["crossover"],
@@ -391,7 +392,7 @@ class SiteBuilder(Builder):
             entry: dict[str, Any] = {"hardware": self.hw_labels[hw],
                                      "link": rel(path, self.combo_page(hw, model)),
                                      "summary": None, "headline": [],
-                                     "not_ok": int((part["status"] != "ok").sum())}
+                                     "not_ok": int((part["status"] != OK).sum())}
             if s is not None:
                 entry["summary"] = {"label": s["label"], "crossover": s["crossover"],
                                     "core_exponent": s["core_exponent"],
@@ -479,7 +480,7 @@ class SiteBuilder(Builder):
                               "href": entry["href"]})
         measured = [{"label": self.hw_labels[hw], "link": rel(path, self.hw_page(hw)),
                      "models": int(f[f["hardware"] == hw]["model"].nunique()),
-                     "ok": int(((f["hardware"] == hw) & (f["status"] == "ok")).sum())}
+                     "ok": int(((f["hardware"] == hw) & (f["status"] == OK)).sum())}
                     for hw in sorted(self.hw_slugs)]
         ctx: dict[str, Any] = {
             "models": [{"model": m, "link": rel(path, self.model_page(m))} for m in models],
@@ -490,7 +491,7 @@ class SiteBuilder(Builder):
             "gpu_measured": any(machine.has_gpu(self.hw_env.get(hw)) for hw in self.hw_slugs),
             "latest": self._run_rows(path, analysis.latest_runs(self.runs)),
             "counts": {s: int((f["status"] == s).sum()) if not f.empty else 0
-                       for s in ("ok", "skipped", "failed")},
+                       for s in COMBINATION_STATUSES},
             "findings_link": sections.FINDINGS_INDEX if self.report is not None else None,
             "validation_link": sections.VALIDATION if self.bench is not None else None,
             "instrumentation_link": studies.PATH if studies.studied(self.current) else None,
@@ -521,8 +522,7 @@ class SiteBuilder(Builder):
                         "updated": run.record.get("updated") or run.record.get("started"),
                         "environment": run.record.get("environment") or {},
                         "facts": machine.environment_facts(run.record.get("environment")),
-                        "ok": statuses.count("ok"), "skipped": statuses.count("skipped"),
-                        "failed": statuses.count("failed"),
+                        **{s: statuses.count(s) for s in COMBINATION_STATUSES},
                         "run_json": rel(page, self.data(f"{run.rel}/run.json"))})
         return out
 

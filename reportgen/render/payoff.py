@@ -32,6 +32,7 @@ import pandas as pd
 from reportgen import shares, stats
 from reportgen.attribution import profiler_iterations
 from reportgen.categories import CATEGORIES, OPTIONAL_CATEGORIES
+from reportgen.records.status import OK, SKIPPED
 from reportgen.render import compare
 from reportgen.render.shown import shown_categories
 from reportgen.vocabulary import ATTENTION_MICRO, COMPILE_NONE, DECODE_NOCACHE, TRAIN_MODES
@@ -126,8 +127,8 @@ def pairs(frame: pd.DataFrame, gains: Sequence[Gain] = GAINS) -> pd.DataFrame:
         for by_value in groups.values():
             for old, new in gain.switches(by_value):
                 a, b = _same_run_first(by_value[old], by_value[new])
-                statuses = (a.get("status", "ok"), b.get("status", "ok"))
-                if "skipped" in statuses or "ok" not in statuses:
+                statuses = (a.get("status", OK), b.get("status", OK))
+                if SKIPPED in statuses or OK not in statuses:
                     # a side that cannot run here (a backend this device lacks) has no gain to
                     # show; a failed side beside a measured one is shown as not comparable
                     continue
@@ -238,7 +239,7 @@ def missing(frame: pd.DataFrame, matched: pd.DataFrame,
     if frame.empty:
         return out
     have = set(zip(matched["hardware"], matched["model"], matched["gain"]))
-    ok = _models_only(frame[frame["status"] == "ok"])
+    ok = _models_only(frame[frame["status"] == OK])
     cache: dict[str, set[tuple[str, str]]] = {}
 
     def suite_cover(name: str) -> set[tuple[str, str]]:

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from reportgen import peaks
+from reportgen.records.status import OK
 from reportgen.render import charts, fmt, roofline
 from reportgen.render.builder import Builder, Page, rel
 from reportgen.render.charts import Chart
@@ -29,7 +30,7 @@ def selected(rows: pd.DataFrame) -> pd.DataFrame:
     """The combinations a roofline shows: eager forwards (a compiled forward's time is
     mostly ``compiled``, which has no analytic formula), the longest measured length of
     each setting."""
-    ok = rows[(rows["status"] == "ok") & (rows["compile"] == "none")]
+    ok = rows[(rows["status"] == OK) & (rows["compile"] == "none")]
     if ok.empty:
         return ok
     longest = ok.sort_values("seq", kind="mergesort").groupby(_GROUP, sort=True).tail(1)

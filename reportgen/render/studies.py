@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from reportgen.records.status import is_ok
 from reportgen.render import charts
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
@@ -47,7 +48,7 @@ def studied(runs: Sequence[Run]) -> list[dict[str, Any]]:
     for run in runs:
         for combo in run.combinations:
             record = combo.record
-            study = ((record.get("studies") or {}) if record.get("status") == "ok" else {}).get(STUDY)
+            study = ((record.get("studies") or {}) if is_ok(record) else {}).get(STUDY)
             if not isinstance(study, Mapping):
                 continue
             combination = record.get("combination") or {}

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.records.status import is_ok
 from reportgen.vocabulary import PHASES, TRAIN_MODES
 
 __all__ = ["phase_rows", "section", "training_rows"]
@@ -57,7 +58,7 @@ def training_rows(records: Sequence[tuple[Mapping[str, Any], str | None]]) -> li
     rows = []
     for record, link in records:
         combo = record.get("combination") or {}
-        if record.get("status") != "ok" or combo.get("mode") not in TRAIN_MODES:
+        if not is_ok(record) or combo.get("mode") not in TRAIN_MODES:
             continue
         timing = record.get("timing") or {}
         memory = record.get("memory") or {}
