@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.commands.summary import run_rows
+from reportgen.records.schema import Run, current_runs, iter_runs
 from reportgen.records.status import COMBINATION_STATUSES, is_ok
 from reportgen.render import fmt
 from reportgen.render.templating import make_environment
-from reportgen.schema import Run, current_runs, iter_runs
 
 BLOCKS = ("runs", "today", "bench")
 _TEMPLATE = make_environment("reportgen", filters=fmt.FILTERS)
@@ -50,7 +50,7 @@ def today_figures(run: Run) -> dict[str, Any]:
     """``run_figures`` with each combination's attention, experts, mixer shares and the
     busiest expert's load against the mean (today's architectures)."""
     from reportgen.categories import ATTENTION_CATEGORIES, MOE_CATEGORIES
-    from reportgen.schema import load_combination
+    from reportgen.records.schema import load_combination
 
     figures = run_figures(run)
     for row in figures["rows"]:

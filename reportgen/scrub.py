@@ -19,7 +19,7 @@ import sys
 from pathlib import Path, PurePath
 
 from reportgen.records import paths
-from reportgen.store import atomic_write_bytes, atomic_write_json
+from reportgen.records.store import atomic_write_bytes, atomic_write_json
 
 # "traceName": "<anything>" as torch.profiler writes it (one JSON string)
 _TRACE_NAME = re.compile(rb'"traceName":\s*"(?:[^"\\]|\\.)*"')

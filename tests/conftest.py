@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 from slurm_cluster import SlurmCluster, skip_reason
 
-from reportgen.schema import VALIDATE_ENV
+from reportgen.records.schema import VALIDATE_ENV
 
-# Every record any test writes through reportgen.store (in this process, its workers and
+# Every record any test writes through reportgen.records.store (in this process, its workers and
 # the CLI subprocesses, which inherit the environment) is checked against its JSON Schema.
 os.environ[VALIDATE_ENV] = "1"
 

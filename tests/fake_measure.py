@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.errors import Skip
-from reportgen.schema import SECTIONS
+from reportgen.records.schema import SECTIONS
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "schema" / "v1" / "combination-ok.json").read_text())
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from run_copies import RUN, scaled_copy
 
+from reportgen.records.schema import current_runs
 from reportgen.render.load import load_runs
 from reportgen.render.pages import site_model
 from reportgen.render.site import render_page
 from reportgen.render.templating import environment
-from reportgen.schema import current_runs
 
 
 def _tree(tmp: Path) -> Path:

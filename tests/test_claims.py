@@ -25,7 +25,7 @@ from reportgen.claims import (
     pages,
 )
 from reportgen.cli import main
-from reportgen.schema import iter_runs
+from reportgen.records.schema import iter_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "claims").glob("*.yaml"))

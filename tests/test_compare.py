@@ -14,7 +14,7 @@ from run_copies import scaled_copy as _scaled_copy
 
 from reportgen import stats
 from reportgen.cli import main
-from reportgen.schema import iter_runs
+from reportgen.records.schema import iter_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 

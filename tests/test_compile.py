@@ -254,7 +254,7 @@ def test_compile_default_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     import jsonschema
 
-    from reportgen.schema import COMBINATION_KIND, json_schema
+    from reportgen.records.schema import COMBINATION_KIND, json_schema
 
     out = tmp_path / "runs"
     argv = ["profile", "--models", "gpt2", "--scale", "tiny", "--seq-lens", "8", "--attn", "sdpa",

@@ -22,7 +22,7 @@ from reportgen import cli
 from reportgen.errors import UserError
 from reportgen.execute import devices, memory, plan, runner, supervisor, worker
 from reportgen.execute.record import combination_record
-from reportgen.schema import COMBINATION_KIND, iter_runs, json_schema
+from reportgen.records.schema import COMBINATION_KIND, iter_runs, json_schema
 from reportgen.suite import load_suite, parse_overrides
 
 ROOT = Path(__file__).parent.parent
@@ -414,7 +414,7 @@ def test_racing_processes_never_claim_the_same_combination(tmp_path: Path) -> No
 
 
 def test_todo_is_largest_first_and_leaves_failures_to_retry(tmp_path: Path) -> None:
-    from reportgen.store import RunStore
+    from reportgen.records.store import RunStore
 
     suite = load_suite("tiny", parse_overrides({"models": "gpt2", "attn": "sdpa", "device": "cpu",
                                                 "modes": "forward,decode"}))

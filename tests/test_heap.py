@@ -46,8 +46,10 @@ def _faults(mode: str) -> dict:
 def test_a_steady_heap_stops_repeated_tensors_from_page_faulting() -> None:
     default, steady = _faults("default"), _faults("steady")
     # 8 MiB a round in 4 KiB pages is ~2,000 faults when the blocks go back to the kernel
-    assert default["faults_per_iteration"] > 1000, default
+    # (fewer where glibc's moving thresholds keep some of them, as on a loaded host)
+    assert default["faults_per_iteration"] > 200, default
     assert steady["faults_per_iteration"] < 50, steady
+    assert default["faults_per_iteration"] > 10 * max(steady["faults_per_iteration"], 1.0)
     assert steady["held"] == {"allocator": "glibc, freed memory kept",
                               "mmap_threshold_bytes": 32 * 1024**2,
                               "trim_threshold_bytes": 2**31 - 1, "top_pad_bytes": 256 * 1024**2}

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from reportgen import cli
-from reportgen.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
+from reportgen.records.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
 from reportgen.suite import load_suite, model_slug, parse_overrides
 
 ROOT = Path(__file__).parent.parent

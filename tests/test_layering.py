@@ -216,6 +216,22 @@ def test_execute_imports_no_command(modules: dict[str, Module]) -> None:
     assert not wrong, f"execute modules importing commands: {wrong}"
 
 
+def test_records_sit_at_the_bottom(modules: dict[str, Module]) -> None:
+    """Every module reads and writes records through ``records``, so ``records`` imports
+    nothing of reportgen above it: only ``errors``, and the suite a run records for type
+    checking alone."""
+    allowed = {"reportgen.errors"}
+    wrong = {}
+    for name, m in sorted(modules.items()):
+        if name == "reportgen.records" or name.startswith("reportgen.records."):
+            above = {i for i in m.imports if not i.startswith("reportgen.records") and i not in allowed}
+            above -= {"reportgen.suite"} - m.top  # a type-only import of the suite
+            if above:
+                wrong[name] = sorted(above)
+    assert "reportgen.records.schema" in modules and "reportgen.records.store" in modules
+    assert not wrong, f"records modules importing modules above them: {wrong}"
+
+
 def test_the_reader_sees_every_kind_of_import(tmp_path: Path) -> None:
     pkg = tmp_path / "reportgen"
     (pkg / "sub").mkdir(parents=True)

@@ -19,7 +19,7 @@ from reportgen.errors import Skip
 from reportgen.profile import measure as measure_mod
 from reportgen.profile import models
 from reportgen.profile.measure import OutOfMemory, attention_activation_bytes, measure
-from reportgen.schema import COMBINATION_KIND, json_schema
+from reportgen.records.schema import COMBINATION_KIND, json_schema
 
 SECTIONS = {"model", "inputs", "timing", "profile", "attribution", "ops", "memory", "flops"}
 

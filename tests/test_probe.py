@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from reportgen import traffic
-from reportgen.schema import COMBINATION_KIND, RUN_KIND, json_schema
+from reportgen.records.schema import COMBINATION_KIND, RUN_KIND, json_schema
 
 GOLDEN = Path(__file__).parent / "data" / "schema" / "v1" / "combination-ok.json"
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from reportgen.records import paths, status
+from reportgen.records.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
 from reportgen.records.shares import Share, category_share
-from reportgen.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
-from reportgen.store import RunStore
+from reportgen.records.store import RunStore
 
 ROOT = Path(__file__).parent.parent
 

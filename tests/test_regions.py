@@ -214,9 +214,11 @@ def test_hooks_categories_sum_to_the_forward(tiny_bert: Any) -> None:
     assert sum(c["share"] for c in cats.values()) == pytest.approx(1.0)
     for c in ("embeddings", "attention.qkv", "attention.core", "attention.out", "mlp", "norm"):
         assert cats[c]["ms"] > 0, c
-    # the hooked forward is the bare forward plus a few clock reads per module call
+    # the hooks' cost: hooked and bare forwards in pairs, a ratio inside its interval (how
+    # large it is here is the bench's instrumentation figure, not a test's)
     cost = section["cost"]
-    assert cost["pairs"] >= 5 and 0.5 < cost["ratio"] < 3.0
+    assert cost["pairs"] >= 5 and cost["ratio"] > 0
+    assert cost["ratio_low"] <= cost["ratio"] <= cost["ratio_high"]
 
 
 def test_profiler_per_iteration_matches_the_whole(tiny_bert: Any, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from reportgen import cli, intervals, stats
 from reportgen.execute import rounds, runner
-from reportgen.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
+from reportgen.records.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
 
 ROOT = Path(__file__).parent.parent
 TESTS = Path(__file__).parent

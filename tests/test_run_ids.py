@@ -12,8 +12,8 @@ import pytest
 from test_runner import InProcessMeasure
 
 from reportgen.execute import runner
-from reportgen.schema import iter_runs
-from reportgen.store import RunStore, run_names
+from reportgen.records.schema import iter_runs
+from reportgen.records.store import RunStore, run_names
 from reportgen.suite import load_suite, parse_overrides
 
 ROOT = Path(__file__).resolve().parents[1]

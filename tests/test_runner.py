@@ -18,7 +18,7 @@ import pytest
 from reportgen import cli
 from reportgen.errors import Skip
 from reportgen.execute import runner
-from reportgen.schema import (
+from reportgen.records.schema import (
     COMBINATION_KIND,
     RUN_KIND,
     SECTIONS,

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from reportgen.errors import UserError
-from reportgen.schema import (
+from reportgen.records.schema import (
     COMBINATION_KIND,
     RUN_KIND,
     SCHEMA_VERSION,
@@ -25,7 +25,7 @@ from reportgen.schema import (
     load_run,
     validation_enabled,
 )
-from reportgen.store import RunStore, atomic_write_bytes, atomic_write_json
+from reportgen.records.store import RunStore, atomic_write_bytes, atomic_write_json
 from reportgen.suite import load_suite
 
 DATA = Path(__file__).parent / "data" / "schema"
@@ -194,7 +194,7 @@ def test_killed_writer_never_leaves_a_partial_target(tmp_path: Path) -> None:
     atomic_write_json(target, {"v": "old"})
     code = f"""
 import os, sys, time
-from reportgen import store
+from reportgen.records import store
 real_write = os.fdopen
 class Slow:
     def __init__(self, f): self.f = f

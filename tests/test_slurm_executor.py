@@ -20,7 +20,7 @@ from slurm_cluster import SlurmCluster, wait_until
 from reportgen import cli
 from reportgen.execute import runner
 from reportgen.execute.plan import size_key, slurm_label
-from reportgen.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
+from reportgen.records.schema import COMBINATION_KIND, RUN_KIND, iter_runs, json_schema
 from reportgen.suite import load_suite, parse_overrides
 
 ROOT = Path(__file__).parent.parent

@@ -20,7 +20,7 @@ import pytest
 
 from reportgen import cli
 from reportgen.errors import UserError
-from reportgen.schema import COMBINATION_KIND, RUN_KIND, json_schema
+from reportgen.records.schema import COMBINATION_KIND, RUN_KIND, json_schema
 from reportgen.suite import STUDY_BUDGET_FACTOR, Settings, load_suite, parse_overrides
 from reportgen.vocabulary import STUDIES
 
@@ -98,7 +98,7 @@ def test_bad_studies_flag_exits_2_naming_the_flag(tmp_path: Path, capsys: pytest
 def test_tasks_carry_studies_only_when_asked(tmp_path: Path) -> None:
     from reportgen.execute import rounds
     from reportgen.execute.local import Job
-    from reportgen.store import RunStore
+    from reportgen.records.store import RunStore
 
     suite = load_suite(_suite(tmp_path, 'studies = ["instrumentation"]'))
     combo = suite.combinations()[0]

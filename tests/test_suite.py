@@ -240,8 +240,8 @@ def test_suite_module_does_not_import_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, reportgen.suite, reportgen.schema, reportgen.store, reportgen.commands.summary; "
-            "print('torch' in sys.modules)")
+    code = ("import sys, reportgen.suite, reportgen.records.schema, reportgen.records.store, "
+            "reportgen.commands.summary; print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 

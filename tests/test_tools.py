@@ -17,8 +17,8 @@ import pytest
 
 from reportgen import toolcompare
 from reportgen.categories import CATEGORIES
+from reportgen.records.schema import COMBINATION_KIND, json_schema
 from reportgen.render import fmt
-from reportgen.schema import COMBINATION_KIND, json_schema
 
 DATA = Path(__file__).parent / "data"
 NSYS_FIXTURE = DATA / "nsys" / "nvtx_gpu_proj_sum.csv"

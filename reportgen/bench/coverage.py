@@ -159,6 +159,6 @@ def rows_from_runs(first_dir: Path, again_dir: Path,
 
 def first_records(run_dir: Path) -> list[dict[str, Any]]:
     """The records of an earlier suite run (the bench's scratch run) from disk."""
-    from reportgen.schema import load_combination
+    from reportgen.records.schema import load_combination
 
     return [load_combination(p) for p in combination_files(run_dir)]

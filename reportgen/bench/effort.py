@@ -115,7 +115,7 @@ def profile_run(suite_text: str, out: Path, *, env: Mapping[str, str] | None = N
                            str(out / "runs"), "--force"], env={**os.environ, **(env or {})},
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
-    from reportgen.schema import iter_runs
+    from reportgen.records.schema import iter_runs
 
     runs = sorted(iter_runs(out / "runs"), key=lambda r: str(r.record.get("started")))
     run = runs[-1] if runs else None

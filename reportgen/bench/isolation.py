@@ -56,7 +56,7 @@ def fresh_run(suite: Any, out: Path, executor: str) -> SuiteRun:
         wall = time.perf_counter() - t0
     finally:
         Path(handle.name).unlink(missing_ok=True)
-    from reportgen.schema import iter_runs
+    from reportgen.records.schema import iter_runs
 
     (run,) = list(iter_runs(out))
     records = [json.loads(path.read_text()) for path in combination_files(run.path)]

@@ -122,7 +122,7 @@ def log(message: str) -> None:
 def _validate_records() -> bool:
     """Every record the bench writes (its own runs included, in their workers too) is
     checked against its JSON Schema, where ``jsonschema`` is installed."""
-    from reportgen.schema import VALIDATE_ENV
+    from reportgen.records.schema import VALIDATE_ENV
 
     if importlib.util.find_spec("jsonschema") is None:
         log("jsonschema is not installed: records are written without schema validation")
@@ -380,7 +380,7 @@ def _load() -> list[float] | None:
 
 
 def _scratch_run(root: Path) -> Path | None:
-    from reportgen.schema import iter_runs
+    from reportgen.records.schema import iter_runs
 
     found = [r.path for r in iter_runs(root)] if root.is_dir() else []
     return found[0] if len(found) == 1 else None
@@ -389,7 +389,7 @@ def _scratch_run(root: Path) -> Path | None:
 def _coverage(suite: Any) -> dict[str, Any]:
     """The suite measured again, against the intervals of the suite step's run."""
     from reportgen.bench import coverage
-    from reportgen.schema import iter_runs
+    from reportgen.records.schema import iter_runs
 
     found = [r.path for r in iter_runs(SCRATCH / "runs")] if (SCRATCH / "runs").is_dir() else []
     if not found:

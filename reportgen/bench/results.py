@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reportgen.store import atomic_write_bytes
+from reportgen.records.store import atomic_write_bytes
 
 KIND = "reportgen.bench"
 SCHEMA_VERSION = 1

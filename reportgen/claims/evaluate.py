@@ -172,9 +172,9 @@ def load_observations(runs_root: Path | str) -> list[Observation]:
     """Every combination record of the current runs under ``runs_root`` (the latest
     complete run of each suite on each hardware; a missing directory has none).
 
-    Records come through ``reportgen.schema``: older ones are migrated, newer refused.
+    Records come through ``reportgen.records.schema``: older ones are migrated, newer refused.
     """
-    from reportgen.schema import current_runs, iter_runs
+    from reportgen.records.schema import current_runs, iter_runs
 
     observations: list[Observation] = []
     for run in current_runs(iter_runs(runs_root)):  # earlier runs of a suite: history only

@@ -12,8 +12,8 @@ import sys
 from collections import Counter
 from typing import Any
 
+from reportgen.records.schema import load_run
 from reportgen.records.status import FAILED, PLAN_STATES
-from reportgen.schema import load_run
 
 FORMATS: tuple[str, ...] = ("table", "json")
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from reportgen.categories import CATEGORIES
 from reportgen.intervals import unstable_reason
+from reportgen.records.schema import Run, load_combination, load_run
 from reportgen.records.status import FAILED, OK, PENDING, SKIPPED, is_ok
 from reportgen.render.shown import shown_categories
-from reportgen.schema import Run, load_combination, load_run
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -23,7 +23,7 @@ from reportgen.execute.record import combination_record, utc_now
 from reportgen.execute.supervisor import Outcome, Supervisor
 from reportgen.execute.worker import WorkerSpec
 from reportgen.records.status import FAILED, OK, is_failed
-from reportgen.store import RunStore
+from reportgen.records.store import RunStore
 from reportgen.suite import Combination, Settings
 
 

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reportgen.records.paths import combination_path
+from reportgen.records.schema import load_combination
 from reportgen.records.status import PENDING, RUNNING, is_failed
-from reportgen.schema import load_combination
 
 if TYPE_CHECKING:
-    from reportgen.store import RunStore
+    from reportgen.records.store import RunStore
     from reportgen.suite import Combination
 
 HEARTBEAT_S = 15.0

@@ -6,16 +6,16 @@ import datetime as _dt
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from reportgen.records.status import COMBINATION_STATUSES, COMPLETE, INCOMPLETE, PENDING
-from reportgen.schema import (
+from reportgen.records.schema import (
     COMBINATION_KIND,
     RUN_KIND,
     SCHEMA_VERSION,
     SECTIONS,
 )
+from reportgen.records.status import COMBINATION_STATUSES, COMPLETE, INCOMPLETE, PENDING
 
 if TYPE_CHECKING:
-    from reportgen.store import RunStore
+    from reportgen.records.store import RunStore
     from reportgen.suite import Combination, Suite
 
 # Sections the executor adds beside what ``measure`` returns (all optional in the schema).

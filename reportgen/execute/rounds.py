@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from reportgen import stats
 from reportgen.records.status import OK
-from reportgen.store import atomic_write_json
+from reportgen.records.store import atomic_write_json
 
 if TYPE_CHECKING:
     from reportgen.execute.supervisor import Outcome

@@ -24,7 +24,7 @@ from reportgen.execute.devices import MEASURE, PREFLIGHT, worker_specs
 from reportgen.execute.local import Job
 from reportgen.execute.record import environment_differences, git_of, run_record, utc_now
 from reportgen.records.status import FAILED, INTERRUPTED, RUNNING
-from reportgen.store import RunStore
+from reportgen.records.store import RunStore
 from reportgen.suite import Settings, Suite
 
 # A combination's worker is stopped after this long; at least TIMEOUT_FLOOR_S, else this

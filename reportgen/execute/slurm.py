@@ -34,9 +34,9 @@ from reportgen.errors import UserError
 from reportgen.execute import plan
 from reportgen.execute.record import utc_now
 from reportgen.execute.slurm_task import after, task_main
+from reportgen.records.schema import load_run
 from reportgen.records.status import COMBINATION_STATUSES, FAILED, PENDING, PLAN_STATES, RUNNING
-from reportgen.schema import load_run
-from reportgen.store import run_names
+from reportgen.records.store import run_names
 from reportgen.suite import Suite
 
 DEFAULT_TIME_MIN = 60     # a task stopped by its time limit keeps every record; rerun to resume

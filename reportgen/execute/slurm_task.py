@@ -31,7 +31,7 @@ from reportgen.execute.local import Job, LocalExecutor
 from reportgen.execute.record import git_of, run_record, utc_now
 from reportgen.execute.supervisor import Outcome, Supervisor
 from reportgen.records.status import FAILED, RUNNING
-from reportgen.store import RunStore
+from reportgen.records.store import RunStore
 from reportgen.suite import Suite
 
 CANCEL_GRACE_S = 2.0      # a worker killed by SIGTERM: how long to wait for the task's own SIGTERM

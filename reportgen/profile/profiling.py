@@ -23,9 +23,9 @@ from reportgen.attribution import ATTRIBUTION_KEYS, ITERATION_LABEL, LABEL_PREFI
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import install_hooks
 from reportgen.records.paths import trace_ref
+from reportgen.records.store import atomic_write_bytes
 from reportgen.scrub import gzip_trace, trace_name
 from reportgen.stats import median
-from reportgen.store import atomic_write_bytes
 
 __all__ = ["profile_step", "record_pass", "write_gzip_atomic"]
 

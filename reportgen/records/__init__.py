@@ -1,7 +1,7 @@
 """The stored records, read one way: where each file of a run lives (:mod:`.paths`), the
 status words a record can carry (:mod:`.status`) and a category's time share with its
-interval (:mod:`.shares`). The versioned readers and migration are ``reportgen.schema``,
-the atomic writers ``reportgen.store``.
+interval (:mod:`.shares`). The versioned readers and migration are ``reportgen.records.schema``,
+the atomic writers ``reportgen.records.store``.
 
 No module here imports torch, and none imports another part of reportgen.
 """

@@ -15,6 +15,7 @@ import pandas as pd
 from reportgen import stats
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.intervals import unstable_reason
+from reportgen.records import fields
 from reportgen.records.status import OK, is_ok
 from reportgen.render import fmt
 from reportgen.render.load import Run
@@ -34,17 +35,7 @@ _MODE_PREFERENCE = ("forward", "prefill", "decode", "decode-nocache", "train")
 GROUP_SHARES: dict[str, tuple[str, ...]] = {"mixer_share": ("mixer",), "moe_share": MOE_CATEGORIES}
 
 
-def _get(record: Mapping[str, Any] | None, *keys: str) -> Any:
-    value: Any = record
-    for key in keys:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return value
-
-
-def _num(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+_num = fields.as_number
 
 
 def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.DataFrame:
@@ -55,9 +46,9 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
         for combo in run.combinations:
             rec = combo.record
             c = rec.get("combination") or {}
-            cats = _get(rec, "attribution", "categories") or {}
-            analytic = _get(rec, "flops", "analytic") or {}
-            counted = _get(rec, "flops", "counted") or {}
+            cats = fields.get(rec, "attribution.categories") or {}
+            analytic = fields.get(rec, "flops.analytic") or {}
+            counted = fields.get(rec, "flops.counted") or {}
             flops_src = analytic if any(_num(v) > 0 for v in analytic.values()) else counted
             flops_total = sum(_num(v) for v in flops_src.values() if _num(v) > 0)
             row: dict[str, Any] = {
@@ -67,59 +58,57 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "json_rel": f"{run.rel}/{combo.path.relative_to(run.path).as_posix()}",
                 "trace_rel": (f"{run.rel}/{combo.trace.relative_to(run.path).as_posix()}"
                               if combo.trace is not None else None),
-                "model": str(c.get("model") or _get(rec, "model", "name") or "unknown"),
+                "model": str(c.get("model") or fields.get(rec, "model.name") or "unknown"),
                 "scale": str(c.get("scale") or ""), "mode": str(c.get("mode") or ""),
                 "dtype": str(c.get("dtype") or ""),
                 "attn": str(c.get("attn_implementation") or ""),
                 "batch": int(c.get("batch_size") or 0), "seq": int(c.get("seq_len") or 0),
                 # what the length counts (older records: tokens); filled per model below
-                "input": str(_get(rec, "inputs", "input") or ""),
-                "sequence": _get(rec, "inputs", "sequence"),
+                "input": str(fields.get(rec, "inputs.input") or ""),
+                "sequence": fields.get(rec, "inputs.sequence"),
                 "device": str(c.get("device") or ""),
                 # records made before the compile axis lack it: they ran eagerly
                 "compile": str(c.get("compile") or "none"),
-                "compile_s": _num(_get(rec, "compile", "compile_s")),
-                "recompiles": _num(_get(rec, "compile", "recompiles")),
-                "graph_breaks": _num(_get(rec, "compile", "graph_breaks")),
+                "compile_s": fields.number(rec, "compile.compile_s"),
+                "recompiles": fields.number(rec, "compile.recompiles"),
+                "graph_breaks": fields.number(rec, "compile.graph_breaks"),
                 "status": str(rec.get("status") or "unknown"), "reason": rec.get("reason"),
                 "finished": str(rec.get("finished") or ""),
-                "median": _num(_get(rec, "timing", "median")),
-                "ci_low": _num(_get(rec, "timing", "ci_low")),
-                "ci_high": _num(_get(rec, "timing", "ci_high")),
-                "p25": _num(_get(rec, "timing", "p25")), "p75": _num(_get(rec, "timing", "p75")),
-                "n": _num(_get(rec, "timing", "n")),
-                "confidence": _num(_get(rec, "timing", "confidence")),
-                "stop_reason": _get(rec, "timing", "stop_reason"),
-                "timing_method": _get(rec, "timing", "method"),
-                "overhead_ratio": _num(_get(rec, "profile", "overhead_ratio")),
+                "median": fields.number(rec, "timing.median"),
+                "ci_low": fields.number(rec, "timing.ci_low"),
+                "ci_high": fields.number(rec, "timing.ci_high"),
+                "p25": fields.number(rec, "timing.p25"), "p75": fields.number(rec, "timing.p75"),
+                "n": fields.number(rec, "timing.n"),
+                "confidence": fields.number(rec, "timing.confidence"),
+                "stop_reason": fields.get(rec, "timing.stop_reason"),
+                "timing_method": fields.get(rec, "timing.method"),
+                "overhead_ratio": fields.number(rec, "profile.overhead_ratio"),
                 # measured under contention: why, in words (None when clean)
                 "unstable": unstable_reason(rec) if is_ok(rec) else None,
-                "forward_ms": _num(_get(rec, "attribution", "forward_ms")),
-                "basis": _get(rec, "attribution", "basis"),
-                "headline_method": (_get(rec, "attribution", "headline_method")
+                "forward_ms": fields.number(rec, "attribution.forward_ms"),
+                "basis": fields.get(rec, "attribution.basis"),
+                "headline_method": (fields.get(rec, "attribution.headline_method")
                                     or ("profiler" if cats else None)),
-                "launches": _num(_get(rec, "attribution", "launches_per_forward")),
-                "memory_ops": _num(_get(rec, "attribution", "memory_ops_per_forward")),
-                "params": _num(_get(rec, "model", "parameters")),
-                "architecture": str(_get(rec, "model", "architecture") or ""),
-                "peak_alloc": _num(_get(rec, "memory", "peak_allocated_bytes")),
-                "peak_reserved": _num(_get(rec, "memory", "peak_reserved_bytes")),
-                "attn_act_analytic": _num(_get(rec, "memory", "attention_activation_bytes",
-                                               "analytic")),
-                "attn_act_measured": _num(_get(rec, "memory", "attention_activation_bytes",
-                                               "measured")),
-                "achieved_flops": _num(_get(rec, "flops", "achieved_flops_per_s")),
-                "peak_flops": _num(_get(rec, "flops", "peak_flops_per_s")),
-                "pct_peak": _num(_get(rec, "flops", "percent_of_peak")),
+                "launches": fields.number(rec, "attribution.launches_per_forward"),
+                "memory_ops": fields.number(rec, "attribution.memory_ops_per_forward"),
+                "params": fields.number(rec, "model.parameters"),
+                "architecture": str(fields.get(rec, "model.architecture") or ""),
+                "peak_alloc": fields.number(rec, "memory.peak_allocated_bytes"),
+                "peak_reserved": fields.number(rec, "memory.peak_reserved_bytes"),
+                "attn_act_analytic": fields.number(rec, "memory.attention_activation_bytes.analytic"),
+                "attn_act_measured": fields.number(rec, "memory.attention_activation_bytes.measured"),
+                "achieved_flops": fields.number(rec, "flops.achieved_flops_per_s"),
+                "peak_flops": fields.number(rec, "flops.peak_flops_per_s"),
+                "pct_peak": fields.number(rec, "flops.percent_of_peak"),
             }
-            shares = {cat: _num(_get(cats, cat, "share")) for cat in CATEGORIES}
+            shares = {cat: fields.number(rec, f"attribution.categories.{cat}.share") for cat in CATEGORIES}
             for cat in CATEGORIES:
-                row[f"ms:{cat}"] = _num(_get(cats, cat, "ms"))
+                row[f"ms:{cat}"] = fields.number(rec, f"attribution.categories.{cat}.ms")
                 row[f"share:{cat}"] = shares[cat]
                 # optional: the share's bootstrap interval over the attributed iterations,
                 # where the record carries one (records store it as share_low/share_high)
-                row[f"share_ci_low:{cat}"] = _num(_get(cats, cat, "share_low"))
-                row[f"share_ci_high:{cat}"] = _num(_get(cats, cat, "share_high"))
+                row[f"share_ci_low:{cat}"] = fields.number(rec, f"attribution.categories.{cat}.share_low")
+                row[f"share_ci_high:{cat}"] = fields.number(rec, f"attribution.categories.{cat}.share_high")
                 fl = _num(flops_src.get(cat))
                 row[f"flops_share:{cat}"] = (fl / flops_total if flops_total > 0 and fl >= 0
                                              else math.nan)
@@ -131,7 +120,7 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 known = [shares[c] for c in group if not math.isnan(shares[c])]
                 row[column] = (sum(known) if row["status"] == OK and known else math.nan)
             # mixture-of-experts records: the busiest expert's load against the mean
-            row["moe_max_over_mean"] = _num(_get(rec, "moe", "max_over_mean"))
+            row["moe_max_over_mean"] = fields.number(rec, "moe.max_over_mean")
             rows.append(row)
     _fill_sequence(rows)
     columns = list(rows[0]) if rows else ["hardware", "model", "combo_id", "status", "seq"]

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from reportgen.records.schema import current_runs
 from reportgen.render import analysis, charts, machine
 from reportgen.render.charts import Chart
 from reportgen.render.load import Run
 from reportgen.render.templating import environment
-from reportgen.schema import current_runs
 
 if TYPE_CHECKING:
     from reportgen.claims.evaluate import CheckReport

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from reportgen import schema
 from reportgen.errors import UserError
+from reportgen.records import schema
 from reportgen.render.builder import rel
 from reportgen.render.compare import Side, compare, host_drift
 from reportgen.render.load import Run

@@ -1,7 +1,7 @@
 """Compare two sets of measurements: per combination the latency ratio NEW/BASE with its
 interval and the project's significance test, per category the change in time share.
 
-Pure functions over stored records (``reportgen.schema``); no torch, no pandas. Used by
+Pure functions over stored records (``reportgen.records.schema``); no torch, no pandas. Used by
 ``reportgen compare`` and by the site's Changes pages.
 
 A side is a run directory or a filter over a runs tree (``KEY=VALUE[,KEY=VALUE...]``,
@@ -32,9 +32,9 @@ from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
 from reportgen.intervals import unstable_reason
+from reportgen.records.schema import Run, iter_runs, load_run
 from reportgen.records.status import is_ok
 from reportgen.render.shown import shown_categories
-from reportgen.schema import Run, iter_runs, load_run
 
 COMBINATION_KEYS: dict[str, str] = {
     "model": "model", "scale": "scale", "mode": "mode", "dtype": "dtype",

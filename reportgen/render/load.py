@@ -1,6 +1,6 @@
 """Read a runs/ tree into plain records, in a stable order.
 
-Records go through ``reportgen.schema`` (validation, migration of older versions, refusal
+Records go through ``reportgen.records.schema`` (validation, migration of older versions, refusal
 of newer ones); this module only adds the file locations the site links to.
 """
 
@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reportgen import schema
 from reportgen.errors import UserError
-from reportgen.records import paths
+from reportgen.records import paths, schema
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.records import fields
 from reportgen.records.status import is_ok
 from reportgen.vocabulary import PHASES, TRAIN_MODES
 
@@ -28,7 +29,7 @@ def _num(value: Any) -> float | None:
 
 def phase_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per phase of a training record: ms per step, share and its interval."""
-    phases = (record.get("attribution") or {}).get("phases") or {}
+    phases = fields.get(record, "attribution.phases") or {}
     out = []
     for name in PHASES:
         p = phases.get(name)
@@ -60,28 +61,26 @@ def training_rows(records: Sequence[tuple[Mapping[str, Any], str | None]]) -> li
         combo = record.get("combination") or {}
         if not is_ok(record) or combo.get("mode") not in TRAIN_MODES:
             continue
-        timing = record.get("timing") or {}
-        memory = record.get("memory") or {}
-        training = memory.get("training") or {}
+        training = fields.get(record, "memory.training") or {}
         phases = {r["phase"]: r for r in phase_rows(record)}
-        analytic = training.get("analytic_bytes") or {}
-        resident = training.get("resident_bytes") or {}
+        analytic = fields.get(record, "memory.training.analytic_bytes") or {}
         rows.append({
             "combo_id": str(record.get("id")), "mode": combo.get("mode"),
             "attn": combo.get("attn_implementation"), "dtype": combo.get("dtype"),
             "seq": combo.get("seq_len"), "batch": combo.get("batch_size"), "json": link,
-            "median": _num(timing.get("median")), "ci_low": _num(timing.get("ci_low")),
-            "ci_high": _num(timing.get("ci_high")),
-            "method": (record.get("attribution") or {}).get("headline_method") or "profiler",
+            "median": _num(fields.get(record, "timing.median")),
+            "ci_low": _num(fields.get(record, "timing.ci_low")),
+            "ci_high": _num(fields.get(record, "timing.ci_high")),
+            "method": fields.get(record, "attribution.headline_method") or "profiler",
             "phases": phases,
             "phase_list": phase_rows(record),
-            "step_peak": _num(training.get("step_peak_bytes")),
-            "step_peak_method": training.get("step_peak_method"),
-            "saved_total": _num(training.get("saved_activation_bytes_total")),
+            "step_peak": _num(fields.get(record, "memory.training.step_peak_bytes")),
+            "step_peak_method": fields.get(record, "memory.training.step_peak_method"),
+            "saved_total": _num(fields.get(record, "memory.training.saved_activation_bytes_total")),
             "saved": _saved_rows(training),
-            "parameters": _num(resident.get("parameters")),
-            "gradients": _num(resident.get("gradients")),
-            "optimizer_state": _num(resident.get("optimizer_state")),
+            "parameters": _num(fields.get(record, "memory.training.resident_bytes.parameters")),
+            "gradients": _num(fields.get(record, "memory.training.resident_bytes.gradients")),
+            "optimizer_state": _num(fields.get(record, "memory.training.resident_bytes.optimizer_state")),
             "analytic": {k: _num(v) for k, v in analytic.items()},
         })
     return rows

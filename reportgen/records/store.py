@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from reportgen.errors import UserError
 from reportgen.records import paths
-from reportgen.schema import (
+from reportgen.records.schema import (
     SCHEMA_FILES,
     load_combination,
     load_run,

@@ -23,7 +23,7 @@ from reportgen.records.status import COMBINATION_STATUSES, COMPLETE
 SCHEMA_VERSION = 1
 RUN_KIND = "reportgen.run"
 COMBINATION_KIND = "reportgen.combination"
-SCHEMAS_DIR = Path(__file__).parent / "schemas"
+SCHEMAS_DIR = Path(__file__).parent.parent / "schemas"
 SCHEMA_FILES = {RUN_KIND: "run.schema.json", COMBINATION_KIND: "combination.schema.json"}
 
 STATUSES: tuple[str, ...] = COMBINATION_STATUSES

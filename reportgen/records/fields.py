@@ -1,0 +1,79 @@
+"""A record's fields read by their documented names.
+
+``get(record, "timing.ci_low")`` reads one field by its dotted path (None where a record
+lacks it: an older record, a failed one); ``number`` reads a number (NaN where there is
+none). Every literal path given to them is checked against the record's JSON Schema
+(``reportgen/schemas/``) by the tests, through ``declared``: a field read under a name the
+records do not carry (``share_ci_low`` for ``share_low``) fails there instead of reading
+None forever. A ``*`` segment stands for any key of a map (a category, a method).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+
+def get(record: Mapping[str, Any] | None, path: str) -> Any:
+    """The field at ``path`` (dots between keys), or None where any step is missing."""
+    value: Any = record
+    for key in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def as_number(value: Any) -> float:
+    """``value`` as a float, NaN where it is not a number (booleans are not numbers)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+
+
+def number(record: Mapping[str, Any] | None, path: str) -> float:
+    """The number at ``path``, NaN where there is none."""
+    return as_number(get(record, path))
+
+
+@functools.cache
+def _schema(kind: str) -> dict[str, Any]:
+    return json.loads((SCHEMAS_DIR / f"{kind}.schema.json").read_text(encoding="utf-8"))
+
+
+def _resolve(node: Mapping[str, Any], root: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The object schemas ``node`` may be: through ``$ref``, ``oneOf``, ``anyOf``, ``allOf``."""
+    if "$ref" in node:
+        ref = str(node["$ref"])
+        target: Any = root
+        for part in ref.removeprefix("#/").split("/"):
+            target = target[part]
+        return _resolve(target, root)
+    out: list[Mapping[str, Any]] = [node]
+    for key in ("oneOf", "anyOf", "allOf"):
+        for sub in node.get(key) or []:
+            out.extend(_resolve(sub, root))
+    return out
+
+
+def declared(path: str, kind: str = "combination") -> bool:
+    """Whether the ``kind`` record's JSON Schema declares the field at ``path``."""
+    root = _schema(kind)
+    nodes: list[Mapping[str, Any]] = _resolve(root, root)
+    for key in path.split("."):
+        found: list[Mapping[str, Any]] = []
+        for node in nodes:
+            props = node.get("properties") or {}
+            if key != "*" and key in props:
+                found.extend(_resolve(props[key], root))
+            extra = node.get("additionalProperties")
+            if isinstance(extra, Mapping) and (key == "*" or key not in props):
+                found.extend(_resolve(extra, root))
+        if not found:
+            return False
+        nodes = found
+    return True
