@@ -29,6 +29,9 @@ def _paths_read() -> dict[str, list[str]]:
                 dotted = arg.value
             elif isinstance(arg, ast.JoinedStr):
                 dotted = "".join(v.value if isinstance(v, ast.Constant) else "*" for v in arg.values)
+            elif isinstance(arg, ast.Tuple):
+                dotted = ".".join(e.value if isinstance(e, ast.Constant) and isinstance(e.value, str) else "*"
+                                  for e in arg.elts)
             else:
                 continue
             found.setdefault(dotted, []).append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
@@ -57,5 +60,8 @@ def test_reading_tolerates_what_older_and_failed_records_lack() -> None:
     assert fields.get(record, "timing.median") is None
     assert math.isnan(fields.number(record, "timing.median"))
     assert fields.number(record, "attribution.categories.mlp.share") == 0.1
+    # a category's name holds a dot: its path is a tuple of keys
+    assert fields.number(record, ("attribution", "categories", "attention.core", "share")) == 0.1
+    assert math.isnan(fields.number(record, "attribution.categories.attention.core.share"))
     assert math.isnan(fields.number(record, "attribution.categories.mlp.flag"))  # a bool is no number
     assert fields.get(None, "timing") is None

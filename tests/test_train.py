@@ -417,3 +417,26 @@ def test_profile_command_writes_training_records(tmp_path: Path) -> None:
     assert record["status"] == "ok"
     assert set(record["attribution"]["phases"]) == set(PHASES)
     assert record["memory"]["training"]["step_peak_bytes"] > 0
+
+
+def test_a_training_record_renders_its_training_step_section(tmp_path: Path) -> None:
+    """The site built from a run holding a training record shows its "Training step"."""
+    import sys
+
+    from reportgen.render import render
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_claims import record, write_run
+
+    rec = record("gpt2", "sdpa", seq=128)
+    rec["combination"]["mode"] = "train"
+    rec["id"] = rec["id"].replace("--forward--", "--train--")
+    rec["attribution"]["phases"] = {
+        "forward": {"ms": 3.0, "share": 0.3, "categories": {"mlp": {"ms": 2.0}}},
+        "backward": {"ms": 6.0, "share": 0.6, "categories": {"attention.core": {"ms": 4.0}}},
+        "optimizer": {"ms": 1.0, "share": 0.1, "categories": {"optimizer": {"ms": 1.0}}}}
+    write_run(tmp_path / "runs", "cpu-amd-epyc-2c", "cpu-train", [rec])
+    render(tmp_path / "runs", tmp_path / "docs", svg=False)
+    pages = [p.read_text() for p in (tmp_path / "docs").rglob("*.md")]
+    assert any("## Training step" in page for page in pages)
+    assert list((tmp_path / "docs").rglob("*training*.csv"))

@@ -5,7 +5,8 @@ lacks it: an older record, a failed one); ``number`` reads a number (NaN where t
 none). Every literal path given to them is checked against the record's JSON Schema
 (``reportgen/schemas/``) by the tests, through ``declared``: a field read under a name the
 records do not carry (``share_ci_low`` for ``share_low``) fails there instead of reading
-None forever. A ``*`` segment stands for any key of a map (a category, a method).
+None forever. A ``*`` segment stands for any key of a map (a category, a method); a
+path whose keys hold dots (categories: ``attention.core``) is given as a tuple of keys.
 """
 
 from __future__ import annotations
@@ -13,17 +14,25 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from pathlib import Path as FilePath
 from typing import Any
 
-SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMAS_DIR = FilePath(__file__).resolve().parent.parent / "schemas"
 
 
-def get(record: Mapping[str, Any] | None, path: str) -> Any:
-    """The field at ``path`` (dots between keys), or None where any step is missing."""
+Path = str | Sequence[str]
+
+
+def _keys(path: Path) -> Sequence[str]:
+    return path.split(".") if isinstance(path, str) else path
+
+
+def get(record: Mapping[str, Any] | None, path: Path) -> Any:
+    """The field at ``path`` (dots between keys, or the keys as a tuple where a key holds a
+    dot: a category such as ``attention.core``), or None where any step is missing."""
     value: Any = record
-    for key in path.split("."):
+    for key in _keys(path):
         if not isinstance(value, Mapping):
             return None
         value = value.get(key)
@@ -35,7 +44,7 @@ def as_number(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
 
 
-def number(record: Mapping[str, Any] | None, path: str) -> float:
+def number(record: Mapping[str, Any] | None, path: Path) -> float:
     """The number at ``path``, NaN where there is none."""
     return as_number(get(record, path))
 
@@ -60,11 +69,11 @@ def _resolve(node: Mapping[str, Any], root: Mapping[str, Any]) -> list[Mapping[s
     return out
 
 
-def declared(path: str, kind: str = "combination") -> bool:
+def declared(path: Path, kind: str = "combination") -> bool:
     """Whether the ``kind`` record's JSON Schema declares the field at ``path``."""
     root = _schema(kind)
     nodes: list[Mapping[str, Any]] = _resolve(root, root)
-    for key in path.split("."):
+    for key in _keys(path):
         found: list[Mapping[str, Any]] = []
         for node in nodes:
             props = node.get("properties") or {}

@@ -101,14 +101,14 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "peak_flops": fields.number(rec, "flops.peak_flops_per_s"),
                 "pct_peak": fields.number(rec, "flops.percent_of_peak"),
             }
-            shares = {cat: fields.number(rec, f"attribution.categories.{cat}.share") for cat in CATEGORIES}
+            shares = {cat: fields.number(rec, ("attribution", "categories", cat, "share")) for cat in CATEGORIES}
             for cat in CATEGORIES:
-                row[f"ms:{cat}"] = fields.number(rec, f"attribution.categories.{cat}.ms")
+                row[f"ms:{cat}"] = fields.number(rec, ("attribution", "categories", cat, "ms"))
                 row[f"share:{cat}"] = shares[cat]
                 # optional: the share's bootstrap interval over the attributed iterations,
                 # where the record carries one (records store it as share_low/share_high)
-                row[f"share_ci_low:{cat}"] = fields.number(rec, f"attribution.categories.{cat}.share_low")
-                row[f"share_ci_high:{cat}"] = fields.number(rec, f"attribution.categories.{cat}.share_high")
+                row[f"share_ci_low:{cat}"] = fields.number(rec, ("attribution", "categories", cat, "share_low"))
+                row[f"share_ci_high:{cat}"] = fields.number(rec, ("attribution", "categories", cat, "share_high"))
                 fl = _num(flops_src.get(cat))
                 row[f"flops_share:{cat}"] = (fl / flops_total if flops_total > 0 and fl >= 0
                                              else math.nan)

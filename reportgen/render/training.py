@@ -100,9 +100,9 @@ def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
 def section(site: Any, path: str, records: Sequence[tuple[Mapping[str, Any], str | None]]
             ) -> dict[str, Any] | None:
     """The page's "Training step" section: its rows and their downloadable table; None
-    where the page has no training step. ``site`` is the page builder (its ``_table``)."""
+    where the page has no training step. ``site`` is the page builder (its ``table``)."""
     rows = training_rows(records)
     if not rows:
         return None
-    return {"rows": rows, "data": site._table(path, "training", [_csv_row(r) for r in rows]),
+    return {"rows": rows, "data": site.table(path, "training", [_csv_row(r) for r in rows]),
             "has_optimizer": any("optimizer" in r["phases"] for r in rows)}
