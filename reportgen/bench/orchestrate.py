@@ -380,6 +380,8 @@ def _load() -> list[float] | None:
 
 
 def _scratch_run(root: Path) -> Path | None:
+    """The one run a bench step measured into ``root``; None where there is none (or
+    several: not one step's)."""
     from reportgen.records.schema import iter_runs
 
     found = [r.path for r in iter_runs(root)] if root.is_dir() else []
@@ -389,12 +391,11 @@ def _scratch_run(root: Path) -> Path | None:
 def _coverage(suite: Any) -> dict[str, Any]:
     """The suite measured again, against the intervals of the suite step's run."""
     from reportgen.bench import coverage
-    from reportgen.records.schema import iter_runs
 
-    found = [r.path for r in iter_runs(SCRATCH / "runs")] if (SCRATCH / "runs").is_dir() else []
-    if not found:
+    first = _scratch_run(SCRATCH / "runs")
+    if first is None:
         return coverage.summarise([], notes=["the suite step has not run: nothing to compare with"])
-    return coverage.run(suite, coverage.first_records(found[0]), SCRATCH / "runs-again")
+    return coverage.run(suite, coverage.first_records(first), SCRATCH / "runs-again")
 
 
 def _suite_figures(suite: Any, p: Plan) -> dict[str, dict[str, Any]]:

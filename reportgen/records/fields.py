@@ -12,23 +12,20 @@ path whose keys hold dots (categories: ``attention.core``) is given as a tuple o
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path as FilePath
 from typing import Any
 
-SCHEMAS_DIR = FilePath(__file__).resolve().parent.parent / "schemas"
+from reportgen.records.schema import COMBINATION_KIND, json_schema
+
+FieldPath = str | Sequence[str]
 
 
-Path = str | Sequence[str]
-
-
-def _keys(path: Path) -> Sequence[str]:
+def _keys(path: FieldPath) -> Sequence[str]:
     return path.split(".") if isinstance(path, str) else path
 
 
-def get(record: Mapping[str, Any] | None, path: Path) -> Any:
+def get(record: Mapping[str, Any] | None, path: FieldPath) -> Any:
     """The field at ``path`` (dots between keys, or the keys as a tuple where a key holds a
     dot: a category such as ``attention.core``), or None where any step is missing."""
     value: Any = record
@@ -44,14 +41,14 @@ def as_number(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
 
 
-def number(record: Mapping[str, Any] | None, path: Path) -> float:
+def number(record: Mapping[str, Any] | None, path: FieldPath) -> float:
     """The number at ``path``, NaN where there is none."""
     return as_number(get(record, path))
 
 
 @functools.cache
-def _schema(kind: str) -> dict[str, Any]:
-    return json.loads((SCHEMAS_DIR / f"{kind}.schema.json").read_text(encoding="utf-8"))
+def _schema(kind: str) -> Mapping[str, Any]:
+    return json_schema(kind)
 
 
 def _resolve(node: Mapping[str, Any], root: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -69,7 +66,7 @@ def _resolve(node: Mapping[str, Any], root: Mapping[str, Any]) -> list[Mapping[s
     return out
 
 
-def declared(path: Path, kind: str = "combination") -> bool:
+def declared(path: FieldPath, kind: str = COMBINATION_KIND) -> bool:
     """Whether the ``kind`` record's JSON Schema declares the field at ``path``."""
     root = _schema(kind)
     nodes: list[Mapping[str, Any]] = _resolve(root, root)
