@@ -417,4 +417,9 @@ def _suite_figures(suite: Any, p: Plan) -> dict[str, dict[str, Any]]:
     figures["trace_agreement"] = trace_check.run(run.records, run.run_dir, log=log)
     combos_by_id = {c.id: c for c in suite.combinations()}
     figures["flops_agreement"] = flops_check.run(run.records, combos_by_id, log=log)
+    if not p.quick:
+        from reportgen.bench import report_time
+
+        # the rest of `nox -s report -- --force` after this run: render, check, site build
+        figures["report_time"] = report_time.run(REPO, run.run_dir, run.wall_s, SCRATCH, log=log)
     return figures

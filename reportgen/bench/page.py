@@ -193,6 +193,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "interval_coverage": ("combination", "median_ms", "ci_low_ms", "ci_high_ms", "confidence",
                           "remeasured_ms", "inside"),
     "suite_time": ("suite", "combinations", "wall_s"),
+    "report_time": ("step", "wall_s"),
     "tiny_effort": ("combination", "status", "rounds", "median_ms", "duration_s"),
     "reference_effort": ("combination", "status", "rounds", "median_ms", "optimum_benchmark_p50_ms",
                          "duration_s"),

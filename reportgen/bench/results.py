@@ -45,6 +45,7 @@ FIGURES: tuple[str, ...] = (
     "trace_agreement",
     "harness_efficiency",
     "suite_time",
+    "report_time",
     "tiny_effort",
     "reference_effort",
     "contention",
