@@ -16,8 +16,9 @@ from reportgen.records.schema import Run, current_runs, iter_runs
 from reportgen.records.status import COMBINATION_STATUSES, is_ok
 from reportgen.render import fmt
 from reportgen.render.templating import make_environment
+from reportgen.vocabulary import PHASES
 
-BLOCKS = ("runs", "today", "bench")
+BLOCKS = ("runs", "today", "train", "bench")
 _TEMPLATE = make_environment("reportgen", filters=fmt.FILTERS)
 
 
@@ -64,6 +65,29 @@ def today_figures(run: Run) -> dict[str, Any]:
     return figures
 
 
+def train_figures(run: Run) -> dict[str, Any]:
+    """``run_figures`` with each training combination's phases (forward, backward,
+    optimizer: share and interval), its attention core's share of the step and the step's
+    peak memory (the combination page's "Training step" rows)."""
+    from reportgen.records.schema import load_combination
+    from reportgen.render.training import training_rows
+
+    figures = run_figures(run)
+    rows = []
+    for row in figures["rows"]:
+        path = run.combination_path(row["id"])
+        record = load_combination(path) if path.is_file() else None
+        trained = training_rows([(record, None)]) if record is not None else []
+        if trained:
+            core = (row.get("shares") or {}).get("attention.core")
+            rows.append({**trained[0], "train": True, "core": core})
+        else:
+            rows.append({"combo_id": row["id"], "train": False, "status": row["status"],
+                         "reason": row.get("reason") or "not a training step"})
+    figures["rows"] = rows
+    return figures
+
+
 def latest_run(runs_root: Path, suite: str) -> Run | None:
     runs = [r for r in current_runs(iter_runs(runs_root)) if (r.record.get("suite") or {}).get("name") == suite]
     return max(runs, key=lambda r: str(r.record.get("updated") or ""), default=None)
@@ -83,12 +107,15 @@ def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
 
     run = latest_run(runs_root, "cpu-default")
     today = latest_run(runs_root, "cpu-today")
+    train = latest_run(runs_root, "cpu-train")
     bench = bench_figures(bench_dir)
     return {
         "runs": _TEMPLATE.get_template("readme_runs.md.j2").render(
             run=run_figures(run) if run else None),
         "today": _TEMPLATE.get_template("readme_today.md.j2").render(
             run=today_figures(today) if today else None),
+        "train": _TEMPLATE.get_template("readme_train.md.j2").render(
+            run=train_figures(train) if train else None, phases=PHASES),
         "bench": _TEMPLATE.get_template("readme_bench.md.j2").render(
             bench=bench, fmt_value=fmt_value, fmt_interval=fmt_interval),
     }
