@@ -341,6 +341,20 @@ def test_utilization_claims_on_a100_and_h100_runs(tmp_path: Path) -> None:
     assert read_term(term, cpu) == "no device time on a CPU run"
 
 
+def test_a_category_field_of_memory_or_flops_keeps_its_dot() -> None:
+    from reportgen.claims.metrics import parse_metric, read_term
+
+    rec = record("bert-base", "sdpa")
+    rec["flops"] = {"analytic": {"attention.core": 2e9, "mlp": 4e9}}
+    rec["memory"] = {"by_category_bytes": {"attention.core": 4096}}
+    got = read_term(parse_metric("flops.analytic.attention.core").numerator, rec)
+    assert not isinstance(got, str) and got.value == 2e9
+    got = read_term(parse_metric("memory.by_category_bytes.attention.core").numerator, rec)
+    assert not isinstance(got, str) and got.value == 4096
+    assert read_term(parse_metric("flops.counted.attention.core").numerator, rec) == \
+        "no flops.counted.attention.core recorded"
+
+
 # -- bad claims ----------------------------------------------------------------------------
 
 BAD_CASES = {
@@ -439,13 +453,16 @@ def test_share_supported_refuted_and_inconclusive(tmp_path: Path) -> None:
 
 def test_share_interval_from_profiled_iterations(tmp_path: Path) -> None:
     rec = record("bert-base", "sdpa", ci=(5.0, 20.0), shares={"attention.core": 0.7, "mlp": 0.3})
-    rec["profile"] = {"per_iteration_ms": [10.0, 10.0, 10.0]}
-    rec["attribution"]["categories"]["attention.core"]["per_iteration_ms"] = [6.8, 7.0, 7.2]
+    rec["attribution"]["headline_method"] = "profiler"
+    rec["attribution"]["methods"] = {"profiler": {
+        "iteration_ms": [10.0, 10.0, 10.0],
+        "categories": {"attention.core": {"per_iteration_ms": [6.8, 7.0, 7.2]},
+                       "mlp": {"per_iteration_ms": [3.2, 3.0, 2.8]}}}}
     write_run(tmp_path / "runs", "cpu-x", "s", [rec])
     result = evaluate(tmp_path / "runs", share_claim(tmp_path / "claims").parent)
     row = result.evidence[0]
-    assert row["checks"][0]["interval"] == "range over profiled iterations"
-    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(0.68), pytest.approx(0.72))
+    assert row["checks"][0]["interval"] == "95% bootstrap over 3 iterations of the profiler method"
+    assert 0.68 - 1e-9 <= row["ci_low"] <= 0.7 <= row["ci_high"] <= 0.72 + 1e-9
     assert row["verdict"] == SUPPORTED  # the wide latency CI would have made it inconclusive
 
 

@@ -41,6 +41,7 @@ from reportgen.claims.metrics import (
     read_term,
 )
 from reportgen.claims.registry import Check, Claim, Comparison, load_claims
+from reportgen.records import fields
 from reportgen.records.status import is_ok
 from reportgen.vocabulary import TRAIN_MODES
 
@@ -74,18 +75,18 @@ class Observation:
     @property
     def device_name(self) -> str | None:
         """The measuring device's name: the worker's GPU, else the run's GPU or CPU model."""
-        worker = (self.record.get("device") or {}).get("name")
+        worker = fields.get(self.record, "device.name")
         if self.device == "gpu":
             return str(worker) if worker else self.gpu_name
         return self.cpu_name
 
     @property
     def combo(self) -> dict[str, Any]:
-        return self.record.get("combination") or {}
+        return fields.get(self.record, "combination") or {}
 
     @property
     def id(self) -> str:
-        return str(self.record.get("id"))
+        return str(fields.get(self.record, "id"))
 
     @property
     def ok(self) -> bool:
@@ -145,14 +146,8 @@ class CheckReport:
 
 
 def _gpu_name(run: dict[str, Any]) -> str | None:
-    env = run.get("environment") or {}
-    candidates: list[Any] = []
-    for key in ("gpus", "gpu", "devices"):
-        value = env.get(key)
-        candidates.extend(value if isinstance(value, list) else [value])
-    for item in (env.get("cuda") or {}).get("devices") or []:
-        candidates.append(item)
-    for item in candidates:
+    gpus = fields.get_run(run, "environment.gpus")
+    for item in gpus if isinstance(gpus, list) else [gpus]:
         if isinstance(item, dict) and isinstance(item.get("name"), str):
             return str(item["name"])
         if isinstance(item, str):
@@ -161,8 +156,7 @@ def _gpu_name(run: dict[str, Any]) -> str | None:
 
 
 def _cpu_name(run: dict[str, Any]) -> str | None:
-    env = run.get("environment") or {}
-    for value in ((env.get("cpu") or {}).get("model"), (env.get("host") or {}).get("cpu_model")):
+    for value in (fields.get_run(run, "environment.cpu.model"), fields.get_run(run, "environment.host.cpu_model")):
         if isinstance(value, str) and value:
             return value
     return None
@@ -178,11 +172,11 @@ def load_observations(runs_root: Path | str) -> list[Observation]:
 
     observations: list[Observation] = []
     for run in current_runs(iter_runs(runs_root)):  # earlier runs of a suite: history only
-        hardware = str(run.record.get("hardware") or run.path.parent.name)
-        suite = (run.record.get("suite") or {}).get("name")
+        hardware = str(fields.get_run(run.record, "hardware") or run.path.parent.name)
+        suite = fields.get_run(run.record, "suite.name")
         gpu, cpu = _gpu_name(run.record), _cpu_name(run.record)
         for record in run.combinations():
-            device = str((record.get("combination") or {}).get("device") or "cpu")
+            device = str(fields.get(record, "combination.device") or "cpu")
             kind = "gpu" if device.startswith("cuda") else "cpu"
             observations.append(Observation(run.run_id, hardware, kind, gpu if kind == "gpu" else None,
                                             suite, record, cpu))
@@ -205,8 +199,7 @@ def _value(obs: Observation, key: str) -> Any:
     if key == "suite":
         return obs.suite
     if key == "setting":  # a training step (train, train-nooptim) is training; the rest inference
-        return obs.combo.get("setting") or (
-            "training" if obs.combo.get("mode") in TRAIN_MODES else "inference")
+        return "training" if fields.get(obs.record, "combination.mode") in TRAIN_MODES else "inference"
     return obs.combo.get(key)
 
 
@@ -250,7 +243,7 @@ def _outside(claim: Claim, obs: Observation, variants: bool) -> list[str]:
             reasons.append(f"{key} {_value(obs, key)} (claim: {_describe_spec(claim.conditions[key])})")
     # a claim speaks of eager forwards unless it names torch.compile modes; records made
     # before the compile axis have no "compile" and ran eagerly
-    compiled = str(obs.combo.get("compile") or "none")
+    compiled = str(fields.get(obs.record, "combination.compile") or "none")
     stated = claim.conditions.get("compile", ["none"])
     if not any(fnmatch.fnmatchcase(compiled, pattern) for pattern in stated):
         reasons.append(f"compile {compiled} (claim: {_describe_spec(stated)})")
@@ -294,7 +287,7 @@ def _evaluate_metric(metric: Metric, pick: dict[str | None, Observation | None],
         if obs is None:
             return label + missing.get(term.attn or "", "no such combination"), parts
         if not obs.ok:
-            status, why = obs.record.get("status"), obs.record.get("reason") or "no reason recorded"
+            status, why = fields.get(obs.record, "status"), fields.get(obs.record, "reason") or "no reason recorded"
             return f"{label}{status}: {why}", parts
         got = read_term(term, obs.record)
         if isinstance(got, str):
@@ -378,7 +371,8 @@ def _row(claim: Claim, group: list[Observation]) -> dict[str, Any]:
     combo = {k: first.combo.get(k) for k in _KEY_FIELDS}
     if claim.predicate.compares_variants:
         combo["attn_implementation"] = None
-        pick: dict[str | None, Observation | None] = {o.combo.get("attn_implementation"): o for o in group}
+        pick: dict[str | None, Observation | None] = {
+            fields.get(o.record, "combination.attn_implementation"): o for o in group}
         missing = {v: f"no combination in run {first.run_id}" for v in claim.predicate.variants}
     else:
         pick, missing = {None: first}, {}
@@ -397,7 +391,7 @@ def _row(claim: Claim, group: list[Observation]) -> dict[str, Any]:
         "outside": outside,
         "combination": combo,
         "combinations": [o.id for o in group if not claim.predicate.compares_variants
-                         or o.combo.get("attn_implementation") in claim.predicate.variants],
+                         or fields.get(o.record, "combination.attn_implementation") in claim.predicate.variants],
         "verdict": verdict,
         "reason": _summarize([c["reason"] for c in checks if c.get("reason")]),
         "checks": checks,
@@ -407,9 +401,9 @@ def _row(claim: Claim, group: list[Observation]) -> dict[str, Any]:
     row["outcome"] = verdict if not outside else CONTEXT_OUTCOME[verdict]
     used = [o for o in group if o.id in row["combinations"]]
     # for citing: when the evidence was measured, and by which project commit
-    row["finished"] = max((str(o.record.get("finished") or "") for o in used), default="") or None
-    row["commits"] = sorted({str((o.record.get("git") or {}).get("commit"))
-                             for o in used if (o.record.get("git") or {}).get("commit")})
+    row["finished"] = max((str(fields.get(o.record, "finished") or "") for o in used), default="") or None
+    row["commits"] = sorted({str(fields.get(o.record, "git.commit"))
+                             for o in used if fields.get(o.record, "git.commit")})
     return row
 
 
@@ -421,7 +415,8 @@ def _groups(claim: Claim, observations: list[Observation]) -> list[list[Observat
         key = (obs.run_id, *(str(obs.combo.get(k)) for k in _KEY_FIELDS if k != "attn_implementation"))
         grouped.setdefault(key, []).append(obs)
     wanted = set(claim.predicate.variants)
-    return [g for g in grouped.values() if wanted & {o.combo.get("attn_implementation") for o in g}]
+    return [g for g in grouped.values()
+            if wanted & {fields.get(o.record, "combination.attn_implementation") for o in g}]
 
 
 def _context(claim: Claim, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

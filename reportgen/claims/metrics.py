@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.records import fields
 from reportgen.records.shares import category_share
 from reportgen.render import fmt
 from reportgen.shares import combined_share, headline_section
@@ -218,86 +219,97 @@ class Measured:
         }
 
 
-def _dig(record: dict[str, Any], path: str) -> Any:
-    node: Any = record
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
+def _recorded(record: dict[str, Any], head: str, field: str) -> Any:
+    """``memory.<field>`` or ``flops.<field>`` of ``record`` (a category's name keeps its dot)."""
+    if head == "memory" and field.startswith("by_category_bytes."):
+        return fields.get(record, ("memory", "by_category_bytes", field.removeprefix("by_category_bytes.")))
+    if head == "flops" and field.startswith("analytic."):
+        return fields.get(record, ("flops", "analytic", field.removeprefix("analytic.")))
+    if head == "flops" and field.startswith("counted."):
+        return fields.get(record, ("flops", "counted", field.removeprefix("counted.")))
+    if head == "memory":
+        return {
+            "peak_allocated_bytes": fields.get(record, "memory.peak_allocated_bytes"),
+            "peak_reserved_bytes": fields.get(record, "memory.peak_reserved_bytes"),
+            "attention_activation_bytes.analytic": fields.get(record, "memory.attention_activation_bytes.analytic"),
+            "attention_activation_bytes.measured": fields.get(record, "memory.attention_activation_bytes.measured"),
+        }.get(field)
+    return {
+        "total_analytic": fields.get(record, "flops.total_analytic"),
+        "total_counted": fields.get(record, "flops.total_counted"),
+        "achieved_flops_per_s": fields.get(record, "flops.achieved_flops_per_s"),
+        "peak_flops_per_s": fields.get(record, "flops.peak_flops_per_s"),
+        "percent_of_peak": fields.get(record, "flops.percent_of_peak"),
+    }.get(field)
+
+
+def _latency_propagated(record: dict[str, Any], value: float) -> Measured | None:
+    """``value`` over a time anywhere in the latency's 95% interval: [value * median / high,
+    value * median / low]; None without the interval."""
+    median = fields.get(record, "timing.median")
+    low, high = fields.get(record, "timing.ci_low"), fields.get(record, "timing.ci_high")
+    if median and low and high:
+        return Measured(value, value * median / high, value * median / low, "latency CI propagated")
+    return None
 
 
 def _share_interval(record: dict[str, Any], cats: list[str], share: float) -> Measured:
-    attribution = record.get("attribution") or {}
     # Preferred: the headline method's per-iteration category times (bootstrap over them).
-    section = headline_section(attribution)
+    section = headline_section(fields.get(record, "attribution"))
     combined = combined_share(section, cats) if section else None
     if section is not None and combined is not None:
         point, low, high = combined
+        method = fields.get(record, "attribution.headline_method") or "profiler"
+        iterations = fields.get(record, ("attribution", "methods", method, "iteration_ms")) or []
         return Measured(point, low, high,
-                        f"95% bootstrap over {len(section['iteration_ms'])} iterations of the "
-                        f"{attribution.get('headline_method') or 'profiler'} method")
-    entries = [(attribution.get("categories") or {}).get(c) or {} for c in cats]
-    # Preferred: per-iteration times from the profiled pass (range over iterations).
-    series = [e.get("per_iteration_ms") for e in entries]
-    totals = (record.get("profile") or {}).get("per_iteration_ms")
-    if (
-        totals
-        and all(isinstance(s, list) and len(s) == len(totals) for s in series)
-        and len(totals) > 1
-    ):
-        per_iter = [sum(s[i] for s in series) / totals[i] for i in range(len(totals)) if totals[i]]  # type: ignore[index]
-        if per_iter:
-            return Measured(share, min(per_iter), max(per_iter), "range over profiled iterations")
+                        f"95% bootstrap over {len(iterations)} iterations of the {method} method")
     # Else: share = category time / forward time, with the forward time anywhere in the
     # latency's 95% CI; the category time has no interval of its own.
-    timing = record.get("timing") or {}
-    median, ci_low, ci_high = timing.get("median"), timing.get("ci_low"), timing.get("ci_high")
-    if median and ci_low and ci_high:
-        return Measured(share, share * median / ci_high, min(1.0, share * median / ci_low), "latency CI propagated")
+    propagated = _latency_propagated(record, share)
+    if propagated is not None:
+        return Measured(share, propagated.low, min(1.0, propagated.high), propagated.interval)
     return Measured(share, share, share, "no interval recorded")
 
 
 def read_term(term: Term, record: dict[str, Any]) -> Measured | str:
     """The term's value in one ``ok`` record, or a string saying why it has none."""
     if term.kind == "share":
-        categories = (record.get("attribution") or {}).get("categories") or {}
+        categories = fields.get(record, "attribution.categories") or {}
         cats = [c for c in _categories(term.arg or "") if c in categories]
         shares = [s for s in (category_share(record, c) for c in cats) if s is not None]
         if not cats or len(shares) < len(cats):
             return f"no attribution for {term.arg}"
         return _share_interval(record, cats, sum(s.value for s in shares))
     if term.kind == "latency":
-        timing = record.get("timing") or {}
-        if timing.get("median") is None:
+        median = fields.get(record, "timing.median")
+        if median is None:
             return "no timing"
-        median = float(timing["median"])
-        low = timing.get("ci_low")
-        high = timing.get("ci_high")
+        median = float(median)
+        low, high = fields.get(record, "timing.ci_low"), fields.get(record, "timing.ci_high")
         if low is None or high is None:
             return Measured(median, median, median, "no interval recorded")
-        conf = timing.get("confidence", 0.95)
+        conf, ci_method = fields.get(record, "timing.confidence"), fields.get(record, "timing.ci_method")
         return Measured(
             median,
             float(low),
             float(high),
-            f"{conf:.0%} CI of the median ({timing.get('ci_method', 'n/a')})",
+            f"{0.95 if conf is None else conf:.0%} CI of the median "
+            f"({'n/a' if ci_method is None else ci_method})",
         )
     if term.kind == "kernels":
-        attribution = record.get("attribution") or {}
         if term.arg is None:
-            count = attribution.get("launches_per_forward")
+            count = fields.get(record, "attribution.launches_per_forward")
         else:
-            count = ((attribution.get("categories") or {}).get(term.arg) or {}).get("launches")
+            count = fields.get(record, ("attribution", "categories", term.arg, "launches"))
         if count is None:
-            where = "on this device" if attribution.get("basis") == "device" else "on a CPU run"
+            where = "on this device" if fields.get(record, "attribution.basis") == "device" else "on a CPU run"
             return f"no kernel launch counts {where}"
         return Measured(float(count), float(count), float(count), "exact count")
     if term.kind == "nongemm":
         return _nongemm_share(record)
     if term.kind == "utilization":
         return _utilization(record, term.arg or "")
-    value = _dig(record.get(term.kind) or {}, term.arg or "")
+    value = _recorded(record, term.kind, term.arg or "")
     if value is None:
         return f"no {term.kind}.{term.arg} recorded"
     return Measured(float(value), float(value), float(value), "exact")
@@ -311,40 +323,36 @@ def _utilization(record: dict[str, Any], category: str) -> Measured | str:
     attention-micro's) ``attention.core`` FLOPs are halved here. The interval carries the
     latency's 95% interval over to the category's time, as a share's does.
     """
-    attribution = record.get("attribution") or {}
-    flops = record.get("flops") or {}
-    if attribution.get("basis") != "device":
+    if fields.get(record, "attribution.basis") != "device":
         return "no device time on a CPU run"
-    peak = flops.get("peak_flops_per_s")
+    peak = fields.get(record, "flops.peak_flops_per_s")
     if not peak:
         return "no peak FLOP/s recorded for this device and dtype"
-    work = (flops.get("analytic") or {}).get(category)
-    cat = (attribution.get("categories") or {}).get(category) or {}
-    ms = cat.get("device_ms") if cat.get("device_ms") is not None else cat.get("ms")
+    work = fields.get(record, ("flops", "analytic", category))
+    ms = fields.get(record, ("attribution", "categories", category, "device_ms"))
+    if ms is None:
+        ms = fields.get(record, ("attribution", "categories", category, "ms"))
     if not work or not ms:
         return f"no analytic FLOPs or device time for {category}"
-    model = record.get("model") or {}
-    causal = model.get("architecture") == "decoder" or model.get("name") == "attention-micro"
+    causal = (fields.get(record, "model.architecture") == "decoder"
+              or fields.get(record, "model.name") == "attention-micro")
     if category == "attention.core" and causal:
         work = work / 2
     value = 100.0 * work / (ms / 1000.0) / peak
-    timing = record.get("timing") or {}
-    median, low, high = timing.get("median"), timing.get("ci_low"), timing.get("ci_high")
-    if median and low and high:  # time anywhere in the latency's interval
-        return Measured(value, value * median / high, value * median / low, "latency CI propagated")
-    return Measured(value, value, value, "no interval recorded")
+    # time anywhere in the latency's interval
+    return _latency_propagated(record, value) or Measured(value, value, value, "no interval recorded")
 
 
 def _nongemm_share(record: dict[str, Any]) -> Measured | str:
     """Operator time outside matrix multiplications over all operator time (the forward's
     time outside any operator, Python and dispatch, is in neither)."""
-    ops = record.get("ops") or []
+    ops = fields.get(record, "ops") or []
     if not ops:
         return "no op table recorded"
     fused = sorted({str(o.get("name")) for o in ops if _FUSED_ATTENTION.search(str(o.get("name")))})
     if fused:
         return f"a fused attention op is both GEMM and not ({fused[0]})"
-    device = (record.get("attribution") or {}).get("basis") == "device"
+    device = fields.get(record, "attribution.basis") == "device"
     total = gemm = 0.0
     for op in ops:
         name, ms = str(op.get("name")), float(op.get("total_ms") or 0.0)

@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from reportgen.records import fields
 from reportgen.records.schema import load_run
 from reportgen.records.status import FAILED, PLAN_STATES
 
@@ -35,21 +36,20 @@ def status_rows(run_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
     run = load_run(run_dir)
     rows = []
-    for entry in states(run.path, run.record.get("combinations") or []):
-        execution = (entry.record or {}).get("execution") or {}
+    for entry in states(run.path, fields.get_run(run.record, "combinations") or []):
         claim = entry.claim or {}
         rows.append({
             "id": entry.id,
             "state": entry.state,
             "reason": entry.reason,
-            "slot": execution.get("slot"),
+            "slot": fields.get(entry.record, "execution.slot"),
             "host": claim.get("host"),
             "pid": claim.get("pid"),
-            "slurm_job": slurm_label(claim.get("slurm") or execution.get("slurm")),
+            "slurm_job": slurm_label(claim.get("slurm") or fields.get(entry.record, "execution.slurm")),
             "heartbeat_age_s": round(claim["age_s"], 1) if "age_s" in claim else None,
         })
     counts = Counter(row["state"] for row in rows)
-    summary = {"run_id": run.run_id, "status": run.record.get("status"),
+    summary = {"run_id": run.run_id, "status": fields.get_run(run.record, "status"),
                "counts": {state: counts.get(state, 0) for state in PLAN_STATES},
                "slurm_jobs": sorted({row["slurm_job"] for row in rows if row["slurm_job"]})}
     return summary, rows

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from reportgen.categories import CATEGORIES
 from reportgen.intervals import unstable_reason
+from reportgen.records import fields, paths
 from reportgen.records.schema import Run, load_combination, load_run
 from reportgen.records.status import FAILED, OK, PENDING, SKIPPED, is_ok
 from reportgen.render.shown import shown_categories
@@ -78,35 +79,32 @@ def run(args: argparse.Namespace) -> int:
 
 def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
     """The summary row of one combination record (any status)."""
-    combination = record.get("combination") or {}
-    timing = record.get("timing") or {}
-    profile = record.get("profile") or {}
-    categories = (record.get("attribution") or {}).get("categories") or {}
+    combination = fields.get(record, "combination") or {}
+    categories = fields.get(record, "attribution.categories") or {}
     # a dense model's row (and so the CSV of a run of them) has no mixer or moe.* shares
     shown = shown_categories([categories])
-    scale = _TO_MS.get(str(timing.get("unit", "ms")), 1.0)
+    scale = _TO_MS.get(str(fields.get(record, "timing.unit") or "ms"), 1.0)
 
-    def ms(key: str) -> float | None:
-        value = timing.get(key)
+    def ms(value: Any) -> float | None:
         return None if value is None else float(value) * scale
 
     row: dict[str, Any] = {
-        "id": record.get("id"),
+        "id": fields.get(record, "id"),
         **{key: combination.get(key) for key in COMBINATION_FIELDS},
         # records made before the compile axis ran eagerly
-        "compile": combination.get("compile") or "none",
-        "compile_s": (record.get("compile") or {}).get("compile_s"),
-        "status": record.get("status"),
-        "reason": record.get("reason"),
+        "compile": fields.get(record, "combination.compile") or "none",
+        "compile_s": fields.get(record, "compile.compile_s"),
+        "status": fields.get(record, "status"),
+        "reason": fields.get(record, "reason"),
         "latency_ms": {
-            "median": ms("median"),
-            "ci_low": ms("ci_low"),
-            "ci_high": ms("ci_high"),
-            "n": timing.get("n"),
+            "median": ms(fields.get(record, "timing.median")),
+            "ci_low": ms(fields.get(record, "timing.ci_low")),
+            "ci_high": ms(fields.get(record, "timing.ci_high")),
+            "n": fields.get(record, "timing.n"),
         },
-        "profiler_overhead": profile.get("overhead_ratio"),
+        "profiler_overhead": fields.get(record, "profile.overhead_ratio"),
         "shares": {
-            name: categories[name].get("share")
+            name: fields.get(record, ("attribution", "categories", name, "share"))
             for name in _ordered_categories(categories)
             if isinstance(categories[name], Mapping) and (name in shown or name not in CATEGORIES)
         },
@@ -128,7 +126,7 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
 def moe_load(record: Mapping[str, Any]) -> float | None:
     """The busiest expert's tokens against the mean, over the layers (``moe.max_over_mean``);
     None without a ``moe`` section or that figure."""
-    value = (record.get("moe") or {}).get("max_over_mean")
+    value = fields.get(record, "moe.max_over_mean")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
@@ -144,9 +142,8 @@ def pending_row(combo_id: str, combination: Mapping[str, Any] | None) -> dict[st
 
 def run_rows(run: Run) -> list[dict[str, Any]]:
     """One row per combination of the run, in suite order; unmeasured ones ``pending``."""
-    spec = (run.record.get("suite") or {}).get("spec") or {}
-    ids = [str(i) for i in run.record.get("combinations", [])]
-    by_id = dict(zip(ids, spec.get("combinations") or []))
+    ids = [str(i) for i in fields.get_run(run.record, "combinations") or []]
+    by_id = dict(zip(ids, fields.get_run(run.record, "suite.spec.combinations") or []))
     rows = []
     for combo_id in run.combination_ids():
         path = run.combination_path(combo_id)
@@ -267,12 +264,12 @@ def print_run(run_dir: Path) -> None:
     ``run_dir``, where its records are, and what to do about failures."""
     run = load_run(run_dir)
     rows = run_rows(run)
-    counts = run.record.get("counts", {})
+    counts = fields.get_run(run.record, "counts") or {}
     title = f"{run.run_id}: " + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
     console = table_console()
     console.print(render_table(rows, title=title))
     console.print(f"records: {run_dir}", markup=False, highlight=False)
     if counts.get(FAILED):
         console.print(f"{counts[FAILED]} failed: the reasons are in the table and the worker logs in "
-                      f"{run_dir / 'logs'}; rerun with --retry-failed to measure them again",
+                      f"{paths.logs_dir(run_dir)}; rerun with --retry-failed to measure them again",
                       markup=False, highlight=False, soft_wrap=True)

@@ -5,8 +5,9 @@ lacks it: an older record, a failed one); ``number`` reads a number (NaN where t
 none). Every literal path given to them is checked against the record's JSON Schema
 (``reportgen/schemas/``) by the tests, through ``declared``: a field read under a name the
 records do not carry (``share_ci_low`` for ``share_low``) fails there instead of reading
-None forever. A ``*`` segment stands for any key of a map (a category, a method); a
-path whose keys hold dots (categories: ``attention.core``) is given as a tuple of keys.
+None forever. A run record's (run.json's) fields are read with ``get_run``, and checked
+against the run schema. A ``*`` segment stands for any key of a map (a category, a method);
+a path whose keys hold dots (categories: ``attention.core``) is given as a tuple of keys.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def get(record: Mapping[str, Any] | None, path: FieldPath) -> Any:
             return None
         value = value.get(key)
     return value
+
+
+def get_run(record: Mapping[str, Any] | None, path: FieldPath) -> Any:
+    """The run record's (run.json's) field at ``path``, as `get` reads a combination
+    record's; its literal paths are checked against the run schema."""
+    return get(record, path)
 
 
 def as_number(value: Any) -> float:

@@ -4,6 +4,7 @@
     <run>/combinations/<combo-id>.json
     <run>/traces/<combo-id>.trace.json.gz     (the record's profile.trace, relative)
     <run>/traces/<combo-id>.tools.trace.json.gz
+    <run>/logs/                               (the workers' output)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 RUN_FILE = "run.json"
 COMBINATIONS = "combinations"
 TRACES = "traces"
+LOGS = "logs"
 
 
 def run_path(run_dir: str | Path) -> Path:
@@ -23,6 +25,11 @@ def run_path(run_dir: str | Path) -> Path:
 
 def combination_path(run_dir: str | Path, combo_id: str) -> Path:
     return Path(run_dir) / COMBINATIONS / f"{combo_id}.json"
+
+
+def logs_dir(run_dir: str | Path) -> Path:
+    """Where the run's workers write their output."""
+    return Path(run_dir) / LOGS
 
 
 def combination_files(run_dir: str | Path) -> list[Path]:

@@ -32,6 +32,7 @@ from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
 from reportgen.intervals import unstable_reason
+from reportgen.records import fields, paths
 from reportgen.records.schema import Run, iter_runs, load_run
 from reportgen.records.status import is_ok
 from reportgen.render.shown import shown_categories
@@ -48,13 +49,14 @@ WITHIN_NOISE = "within noise"  # significant, but no larger than the host's run-
 def run_time(run: Run) -> tuple[str, str]:
     """Sort key: when the run last finished (or was written), then its id."""
     rec = run.record
-    return (str(rec.get("finished") or rec.get("updated") or rec.get("started") or ""), run.run_id)
+    return (str(fields.get_run(rec, "finished") or fields.get_run(rec, "updated")
+                or fields.get_run(rec, "started") or ""), run.run_id)
 
 
 def libraries(run: Run) -> dict[str, str | None]:
-    env = run.record.get("environment") or {}
-    libs = {str(k): (None if v is None else str(v)) for k, v in (env.get("libraries") or {}).items()}
-    python = (env.get("python") or {}).get("version")
+    installed = fields.get_run(run.record, "environment.libraries") or {}
+    libs = {str(k): (None if v is None else str(v)) for k, v in installed.items()}
+    python = fields.get_run(run.record, "environment.python.version")
     if python:
         libs["python"] = str(python)
     return libs
@@ -63,13 +65,13 @@ def libraries(run: Run) -> dict[str, str | None]:
 def run_value(run: Run, key: str) -> str | None:
     rec = run.record
     if key == "hardware":
-        return str(rec.get("hardware") or run.run_id.split("/")[0])
+        return str(fields.get_run(rec, "hardware") or run.run_id.split("/")[0])
     if key == "suite":
-        return str((rec.get("suite") or {}).get("name") or "")
+        return str(fields.get_run(rec, "suite.name") or "")
     if key == "run":
         return run.run_id
     if key == "commit":
-        return ((rec.get("environment") or {}).get("git") or {}).get("commit")
+        return fields.get_run(rec, "environment.git.commit")
     libs = {k.lower(): v for k, v in libraries(run).items()}
     return libs.get(key.lower())
 
@@ -87,7 +89,7 @@ class Side:
         out = []
         for run in sorted(self.runs, key=run_time):
             for record in run.combinations():
-                settings = record.get("combination") or {}
+                settings = fields.get(record, "combination") or {}
                 if all(fnmatch.fnmatchcase(str(settings.get(COMBINATION_KEYS[k])), v)
                        for k, v in combo_filters.items()):
                     out.append((run, record))
@@ -111,7 +113,7 @@ def parse_filter(text: str, where: str) -> dict[str, str]:
 def select(spec: str, runs_root: Path | None, where: str) -> Side:
     """A side from a run directory or a filter over ``runs_root``."""
     path = Path(spec)
-    if (path / "run.json").is_file():
+    if paths.run_path(path).is_file():
         return Side(label=spec, runs=(load_run(path),))
     if "=" not in spec:
         raise UserError(f"{where}: {spec} is neither a run directory (no run.json) nor a "
@@ -144,7 +146,7 @@ def pairing_keys(base: Side, new: Side) -> tuple[str, ...]:
 
 
 def _key(run: Run, record: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, ...]:
-    settings = record.get("combination") or {}
+    settings = fields.get(record, "combination") or {}
     return tuple(str(run_value(run, "hardware")) if k == "hardware"
                  else str(settings.get(COMBINATION_KEYS[k])) for k in keys)
 
@@ -155,22 +157,20 @@ def _by_key(side: Side, keys: Sequence[str], where: str) -> dict[tuple[str, ...]
         key = _key(run, record, keys)
         if key in out and out[key][0].run_id == run.run_id:
             raise UserError(f"{where}: {side.label} holds several combinations that pair with "
-                            f"{record.get('id')} in {run.run_id}; add a filter to tell them apart")
+                            f"{fields.get(record, 'id')} in {run.run_id}; add a filter to tell them apart")
         out[key] = (run, record)
     return out
 
 
-def _timing(record: Mapping[str, Any]) -> dict[str, Any] | None:
-    timing = record.get("timing") if is_ok(record) else None
-    if not isinstance(timing, Mapping) or not isinstance(timing.get("median"), (int, float)):
-        return None
-    return dict(timing)
+def _timed(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` holds a latency to compare: ``ok``, with a median."""
+    return is_ok(record) and isinstance(fields.get(record, "timing.median"), (int, float))
 
 
 def _shares(record: Mapping[str, Any]) -> dict[str, float]:
-    cats = ((record.get("attribution") or {}).get("categories") or {}) if is_ok(record) else {}
-    return {c: float(v["share"]) for c, v in cats.items()
-            if isinstance(v, Mapping) and isinstance(v.get("share"), (int, float))}
+    cats = (fields.get(record, "attribution.categories") or {}) if is_ok(record) else {}
+    shares = {c: fields.get(record, ("attribution", "categories", c, "share")) for c in cats}
+    return {c: float(v) for c, v in shares.items() if isinstance(v, (int, float))}
 
 
 def round_medians(timing: Mapping[str, Any]) -> list[float]:
@@ -190,30 +190,31 @@ def compare_records(base: Mapping[str, Any], new: Mapping[str, Any],
     for the test; records of one round on their samples. ``floor``: the host's measured
     run-to-run drift (relative); a significant change smaller than it is ``within noise``.
     """
-    row: dict[str, Any] = {"id": str(new.get("id")), "base_id": str(base.get("id")),
-                           "combination": dict(new.get("combination") or {})}
-    tb, tn = _timing(base), _timing(new)
-    if tb is None or tn is None:
-        why = [f"{side}: {rec.get('status')}" + (f" ({rec.get('reason')})" if rec.get("reason") else "")
-               for side, rec, t in (("base", base, tb), ("new", new, tn)) if t is None]
+    row: dict[str, Any] = {"id": str(fields.get(new, "id")), "base_id": str(fields.get(base, "id")),
+                           "combination": dict(fields.get(new, "combination") or {})}
+    if not (_timed(base) and _timed(new)):
+        why = [f"{side}: {fields.get(rec, 'status')}"
+               + (f" ({fields.get(rec, 'reason')})" if fields.get(rec, "reason") else "")
+               for side, rec in (("base", base), ("new", new)) if not _timed(rec)]
         row.update(ratio=None, ci_low=None, ci_high=None, p_value=None, significant=False,
                    method=None, change="not comparable", reason="; ".join(why))
         return row
-    xs = [float(x) for x in tb.get("samples") or []]
-    ys = [float(y) for y in tn.get("samples") or []]
-    row.update(base_median=float(tb["median"]), new_median=float(tn["median"]),
-               base_n=len(xs), new_n=len(ys))
-    rb, rn = round_medians(tb), round_medians(tn)
+    xs = [float(x) for x in fields.get(base, "timing.samples") or []]
+    ys = [float(y) for y in fields.get(new, "timing.samples") or []]
+    base_median, new_median = float(fields.get(base, "timing.median")), float(fields.get(new, "timing.median"))
+    row.update(base_median=base_median, new_median=new_median, base_n=len(xs), new_n=len(ys))
+    rb, rn = round_medians(fields.get(base, "timing")), round_medians(fields.get(new, "timing"))
     rounds = len(rb) >= 2 and len(rn) >= 2
+    base_ci = (fields.get(base, "timing.ci_low"), fields.get(base, "timing.ci_high"))
+    new_ci = (fields.get(new, "timing.ci_low"), fields.get(new, "timing.ci_high"))
     verdict = stats.difference(rb if rounds else xs, rn if rounds else ys,
-                               interval_a=(tb["ci_low"], tb["ci_high"]),
-                               interval_b=(tn["ci_low"], tn["ci_high"]))
+                               interval_a=base_ci, interval_b=new_ci)
     if xs and ys and min(xs) > 0 and min(ys) > 0 and not rounds:
         ratio, low, high, exact = stats.ratio_ci(xs, ys)
         ci_method = "hodges-lehmann"
     else:  # the medians' ratio, the interval from their intervals (rounds: hierarchical)
-        ratio = float(tn["median"]) / float(tb["median"])
-        low, high = float(tn["ci_low"]) / float(tb["ci_high"]), float(tn["ci_high"]) / float(tb["ci_low"])
+        ratio = new_median / base_median
+        low, high = float(new_ci[0]) / float(base_ci[1]), float(new_ci[1]) / float(base_ci[0])
         exact, ci_method = False, "interval-ratio"
     within = verdict.significant and floor is not None and abs(ratio - 1.0) <= floor
     slower = verdict.significant and not within and ratio > 1.0
@@ -353,7 +354,7 @@ def compare(base: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD,
     common = [k for k in n if k in b]
     if not common:
         raise UserError(f"BASE ({base.label}) and NEW ({new.label}) have no combination in common")
-    hardware = {str(run.record.get("hardware") or run.run_id.split("/")[0]) for side in (base, new)
+    hardware = {str(fields.get_run(run.record, "hardware") or run.run_id.split("/")[0]) for side in (base, new)
                 for run in side.runs}
     floor = None
     if drift and len(hardware) == 1:
@@ -369,6 +370,6 @@ def compare(base: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD,
     used_n = {n[k][0].run_id: n[k][0] for k in common}
     return Comparison(base=base, new=new, threshold=threshold, rows=rows, floor=floor,
                       shares=share_summary(rows),
-                      only_base=sorted(str(b[k][1].get("id")) for k in b if k not in n),
-                      only_new=sorted(str(n[k][1].get("id")) for k in n if k not in b),
+                      only_base=sorted(str(fields.get(b[k][1], "id")) for k in b if k not in n),
+                      only_new=sorted(str(fields.get(n[k][1], "id")) for k in n if k not in b),
                       versions=version_changes(used_b.values(), used_n.values()))
