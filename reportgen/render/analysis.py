@@ -358,7 +358,7 @@ def _slower(row: Mapping[str, Any], fastest: Mapping[str, Any]) -> bool:
 
 
 def top_ops(record: Mapping[str, Any], limit: int = 10) -> list[dict[str, Any]]:
-    ops = [op for op in record.get("ops") or [] if isinstance(op, Mapping)]
+    ops = [op for op in fields.get(record, "ops") or [] if isinstance(op, Mapping)]
     ops = sorted(ops, key=lambda op: (-_num(op.get("total_ms")), str(op.get("name"))))
     return [dict(op) for op in ops[:limit]]
 

@@ -16,6 +16,7 @@ import pandas as pd
 from reportgen import stats
 from reportgen.bench.page import validation_page
 from reportgen.categories import CATEGORIES
+from reportgen.records import fields, paths
 from reportgen.records.status import COMBINATION_STATUSES, OK
 from reportgen.render import (
     analysis,
@@ -178,7 +179,7 @@ class SiteBuilder(Builder):
                         "suite": (run.record.get("suite") or {}).get("name"),
                         "hardware": self.hw_labels.get(run.hardware, run.hardware),
                         "environment": env, "facts": machine.environment_facts(env),
-                        "run_json": rel(page, self.data(f"{run.rel}/run.json"))})
+                        "run_json": rel(page, self.data(f"{run.rel}/{paths.RUN_FILE}"))})
         return out
 
     # pages -------------------------------------------------------------------------------
@@ -210,10 +211,10 @@ class SiteBuilder(Builder):
             {k: r[k] for k in _COMBINATION_COLUMNS} for r in all_rows])
         run_ids = sorted(set(rows["run_id"]))
         ctx["runs"] = self._run_context(path, run_ids)
-        gits = [self.records[(hw, cid)].get("git") or {} for cid in rows["combo_id"]]
-        commits = sorted({str(g.get("commit")) for g in gits if g.get("commit")})
+        records = [self.records[(hw, cid)] for cid in rows["combo_id"]]
+        commits = sorted({str(fields.get(r, "git.commit")) for r in records if fields.get(r, "git.commit")})
         ctx["commits"] = commits
-        ctx["dirty"] = any(bool(g.get("dirty")) for g in gits)
+        ctx["dirty"] = any(bool(fields.get(r, "git.dirty")) for r in records)
         measured = sorted(str(r["finished"]) for r in all_rows if r.get("finished"))
         ctx["cite"] = cite.cite_block(f"{model} on {self.hw_labels[hw]}",
                                       date=measured[-1] if measured else "",
@@ -246,14 +247,13 @@ class SiteBuilder(Builder):
                     {k: r[k] for k in ("seq", "peak_alloc", "peak_reserved", "attn_act_analytic",
                                        "attn_act_measured")} for r in headline]),
                 "crossover": summary["crossover"],
-                "model_info": record.get("model") or {},
-                "top_ops": analysis.top_ops(record), "op_basis": (record.get("attribution")
-                                                                  or {}).get("basis"),
-                "unlinked": {k: (record.get("attribution") or {}).get(k) for k in
-                             ("unlinked_device_events", "unlinked_device_ms")},
+                "model_info": fields.get(record, "model") or {},
+                "top_ops": analysis.top_ops(record), "op_basis": fields.get(record, "attribution.basis"),
+                "unlinked": {"unlinked_device_events": fields.get(record, "attribution.unlinked_device_events"),
+                             "unlinked_device_ms": fields.get(record, "attribution.unlinked_device_ms")},
                 "methods": analysis.attribution_methods(record),
                 "top_ops_data": self.table(path, "top-ops", analysis.top_ops(record)),
-                "flop_notes": list((record.get("flops") or {}).get("notes") or []),
+                "flop_notes": list(fields.get(record, "flops.notes") or []),
                 "has_peak": bool(sel["pct_peak"].notna().any()),
                 "has_launches": bool(sel["launches"].notna().any()),
                 "shares_chart": self.chart(path, "shares", "Category shares: time beside FLOPs",
@@ -512,7 +512,7 @@ class SiteBuilder(Builder):
     def _run_rows(self, page: str, runs: Iterable[Run]) -> list[dict[str, Any]]:
         out = []
         for run in runs:
-            statuses = [str(c.record.get("status")) for c in run.combinations]
+            statuses = [str(fields.get(c.record, "status")) for c in run.combinations]
             out.append({"run_id": run.run_id,
                         "hardware": self.hw_labels.get(run.hardware, run.hardware),
                         "hw_link": (rel(page, self.hw_page(run.hardware))
@@ -523,7 +523,7 @@ class SiteBuilder(Builder):
                         "environment": run.record.get("environment") or {},
                         "facts": machine.environment_facts(run.record.get("environment")),
                         **{s: statuses.count(s) for s in COMBINATION_STATUSES},
-                        "run_json": rel(page, self.data(f"{run.rel}/run.json"))})
+                        "run_json": rel(page, self.data(f"{run.rel}/{paths.RUN_FILE}"))})
         return out
 
     def build(self) -> SiteModel:
@@ -556,7 +556,7 @@ class SiteBuilder(Builder):
             pages += produce(self)
         data_files: list[tuple[str, str]] = []
         for run in self.runs:
-            data_files.append((self.data(f"{run.rel}/run.json"), str(run.path / "run.json")))
+            data_files.append((self.data(f"{run.rel}/{paths.RUN_FILE}"), str(paths.run_path(run.path))))
             for c in run.combinations:
                 data_files.append((self.data(f"{run.rel}/{c.path.relative_to(run.path).as_posix()}"),
                                    str(c.path)))

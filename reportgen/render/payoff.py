@@ -32,6 +32,7 @@ import pandas as pd
 from reportgen import shares, stats
 from reportgen.attribution import profiler_iterations
 from reportgen.categories import CATEGORIES, OPTIONAL_CATEGORIES
+from reportgen.records import fields
 from reportgen.records.status import OK, SKIPPED
 from reportgen.render import compare
 from reportgen.render.shown import shown_categories
@@ -296,16 +297,16 @@ def iteration_series(record: Mapping[str, Any], trace: Path | None) -> Series | 
     """The headline method's stored per-iteration series; for a record written before
     they were stored, the profiler method's, read from its trace (each profiled iteration
     attributed alone: ``attribution.profiler_iterations``). None when neither exists."""
-    attribution = record.get("attribution") or {}
-    section = shares.headline_section(attribution)
-    if section:
-        walls = section.get("iteration_ms") or []
-        cats = {c: (section.get("categories") or {}).get(c, {}).get("per_iteration_ms") for c in CATEGORIES}
+    method = fields.get(record, "attribution.headline_method") or "profiler"
+    if fields.get(record, ("attribution", "methods", method)):
+        walls = fields.get(record, ("attribution", "methods", method, "iteration_ms")) or []
+        cats = {c: fields.get(record, ("attribution", "methods", method, "categories", c, "per_iteration_ms"))
+                for c in CATEGORIES}
         for c in OPTIONAL_CATEGORIES:  # records made before these categories lack them
             if cats[c] is None:
                 cats[c] = [0.0] * len(walls)
         if walls and all(isinstance(v, list) and len(v) == len(walls) for v in cats.values()):
-            return Series(str(attribution.get("headline_method") or "profiler"), "record",
+            return Series(str(method), "record",
                           tuple(map(float, walls)),
                           {c: tuple(map(float, v)) for c, v in cats.items()})  # type: ignore[arg-type]
     if trace is None:

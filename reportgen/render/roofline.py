@@ -22,9 +22,10 @@ from typing import Any
 
 from reportgen import peaks, stats
 from reportgen.categories import ATTENTION_CATEGORIES
+from reportgen.records import fields
 from reportgen.records.shares import category_share
 from reportgen.render.shown import shown_categories
-from reportgen.shares import combined_share, headline_section
+from reportgen.shares import combined_share
 from reportgen.traffic import BYTE_CATEGORIES, record_bytes
 
 # categories that move analytic bytes or do analytic FLOPs ("compiled" and "overhead" have
@@ -67,8 +68,8 @@ def _num(value: Any) -> float | None:
 
 
 def latency(record: Mapping[str, Any]) -> tuple[float, float, float] | None:
-    timing = record.get("timing") or {}
-    med, lo, hi = (_num(timing.get(k)) for k in ("median", "ci_low", "ci_high"))
+    med, lo, hi = (_num(fields.get(record, "timing.median")), _num(fields.get(record, "timing.ci_low")),
+                   _num(fields.get(record, "timing.ci_high")))
     if med is None or med <= 0:
         return None
     return med, lo if lo else med, hi if hi else med
@@ -90,10 +91,11 @@ def category_time(record: Mapping[str, Any], categories: Sequence[str]
         low, high = found[0].low, found[0].high
         interval = (low, high) if low is not None and high is not None else None
     else:
-        section = headline_section(record.get("attribution"))
+        method = fields.get(record, "attribution.headline_method") or "profiler"
+        section = fields.get(record, ("attribution", "methods", method))
         # a record made before mixer and moe.* existed holds no series for them: they
         # are not present (not a missing series that would void the interval)
-        shown = shown_categories([(section or {}).get("categories") or {}])
+        shown = shown_categories([fields.get(record, ("attribution", "methods", method, "categories")) or {}])
         present = [c for c in categories if c in shown]
         combined = combined_share(section, present) if section and present else None
         interval = (combined[1], combined[2]) if combined else None
@@ -104,10 +106,14 @@ def category_time(record: Mapping[str, Any], categories: Sequence[str]
 
 
 def device_name(record: Mapping[str, Any], env: Mapping[str, Any] | None) -> str | None:
-    """The GPU a record was measured on, as torch or NVML named it."""
-    for source in (record.get("device"), (env or {}).get("device")):
-        if isinstance(source, Mapping) and source.get("name") and source.get("type", "cuda") != "cpu":
-            return str(source["name"])
+    """The GPU a record was measured on, as torch or NVML named it (a GPU worker's record
+    names its GPU; else the run's environment)."""
+    name = fields.get(record, "device.name")
+    if name:
+        return str(name)
+    source = (env or {}).get("device")
+    if isinstance(source, Mapping) and source.get("name") and source.get("type", "cuda") != "cpu":
+        return str(source["name"])
     gpus = (env or {}).get("gpus") or []
     names = [g.get("name") for g in gpus if isinstance(g, Mapping) and g.get("name")]
     return str(names[0]) if names else None
@@ -159,8 +165,8 @@ def latest_probe(runs: Iterable[Any], hardware: str) -> tuple[str, Mapping[str, 
 
 def roof_for(record: Mapping[str, Any], env: Mapping[str, Any] | None, hardware: str,
              probe: Callable[[], tuple[str, Mapping[str, Any]] | None]) -> Roof:
-    dtype = str((record.get("combination") or {}).get("dtype") or "fp32")
-    device = str((record.get("combination") or {}).get("device") or "cpu")
+    dtype = str(fields.get(record, "combination.dtype") or "fp32")
+    device = str(fields.get(record, "combination.device") or "cpu")
     if device == "cuda":
         name = device_name(record, env)
         if name is None:
@@ -185,15 +191,19 @@ def category_rows(record: Mapping[str, Any], roof: Roof | None = None) -> list[d
     moved = record_bytes(record)
     if moved is None or latency(record) is None:
         return []
-    flops = (record.get("flops") or {}).get("analytic") or {}
     rows: list[dict[str, Any]] = []
     for cat in ROOFLINE_CATEGORIES:
         nbytes = _num(moved["analytic_bytes"].get(cat)) or 0.0
-        work = _num(flops.get(cat)) or 0.0
+        work = _analytic_flops(record, cat)
         if nbytes <= 0 and work <= 0:
             continue
         rows.append(_row(record, cat, [cat], nbytes, work, moved, roof))
     return rows
+
+
+def _analytic_flops(record: Mapping[str, Any], category: str) -> float:
+    """The analytic FLOPs the record states for ``category`` (0 where it states none)."""
+    return _num(fields.get(record, ("flops", "analytic", category))) or 0.0
 
 
 def _row(record: Mapping[str, Any], label: str, cats: Sequence[str], nbytes: float, work: float,
@@ -229,15 +239,14 @@ def attention_vs_rest(record: Mapping[str, Any], roof: Roof | None = None) -> di
     moved = record_bytes(record)
     if moved is None or latency(record) is None:
         return None
-    flops = (record.get("flops") or {}).get("analytic") or {}
     rest = [c for c in ROOFLINE_CATEGORIES if c not in ATTENTION_CATEGORIES]
     by_bytes = moved["analytic_bytes"]
     total_bytes = sum(_num(by_bytes.get(c)) or 0.0 for c in ROOFLINE_CATEGORIES)
-    total_flops = sum(_num(flops.get(c)) or 0.0 for c in ROOFLINE_CATEGORIES)
+    total_flops = sum(_analytic_flops(record, c) for c in ROOFLINE_CATEGORIES)
     sides = {}
     for label, cats in ((ATTENTION, list(ATTENTION_CATEGORIES)), (REST, rest)):
         nbytes = sum(_num(by_bytes.get(c)) or 0.0 for c in cats)
-        work = sum(_num(flops.get(c)) or 0.0 for c in cats)
+        work = sum(_analytic_flops(record, c) for c in cats)
         row = _row(record, label, cats, nbytes, work, moved, roof)
         row["bytes_share"] = nbytes / total_bytes if total_bytes > 0 else None
         row["flops_share"] = work / total_flops if total_flops > 0 else None
