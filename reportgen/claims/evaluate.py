@@ -181,7 +181,7 @@ def load_observations(runs_root: Path | str) -> list[Observation]:
         hardware = str(run.record.get("hardware") or run.path.parent.name)
         suite = (run.record.get("suite") or {}).get("name")
         gpu, cpu = _gpu_name(run.record), _cpu_name(run.record)
-        for record in run.combinations():
+        for record in run.combination_records():
             device = str((record.get("combination") or {}).get("device") or "cpu")
             kind = "gpu" if device.startswith("cuda") else "cpu"
             observations.append(Observation(run.run_id, hardware, kind, gpu if kind == "gpu" else None,

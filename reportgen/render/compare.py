@@ -86,7 +86,7 @@ class Side:
         combo_filters = {k: v for k, v in self.filters.items() if k in COMBINATION_KEYS}
         out = []
         for run in sorted(self.runs, key=run_time):
-            for record in run.combinations():
+            for record in run.combination_records():
                 settings = record.get("combination") or {}
                 if all(fnmatch.fnmatchcase(str(settings.get(COMBINATION_KEYS[k])), v)
                        for k, v in combo_filters.items()):
