@@ -1,5 +1,6 @@
 """Record fields are read by names the records carry: every literal path the package gives
-``records.fields`` is declared by the record's JSON Schema."""
+``records.fields`` is declared by the record's JSON Schema (``get``/``number``: the
+combination record's, ``run_get``/``run_number``: the run record's)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,25 @@ from pathlib import Path
 
 from reportgen.categories import CATEGORIES
 from reportgen.records import fields
+from reportgen.records.schema import COMBINATION_KIND, RUN_KIND
 
 PACKAGE = Path(__file__).resolve().parent.parent / "reportgen"
 
+#: the reading functions of ``records.fields`` and the record kind each one reads
+READERS = {"get": COMBINATION_KIND, "number": COMBINATION_KIND, "run_get": RUN_KIND, "run_number": RUN_KIND}
 
-def _paths_read() -> dict[str, list[str]]:
-    """Every ``fields.get``/``fields.number`` call's path in the package: literal strings
-    as they are, f-strings with ``*`` for each formatted part."""
+
+def _paths_read(kind: str = COMBINATION_KIND) -> dict[str, list[str]]:
+    """Every path the package reads from a ``kind`` record through ``records.fields``:
+    literal strings as they are, f-strings and tuples with ``*`` for each formatted or
+    computed part (a list's index among them)."""
     found: dict[str, list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "fields"
-                    and node.func.attr in ("get", "number") and len(node.args) >= 2):
+                    and READERS.get(node.func.attr) == kind and len(node.args) >= 2):
                 continue
             arg = node.args[1]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
@@ -65,3 +71,9 @@ def test_reading_tolerates_what_older_and_failed_records_lack() -> None:
     assert math.isnan(fields.number(record, "attribution.categories.attention.core.share"))
     assert math.isnan(fields.number(record, "attribution.categories.mlp.flag"))  # a bool is no number
     assert fields.get(None, "timing") is None
+    # an integer key picks a list's item
+    run = {"environment": {"gpus": [{"name": "H200"}]}}
+    assert fields.run_get(run, ("environment", "gpus", 0, "name")) == "H200"
+    assert fields.run_get(run, ("environment", "gpus", 1, "name")) is None
+    assert fields.run_get(run, ("environment", "gpus", "0", "name")) is None
+    assert math.isnan(fields.run_number(run, ("environment", "gpus", 0, "name")))
