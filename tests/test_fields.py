@@ -51,6 +51,13 @@ def test_every_field_read_is_declared_by_the_schema() -> None:
     assert not undeclared, f"fields the combination schema does not declare: {undeclared}"
 
 
+def test_every_run_field_read_is_declared_by_the_run_schema() -> None:
+    read = _paths_read(RUN_KIND)
+    assert len(read) >= 20  # the environment facts a hardware page lists
+    undeclared = {p: where for p, where in read.items() if not fields.declared(p, RUN_KIND)}
+    assert not undeclared, f"fields the run schema does not declare: {undeclared}"
+
+
 def test_a_misspelled_field_is_not_declared() -> None:
     assert fields.declared("attribution.categories.*.share_low")
     assert fields.declared("timing.ci_low") and fields.declared("memory.attention_activation_bytes.analytic")
@@ -58,6 +65,10 @@ def test_a_misspelled_field_is_not_declared() -> None:
     assert not fields.declared("attribution.categories.*.share_ci_low")
     assert not fields.declared("timing.ci_lower")
     assert not fields.declared("nothing")
+    assert fields.declared("environment.gpus.*.name", RUN_KIND)
+    assert fields.declared(("environment", "gpus", "*", "sm_clock_mhz"), RUN_KIND)
+    assert not fields.declared("environment.gpus.*.clocks_mhz", RUN_KIND)
+    assert not fields.declared("environment.host.cpu_brand", RUN_KIND)
 
 
 def test_reading_tolerates_what_older_and_failed_records_lack() -> None:
