@@ -34,7 +34,7 @@ def run_figures(run: Run) -> dict[str, Any]:
         shares = row.get("shares") or {}
         rows.append({**row, "other_overhead": (shares.get("other", 0.0) + shares.get("overhead", 0.0)
                                                if shares else None)})
-    durations = [c.get("duration_s") or 0.0 for c in run.combinations()]
+    durations = [c.get("duration_s") or 0.0 for c in run.combination_records()]
     ok = [r for r in rows if is_ok(r)]
     sums = [sum(r["shares"].values()) for r in ok]
     return {

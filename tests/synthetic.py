@@ -273,16 +273,18 @@ def _plan(n: int, hardware: Sequence[SyntheticHardware], models: Sequence[Synthe
 
 
 def _environment(hw: SyntheticHardware) -> dict[str, object]:
+    torch: dict[str, object] = {"version": "2.6.0"}
     env: dict[str, object] = {
-        "python": "3.11.2", "os": "Linux-6.1-x86_64", "torch": "2.6.0", "transformers": "5.0.0",
+        "python": "3.11.2", "os": "Linux-6.1-x86_64", "torch": torch, "transformers": "5.0.0",
         "cpu": {"model": "AMD EPYC 7B13", "logical_cores": 2}, "ram_bytes": 8 * 2 ** 30,
         "threads": {"torch_num_threads": 2}, "torch_flags": {"allow_tf32": False},
         "git": {"commit": "0" * 40, "dirty": False}, "hostname_sha256": "synthetic",
     }
     if hw.device == "cuda":
-        env["gpus"] = [{"name": hw.slug.split("-")[2].upper(), "driver": "560.35",
-                        "cuda_runtime": "12.6", "cudnn": "9.5", "power_limit_w": 700,
-                        "clocks_mhz": {"sm": 1980, "memory": 3201}}]
+        # the GPU's NVML reading and what torch says of CUDA, under the names env.collect writes
+        torch.update({"cuda_runtime": "12.6", "cudnn_version": "9.5"})
+        env["gpus"] = [{"name": hw.slug.split("-")[2].upper(), "driver_version": "560.35",
+                        "power_limit_w": 700, "sm_clock_mhz": 1980, "memory_clock_mhz": 3201}]
     return env
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from run_copies import RUN, scaled_copy
 
+from reportgen.records.load import load_runs
 from reportgen.records.schema import current_runs
-from reportgen.render.load import load_runs
 from reportgen.render.pages import site_model
 from reportgen.render.site import render_page
 from reportgen.render.templating import environment

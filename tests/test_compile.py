@@ -233,8 +233,8 @@ def test_pairs_match_compiled_with_eager_and_test_the_difference() -> None:
 
 
 def test_records_without_compile_read_as_eager() -> None:
+    from reportgen.records.load import load_runs
     from reportgen.render.analysis import combinations_frame
-    from reportgen.render.load import load_runs
 
     runs = load_runs(ROOT / "runs")
     frame = combinations_frame(runs)

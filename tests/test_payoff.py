@@ -17,8 +17,8 @@ import synthetic
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
+from reportgen.records.load import load_runs
 from reportgen.render import payoff, render
-from reportgen.render.load import load_runs
 from reportgen.render.payoff import Series, amdahl, iteration_series, predict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -50,7 +50,7 @@ def test_trace_path_stays_inside_the_run(tmp_path: Path) -> None:
 def test_every_committed_record_names_a_trace_that_is_there() -> None:
     found = 0
     for run in iter_runs(ROOT / "runs"):
-        for record in run.combinations():
+        for record in run.combination_records():
             if record.get("status") == status.OK and (record.get("profile") or {}).get("trace"):
                 assert paths.trace_path(run.path, record) is not None, record["id"]
                 found += 1
@@ -86,7 +86,7 @@ def test_category_share_reads_the_committed_records_as_stored() -> None:
     """Through the reader (which migrates older records) the shares are the stored ones."""
     checked = 0
     for run in iter_runs(ROOT / "runs"):
-        for record in run.combinations():
+        for record in run.combination_records():
             if record.get("status") != status.OK:
                 continue
             raw = json.loads(run.combination_path(str(record["id"])).read_text())

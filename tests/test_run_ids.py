@@ -48,7 +48,7 @@ def test_force_makes_a_new_run_and_leaves_the_finished_one(tmp_path: Path) -> No
     assert names == [first.store.name, second.store.name, third.store.name]
     for run in iter_runs(tmp_path):
         assert run.record["run_id"] == f"host/{run.path.name}"
-        assert all(rec["run_id"] == run.record["run_id"] for rec in run.combinations())
+        assert all(rec["run_id"] == run.record["run_id"] for rec in run.combination_records())
 
 
 def test_an_interrupted_run_resumes_into_its_own_id(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def test_v0_run_migrates_to_v1_step_by_step() -> None:
     run = load_run(V0_RUN)
     assert run.record["kind"] == RUN_KIND and run.record["schema_version"] == 1
     _validate(run.record, RUN_KIND)
-    records = {r["id"]: r for r in run.combinations()}
+    records = {r["id"]: r for r in run.combination_records()}
     assert set(records) == {"bert-base--forward--fp32--sdpa--b1--s128", "gpt2--decode--fp32--sdpa--b1--s128"}
     ok = records["bert-base--forward--fp32--sdpa--b1--s128"]
     raw = json.loads((V0_RUN / "combinations" / "bert-base--forward--fp32--sdpa--b1--s128.json").read_text())

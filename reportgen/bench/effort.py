@@ -119,7 +119,7 @@ def profile_run(suite_text: str, out: Path, *, env: Mapping[str, str] | None = N
 
     runs = sorted(iter_runs(out / "runs"), key=lambda r: str(r.record.get("started")))
     run = runs[-1] if runs else None
-    records = list(run.combinations()) if run is not None else []
+    records = list(run.combination_records()) if run is not None else []
     return Measured(wall_s=wall, records=[dict(r) for r in records], run_dir=run.path if run else None,
                     returncode=proc.returncode)
 

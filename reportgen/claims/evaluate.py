@@ -146,7 +146,7 @@ class CheckReport:
 
 
 def _gpu_name(run: dict[str, Any]) -> str | None:
-    gpus = fields.get_run(run, "environment.gpus")
+    gpus = fields.run_get(run, "environment.gpus")
     for item in gpus if isinstance(gpus, list) else [gpus]:
         if isinstance(item, dict) and isinstance(item.get("name"), str):
             return str(item["name"])
@@ -156,7 +156,7 @@ def _gpu_name(run: dict[str, Any]) -> str | None:
 
 
 def _cpu_name(run: dict[str, Any]) -> str | None:
-    for value in (fields.get_run(run, "environment.cpu.model"), fields.get_run(run, "environment.host.cpu_model")):
+    for value in (fields.run_get(run, "environment.cpu.model"), fields.run_get(run, "environment.host.cpu_model")):
         if isinstance(value, str) and value:
             return value
     return None
@@ -172,10 +172,10 @@ def load_observations(runs_root: Path | str) -> list[Observation]:
 
     observations: list[Observation] = []
     for run in current_runs(iter_runs(runs_root)):  # earlier runs of a suite: history only
-        hardware = str(fields.get_run(run.record, "hardware") or run.path.parent.name)
-        suite = fields.get_run(run.record, "suite.name")
+        hardware = str(fields.run_get(run.record, "hardware") or run.path.parent.name)
+        suite = fields.run_get(run.record, "suite.name")
         gpu, cpu = _gpu_name(run.record), _cpu_name(run.record)
-        for record in run.combinations():
+        for record in run.combination_records():
             device = str(fields.get(record, "combination.device") or "cpu")
             kind = "gpu" if device.startswith("cuda") else "cpu"
             observations.append(Observation(run.run_id, hardware, kind, gpu if kind == "gpu" else None,

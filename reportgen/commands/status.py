@@ -36,7 +36,7 @@ def status_rows(run_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
     run = load_run(run_dir)
     rows = []
-    for entry in states(run.path, fields.get_run(run.record, "combinations") or []):
+    for entry in states(run.path, fields.run_get(run.record, "combinations") or []):
         claim = entry.claim or {}
         rows.append({
             "id": entry.id,
@@ -49,7 +49,7 @@ def status_rows(run_dir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             "heartbeat_age_s": round(claim["age_s"], 1) if "age_s" in claim else None,
         })
     counts = Counter(row["state"] for row in rows)
-    summary = {"run_id": run.run_id, "status": fields.get_run(run.record, "status"),
+    summary = {"run_id": run.run_id, "status": fields.run_get(run.record, "status"),
                "counts": {state: counts.get(state, 0) for state in PLAN_STATES},
                "slurm_jobs": sorted({row["slurm_job"] for row in rows if row["slurm_job"]})}
     return summary, rows

@@ -142,8 +142,8 @@ def pending_row(combo_id: str, combination: Mapping[str, Any] | None) -> dict[st
 
 def run_rows(run: Run) -> list[dict[str, Any]]:
     """One row per combination of the run, in suite order; unmeasured ones ``pending``."""
-    ids = [str(i) for i in fields.get_run(run.record, "combinations") or []]
-    by_id = dict(zip(ids, fields.get_run(run.record, "suite.spec.combinations") or []))
+    ids = [str(i) for i in fields.run_get(run.record, "combinations") or []]
+    by_id = dict(zip(ids, fields.run_get(run.record, "suite.spec.combinations") or []))
     rows = []
     for combo_id in run.combination_ids():
         path = run.combination_path(combo_id)
@@ -264,7 +264,7 @@ def print_run(run_dir: Path) -> None:
     ``run_dir``, where its records are, and what to do about failures."""
     run = load_run(run_dir)
     rows = run_rows(run)
-    counts = fields.get_run(run.record, "counts") or {}
+    counts = fields.run_get(run.record, "counts") or {}
     title = f"{run.run_id}: " + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
     console = table_console()
     console.print(render_table(rows, title=title))

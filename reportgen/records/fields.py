@@ -2,12 +2,13 @@
 
 ``get(record, "timing.ci_low")`` reads one field by its dotted path (None where a record
 lacks it: an older record, a failed one); ``number`` reads a number (NaN where there is
-none). Every literal path given to them is checked against the record's JSON Schema
-(``reportgen/schemas/``) by the tests, through ``declared``: a field read under a name the
-records do not carry (``share_ci_low`` for ``share_low``) fails there instead of reading
-None forever. A run record's (run.json's) fields are read with ``get_run``, and checked
-against the run schema. A ``*`` segment stands for any key of a map (a category, a method);
-a path whose keys hold dots (categories: ``attention.core``) is given as a tuple of keys.
+none). They read combination records; ``run_get`` and ``run_number`` read a run record
+(run.json) the same way. Every literal path given to them is checked against the record's
+JSON Schema (``reportgen/schemas/``) by the tests, through ``declared``: a field read under
+a name the records do not carry (``share_ci_low`` for ``share_low``) fails there instead of
+reading None forever. A ``*`` segment stands for any key of a map (a category, a method)
+or any item of a list; a path whose keys hold dots (categories: ``attention.core``) is
+given as a tuple of keys, in which an integer picks a list's item (``("gpus", 0, "name")``).
 """
 
 from __future__ import annotations
@@ -19,28 +20,28 @@ from typing import Any
 
 from reportgen.records.schema import COMBINATION_KIND, json_schema
 
-FieldPath = str | Sequence[str]
+FieldPath = str | Sequence[str | int]
 
 
-def _keys(path: FieldPath) -> Sequence[str]:
+def _keys(path: FieldPath) -> Sequence[str | int]:
     return path.split(".") if isinstance(path, str) else path
 
 
 def get(record: Mapping[str, Any] | None, path: FieldPath) -> Any:
     """The field at ``path`` (dots between keys, or the keys as a tuple where a key holds a
-    dot: a category such as ``attention.core``), or None where any step is missing."""
+    dot: a category such as ``attention.core``; an integer key is a list's item), or None
+    where any step is missing."""
     value: Any = record
     for key in _keys(path):
-        if not isinstance(value, Mapping):
+        if isinstance(key, int):
+            if not isinstance(value, list | tuple) or not 0 <= key < len(value):
+                return None
+            value = value[key]
+        elif isinstance(value, Mapping):
+            value = value.get(key)
+        else:
             return None
-        value = value.get(key)
     return value
-
-
-def get_run(record: Mapping[str, Any] | None, path: FieldPath) -> Any:
-    """The run record's (run.json's) field at ``path``, as `get` reads a combination
-    record's; its literal paths are checked against the run schema."""
-    return get(record, path)
 
 
 def as_number(value: Any) -> float:
@@ -51,6 +52,16 @@ def as_number(value: Any) -> float:
 def number(record: Mapping[str, Any] | None, path: FieldPath) -> float:
     """The number at ``path``, NaN where there is none."""
     return as_number(get(record, path))
+
+
+def run_get(record: Mapping[str, Any] | None, path: FieldPath) -> Any:
+    """`get` for a run record (run.json): its paths are checked against the run schema."""
+    return get(record, path)
+
+
+def run_number(record: Mapping[str, Any] | None, path: FieldPath) -> float:
+    """`number` for a run record (run.json): its paths are checked against the run schema."""
+    return number(record, path)
 
 
 @functools.cache
@@ -74,10 +85,12 @@ def _resolve(node: Mapping[str, Any], root: Mapping[str, Any]) -> list[Mapping[s
 
 
 def declared(path: FieldPath, kind: str = COMBINATION_KIND) -> bool:
-    """Whether the ``kind`` record's JSON Schema declares the field at ``path``."""
+    """Whether the ``kind`` record's JSON Schema declares the field at ``path`` (an integer
+    key, like ``*``, stands for any item of a list)."""
     root = _schema(kind)
     nodes: list[Mapping[str, Any]] = _resolve(root, root)
-    for key in _keys(path):
+    for step in _keys(path):
+        key = "*" if isinstance(step, int) else step
         found: list[Mapping[str, Any]] = []
         for node in nodes:
             props = node.get("properties") or {}
@@ -86,6 +99,9 @@ def declared(path: FieldPath, kind: str = COMBINATION_KIND) -> bool:
             extra = node.get("additionalProperties")
             if isinstance(extra, Mapping) and (key == "*" or key not in props):
                 found.extend(_resolve(extra, root))
+            items = node.get("items")
+            if key == "*" and isinstance(items, Mapping):
+                found.extend(_resolve(items, root))
         if not found:
             return False
         nodes = found

@@ -143,16 +143,34 @@ def load_combination(path: str | Path) -> Record:
     return record
 
 
-@dataclass
-class Run:
-    """A run directory and its run.json record (at ``SCHEMA_VERSION``)."""
+@dataclass(frozen=True)
+class StoredCombination:
+    """A combination record as a run stores it, and where its files are (what a suite asks
+    to measure is ``reportgen.suite.Combination``)."""
 
-    path: Path
     record: Record
+    path: Path  # the combination JSON
+    trace: Path | None  # the gzipped Chrome trace of its profiled pass, where it exists
+
+
+@dataclass(frozen=True)
+class Run:
+    """A stored run: its directory, its run.json record (at ``SCHEMA_VERSION``) and, where
+    they were loaded (``records.load.load_runs``), its combination records, sorted by file
+    name."""
+
+    path: Path  # the run directory
+    record: Record
+    rel: str  # the run directory relative to the runs tree it was read from, with forward slashes
+    combinations: tuple[StoredCombination, ...] = ()
 
     @property
     def run_id(self) -> str:
-        return str(self.record.get("run_id", self.path.name))
+        return str(self.record.get("run_id") or self.rel)
+
+    @property
+    def hardware(self) -> str:
+        return str(self.record.get("hardware") or self.rel.split("/")[0])
 
     def combination_ids(self) -> list[str]:
         """Ids of the suite, in suite order, then any extra records found on disk."""
@@ -164,8 +182,9 @@ class Run:
     def combination_path(self, combo_id: str) -> Path:
         return paths.combination_path(self.path, combo_id)
 
-    def combinations(self) -> Iterator[Record]:
-        """Records that exist, in suite order; combinations not measured yet are absent."""
+    def combination_records(self) -> Iterator[Record]:
+        """Records that exist, read from disk in suite order; combinations not measured yet
+        are absent."""
         for combo_id in self.combination_ids():
             path = self.combination_path(combo_id)
             if path.is_file():
@@ -186,7 +205,7 @@ def load_run(path: str | Path) -> Run:
         raise UserError(f"{run_dir}: not a run directory (no run.json){hint}")
     record = migrate(_read_json(run_json), RUN_KIND, str(run_json))
     _require(record, ("run_id", "suite", "combinations"), str(run_json), RUN_KIND)
-    return Run(path=run_dir, record=record)
+    return Run(path=run_dir, record=record, rel=run_dir.name)
 
 
 def iter_runs(root: str | Path) -> Iterator[Run]:

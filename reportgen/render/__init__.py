@@ -35,7 +35,7 @@ def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = No
     ``site_url``: the published site's public address, which each citation names as its
     URL (None: the citations say that none was set).
     """
-    from reportgen.render.load import load_runs
+    from reportgen.records.load import load_runs
     from reportgen.render.pages import site_model
     from reportgen.render.sections import load_bench
     from reportgen.render.site import write_site

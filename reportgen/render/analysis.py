@@ -16,9 +16,9 @@ from reportgen import stats
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.intervals import unstable_reason
 from reportgen.records import fields
+from reportgen.records.schema import Run
 from reportgen.records.status import OK, is_ok
 from reportgen.render import fmt
-from reportgen.render.load import Run
 from reportgen.render.shown import shown_categories
 from reportgen.shares import disagreement
 

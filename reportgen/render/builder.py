@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from reportgen.records.schema import current_runs
+from reportgen.records.schema import Run, current_runs
 from reportgen.render import analysis, charts, machine
 from reportgen.render.charts import Chart
-from reportgen.render.load import Run
 from reportgen.render.templating import environment
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ from typing import Any
 
 from reportgen.errors import UserError
 from reportgen.records import schema
+from reportgen.records.schema import Run
 from reportgen.render.builder import rel
 from reportgen.render.compare import Side, compare, host_drift
-from reportgen.render.load import Run
 
 INDEX = "changes/index.md"
 
@@ -61,4 +61,4 @@ def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Calla
 
 
 def _side(run: Run) -> Side:
-    return Side(label=run.run_id, runs=(schema.Run(path=run.path, record=dict(run.record)),))
+    return Side(label=run.run_id, runs=(run,))

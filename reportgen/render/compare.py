@@ -49,14 +49,14 @@ WITHIN_NOISE = "within noise"  # significant, but no larger than the host's run-
 def run_time(run: Run) -> tuple[str, str]:
     """Sort key: when the run last finished (or was written), then its id."""
     rec = run.record
-    return (str(fields.get_run(rec, "finished") or fields.get_run(rec, "updated")
-                or fields.get_run(rec, "started") or ""), run.run_id)
+    return (str(fields.run_get(rec, "finished") or fields.run_get(rec, "updated")
+                or fields.run_get(rec, "started") or ""), run.run_id)
 
 
 def libraries(run: Run) -> dict[str, str | None]:
-    installed = fields.get_run(run.record, "environment.libraries") or {}
+    installed = fields.run_get(run.record, "environment.libraries") or {}
     libs = {str(k): (None if v is None else str(v)) for k, v in installed.items()}
-    python = fields.get_run(run.record, "environment.python.version")
+    python = fields.run_get(run.record, "environment.python.version")
     if python:
         libs["python"] = str(python)
     return libs
@@ -65,13 +65,13 @@ def libraries(run: Run) -> dict[str, str | None]:
 def run_value(run: Run, key: str) -> str | None:
     rec = run.record
     if key == "hardware":
-        return str(fields.get_run(rec, "hardware") or run.run_id.split("/")[0])
+        return str(fields.run_get(rec, "hardware") or run.run_id.split("/")[0])
     if key == "suite":
-        return str(fields.get_run(rec, "suite.name") or "")
+        return str(fields.run_get(rec, "suite.name") or "")
     if key == "run":
         return run.run_id
     if key == "commit":
-        return fields.get_run(rec, "environment.git.commit")
+        return fields.run_get(rec, "environment.git.commit")
     libs = {k.lower(): v for k, v in libraries(run).items()}
     return libs.get(key.lower())
 
@@ -88,7 +88,7 @@ class Side:
         combo_filters = {k: v for k, v in self.filters.items() if k in COMBINATION_KEYS}
         out = []
         for run in sorted(self.runs, key=run_time):
-            for record in run.combinations():
+            for record in run.combination_records():
                 settings = fields.get(record, "combination") or {}
                 if all(fnmatch.fnmatchcase(str(settings.get(COMBINATION_KEYS[k])), v)
                        for k, v in combo_filters.items()):
@@ -354,7 +354,7 @@ def compare(base: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD,
     common = [k for k in n if k in b]
     if not common:
         raise UserError(f"BASE ({base.label}) and NEW ({new.label}) have no combination in common")
-    hardware = {str(fields.get_run(run.record, "hardware") or run.run_id.split("/")[0]) for side in (base, new)
+    hardware = {str(fields.run_get(run.record, "hardware") or run.run_id.split("/")[0]) for side in (base, new)
                 for run in side.runs}
     floor = None
     if drift and len(hardware) == 1:

@@ -8,29 +8,31 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reportgen.records import fields
+
 SEP = " · "
 
-
-def _get(record: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(record, Mapping):
-            return None
-        record = record.get(key)
-    return record
+Record = Mapping[str, Any]
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    """A section of the environment record, or an empty one where it is missing or not a mapping."""
-    return value if isinstance(value, Mapping) else {}
+def _run(env: Mapping[str, Any] | None) -> Record:
+    """The run record around an environment section, so that its fields are read by their
+    names in the run record (``environment.host.cpu_model``), as its JSON Schema has them."""
+    return {"environment": env}
 
 
-def _gpus(env: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [g for g in env.get("gpus") or [] if isinstance(g, Mapping)]
+def _gpus(run: Record) -> list[int]:
+    """The indices of the GPU entries in ``environment.gpus``."""
+    gpus = fields.run_get(run, "environment.gpus")
+    if not isinstance(gpus, list | tuple):
+        return []
+    return [i for i, gpu in enumerate(gpus) if isinstance(gpu, Mapping)]
 
 
-def _cores(host: Mapping[str, Any]) -> int | None:
-    for key in ("usable_cores", "physical_cores", "logical_cores"):
-        value = host.get(key)
+def _cores(run: Record) -> int | None:
+    for value in (fields.run_get(run, "environment.host.usable_cores"),
+                  fields.run_get(run, "environment.host.physical_cores"),
+                  fields.run_get(run, "environment.host.logical_cores")):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
@@ -38,9 +40,10 @@ def _cores(host: Mapping[str, Any]) -> int | None:
 
 def cpu_name(env: Mapping[str, Any]) -> str | None:
     """The most specific CPU name the record holds."""
-    for value in (_get(env, "host", "cpu_model_full"), _get(env, "host", "cpu_brand"),
-                  _get(env, "host", "cpu_model"), _get(env, "device", "name")
-                  if _get(env, "device", "type") == "cpu" else None):
+    run = _run(env)
+    for value in (fields.run_get(run, "environment.host.cpu_model"),
+                  fields.run_get(run, "environment.device.name")
+                  if fields.run_get(run, "environment.device.type") == "cpu" else None):
         if isinstance(value, str) and value.strip():
             return value.strip()
     return None
@@ -53,15 +56,14 @@ def _plural(n: int, word: str) -> str:
 def hardware_label(slug: str, env: Mapping[str, Any] | None) -> str:
     """``GPU · NVIDIA H200 · 1 GPU`` or ``CPU · AMD EPYC · 2 cores``; the slug, tidied,
     when the record says too little."""
-    env = env or {}
-    gpus = _gpus(env)
+    run = _run(env or {})
+    gpus = _gpus(run)
     if gpus:
-        names = sorted({str(g.get("name") or "GPU") for g in gpus})
+        names = sorted({str(fields.run_get(run, ("environment", "gpus", i, "name")) or "GPU") for i in gpus})
         return SEP.join(["GPU", " + ".join(names), _plural(len(gpus), "GPU")])
-    host = _mapping(env.get("host"))
-    name = cpu_name(env)
+    name = cpu_name(env or {})
     if name is not None:
-        cores = _cores(host)
+        cores = _cores(run)
         return SEP.join(["CPU", name] + ([_plural(cores, "core")] if cores else []))
     return _label_from_slug(slug)
 
@@ -105,8 +107,7 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     order: ``{"label", "value", "warn"}``; ``warn`` marks a fact that weakens the result
     (a modified source tree). Facts the record lacks are left out; a note the record
     carries instead of a value (NVML unavailable) becomes a sentence."""
-    env = env or {}
-    host = _mapping(env.get("host"))
+    run = _run(env or {})
     rows: list[dict[str, Any]] = []
 
     def add(label: str, value: Any, warn: bool = False) -> None:
@@ -114,70 +115,70 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
             return
         rows.append({"label": label, "value": str(value), "warn": warn})
 
-    gpus = _gpus(env)
-    for i, gpu in enumerate(gpus):
-        label = "GPU" if len(gpus) == 1 else f"GPU {i}"
-        parts = [str(gpu.get("name") or "unknown")]
-        memory = _bytes_gib(gpu.get("memory_total_bytes") or gpu.get("cuda_memory_bytes"))
+    gpus = _gpus(run)
+    for n, i in enumerate(gpus):
+        label = "GPU" if len(gpus) == 1 else f"GPU {n}"
+        parts = [str(fields.run_get(run, ("environment", "gpus", i, "name")) or "unknown")]
+        memory = _bytes_gib(fields.run_get(run, ("environment", "gpus", i, "memory_total_bytes"))
+                            or fields.run_get(run, ("environment", "gpus", i, "cuda_memory_bytes")))
         if memory:
             parts.append(memory)
-        clocks = _mapping(gpu.get("clocks_mhz"))
-        if clocks.get("sm"):
-            parts.append(f"SM clock {clocks['sm']} MHz")
-        if gpu.get("power_limit_w"):
-            parts.append(f"power limit {gpu['power_limit_w']} W")
+        sm_clock = fields.run_get(run, ("environment", "gpus", i, "sm_clock_mhz"))
+        if sm_clock:
+            parts.append(f"SM clock {sm_clock} MHz")
+        power_limit = fields.run_get(run, ("environment", "gpus", i, "power_limit_w"))
+        if power_limit:
+            parts.append(f"power limit {power_limit} W")
         add(label, ", ".join(parts))
-    driver = _mapping(env.get("driver"))
-    add("GPU driver", driver.get("driver_version")
-        or next((g.get("driver") for g in gpus if g.get("driver")), None))
-    add("CUDA (driver)", _cuda_driver(driver.get("cuda_driver_version")))
-    add("CUDA (runtime)", _get(env, "torch", "cuda_runtime")
-        or next((g.get("cuda_runtime") for g in gpus if g.get("cuda_runtime")), None))
-    add("cuDNN", _get(env, "torch", "cudnn_version")
-        or next((g.get("cudnn") for g in gpus if g.get("cudnn")), None))
-    nvml_error = driver.get("nvml_error")
+    gpu_drivers = [fields.run_get(run, ("environment", "gpus", i, "driver_version")) for i in gpus]
+    add("GPU driver", fields.run_get(run, "environment.driver.driver_version")
+        or next((d for d in gpu_drivers if d), None))
+    add("CUDA (driver)", _cuda_driver(fields.run_get(run, "environment.driver.cuda_driver_version")))
+    add("CUDA (runtime)", fields.run_get(run, "environment.torch.cuda_runtime"))
+    add("cuDNN", fields.run_get(run, "environment.torch.cudnn_version"))
+    nvml_error = fields.run_get(run, "environment.driver.nvml_error")
     if isinstance(nvml_error, str) and nvml_error:
         note = ("not read: the NVIDIA management library (nvidia-ml-py) was not installed, "
                 "so driver, clocks and power limits are not recorded"
                 if "not installed" in nvml_error else f"not read: {nvml_error}")
-        if gpus or _get(env, "device", "type") == "cuda":
+        if gpus or fields.run_get(run, "environment.device.type") == "cuda":
             add("GPU details", note)
         else:
             add("GPU", "none: this run measured on the CPU only")
-    cpu = cpu_name(env)
+    cpu = cpu_name(env or {})
     if cpu:
         extra = []
-        if host.get("cpu_sockets"):
-            extra.append(_plural(int(host["cpu_sockets"]), "socket"))
-        if host.get("physical_cores"):
-            extra.append(f"{host['physical_cores']} physical cores")
-        if host.get("logical_cores"):
-            extra.append(f"{host['logical_cores']} logical")
-        usable = host.get("usable_cores")
-        if usable and usable != host.get("logical_cores"):
+        sockets = fields.run_get(run, "environment.host.cpu_sockets")
+        if sockets:
+            extra.append(_plural(int(sockets), "socket"))
+        physical = fields.run_get(run, "environment.host.physical_cores")
+        if physical:
+            extra.append(f"{physical} physical cores")
+        logical = fields.run_get(run, "environment.host.logical_cores")
+        if logical:
+            extra.append(f"{logical} logical")
+        usable = fields.run_get(run, "environment.host.usable_cores")
+        if usable and usable != logical:
             extra.append(f"{usable} usable by this process")
         add("CPU", cpu + (f" ({', '.join(extra)})" if extra else ""))
-    add("Memory (RAM)", _bytes_gib(host.get("ram_total_bytes")))
-    add("Operating system", host.get("os_release") or host.get("os"))
-    add("Kernel", host.get("kernel"))
-    add("Python", _get(env, "python", "version"))
-    libraries = _mapping(env.get("libraries"))
-    installed = [f"{name} {version}" for name, version in sorted(libraries.items(),
-                                                                   key=lambda kv: kv[0].lower())
-                 if isinstance(version, str) and version]
+    add("Memory (RAM)", _bytes_gib(fields.run_get(run, "environment.host.ram_total_bytes")))
+    add("Operating system", fields.run_get(run, "environment.host.os_release")
+        or fields.run_get(run, "environment.host.os"))
+    add("Kernel", fields.run_get(run, "environment.host.kernel"))
+    add("Python", fields.run_get(run, "environment.python.version"))
+    libraries = fields.run_get(run, "environment.libraries")
+    installed = ([f"{name} {version}" for name, version in sorted(libraries.items(), key=lambda kv: kv[0].lower())
+                  if isinstance(version, str) and version] if isinstance(libraries, Mapping) else [])
     add("Libraries", ", ".join(installed) if installed else None)
-    threads = _get(env, "torch", "threads", "num_threads")
-    add("torch threads", threads)
-    precision = _get(env, "torch", "numerics", "float32_matmul_precision")
-    add("float32 matmul precision", precision)
-    git = _mapping(env.get("git"))
-    commit = git.get("commit")
+    add("torch threads", fields.run_get(run, "environment.torch.threads.num_threads"))
+    add("float32 matmul precision", fields.run_get(run, "environment.torch.numerics.float32_matmul_precision"))
+    commit = fields.run_get(run, "environment.git.commit")
     if commit:
-        dirty = git.get("dirty")
+        dirty = fields.run_get(run, "environment.git.dirty")
         value = str(commit) + (" (modified: the source had uncommitted changes when this ran)"
                                if dirty else "")
         add("Project commit", value, warn=bool(dirty))
-    add("Measured", env.get("time"))
+    add("Measured", fields.run_get(run, "environment.time"))
     return rows
 
 
@@ -190,4 +191,5 @@ def measured_on(labels: Sequence[str]) -> str:
 
 
 def has_gpu(env: Mapping[str, Any] | None) -> bool:
-    return bool(_gpus(env or {})) or _get(env, "device", "type") == "cuda"
+    run = _run(env or {})
+    return bool(_gpus(run)) or fields.run_get(run, "environment.device.type") == "cuda"

@@ -17,6 +17,7 @@ from reportgen import stats
 from reportgen.bench.page import validation_page
 from reportgen.categories import CATEGORIES
 from reportgen.records import fields, paths
+from reportgen.records.schema import Run
 from reportgen.records.status import COMBINATION_STATUSES, OK
 from reportgen.render import (
     analysis,
@@ -48,7 +49,6 @@ from reportgen.render.builder import (
     unique_slugs,
 )
 from reportgen.render.charts import Chart
-from reportgen.render.load import Run
 
 if TYPE_CHECKING:
     from reportgen.claims.evaluate import CheckReport

@@ -10,10 +10,10 @@ from typing import Any
 
 import pandas as pd
 
+from reportgen.records.schema import Run
 from reportgen.records.status import is_ok
 from reportgen.render import charts
 from reportgen.render.charts import Chart
-from reportgen.render.load import Run
 
 PATH = "instrumentation.md"
 TITLE = "Instrumentation trade-offs"
