@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -235,25 +234,25 @@ def test_the_study_record_matches_the_schema(bert_study: dict[str, Any]) -> None
 
 
 def test_an_instrument_that_costs_time_shows_a_significant_ratio() -> None:
-    """A known cost (a 4 ms sleep at the model's entry, on a forward that sleeps 2 ms) must
-    come out as a ratio whose interval lies above 1 and near the expected size (sleeps:
-    robust on a busy host)."""
+    """A known cost (4 ms at the model's entry, on a forward that costs 2 ms) must come out
+    as a ratio whose interval lies above 1, of the expected size: on a virtual clock that
+    only the forward and the instrument advance, so the host's load cannot move it."""
     import contextlib
 
     import torch
 
     from reportgen.profile import instrumentation as inst
-    from reportgen.profile.timing import default_timer
 
     model = torch.nn.Linear(4, 4)
     x = torch.randn(2, 4)
+    clock = [0.0]  # ms
 
     class Step:
         device = torch.device("cpu")
         inputs_info: dict[str, Any] = {}  # noqa: RUF012 - read-only, unused here
 
         def __call__(self) -> Any:
-            time.sleep(0.002)
+            clock[0] += 2.0
             return model(x)
 
         def reset(self) -> None:
@@ -262,9 +261,20 @@ def test_an_instrument_that_costs_time_shows_a_significant_ratio() -> None:
         def sync(self) -> None:
             return None
 
+    class VirtualTimer:
+        method = "virtual clock"
+
+        def time(self, step: Any) -> float:
+            start = clock[0]
+            step()
+            return clock[0] - start
+
+    def cost(_m: Any, _a: Any) -> None:
+        clock[0] += 4.0
+
     @contextlib.contextmanager
-    def sleeping(ctx: inst.Context) -> Any:
-        handle = ctx.model.register_forward_pre_hook(lambda _m, _a: time.sleep(0.004))
+    def instrumented(ctx: inst.Context) -> Any:
+        handle = ctx.model.register_forward_pre_hook(cost)
         try:
             yield None
         finally:
@@ -272,11 +282,16 @@ def test_an_instrument_that_costs_time_shows_a_significant_ratio() -> None:
 
     step = Step()
     ctx = inst.Context(model=model, step=step, cuda=False, compiled=False)
-    row = inst.compare(inst.Variant("sleep", sleeping, ()), ctx, default_timer(step), forwards=2, budget_s=0.0)
+    row = inst.compare(inst.Variant("costly", instrumented, ()), ctx, VirtualTimer(), forwards=2, budget_s=0.0)
     assert row["n_pairs"] == inst.MIN_PAIRS
     assert 1.0 < row["ci_low"] <= row["ratio"] <= row["ci_high"]
-    assert row["instrumented_ms"] - row["bare_ms"] == pytest.approx(4.0, abs=2.0)
-    assert row["ratio"] == pytest.approx(3.0, rel=0.5)
+    assert row["instrumented_ms"] - row["bare_ms"] == pytest.approx(4.0)
+    assert row["ratio"] == pytest.approx(3.0)
+    # without the instrument's cost the same comparison finds no difference
+    clock[0] = 0.0
+    free = inst.Variant("free", lambda _ctx: contextlib.nullcontext(), ())
+    same = inst.compare(free, ctx, VirtualTimer(), forwards=2, budget_s=0.0)
+    assert same["ratio"] == pytest.approx(1.0) and same["ci_low"] <= 1.0 <= same["ci_high"]
 
 
 def test_hook_variants_do_not_apply_to_a_compiled_forward() -> None:
