@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reportgen import stats
+from reportgen.records import fields
 from reportgen.stats.bootstrap import BOOTSTRAP_REPLICATES
 
 CI_METHOD = "hierarchical-bootstrap"
@@ -83,6 +84,7 @@ def summarize_rounds(rounds: Sequence[Sequence[float]], confidence: float = 0.95
 def unstable_reason(record: Mapping[str, Any]) -> str | None:
     """Why a record's figures were taken under contention (``timing.unstable``, the
     profiled pass's ``profile.unstable``), in words; None for a clean measurement."""
-    reasons = [str(section["unstable"]) for section in (record.get("timing"), record.get("profile"))
+    sections = (fields.get(record, "timing"), fields.get(record, "profile"))
+    reasons = [str(section["unstable"]) for section in sections
                if isinstance(section, Mapping) and section.get("unstable")]
     return "; ".join(reasons) or None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.commands.summary import run_rows
+from reportgen.records import fields
 from reportgen.records.schema import Run, current_runs, iter_runs
 from reportgen.records.status import COMBINATION_STATUSES, is_ok
 from reportgen.render import fmt
@@ -39,7 +40,7 @@ def run_figures(run: Run) -> dict[str, Any]:
     sums = [sum(r["shares"].values()) for r in ok]
     return {
         "run_id": run.run_id,
-        "command": run.record.get("command"),
+        "command": fields.run_get(run.record, "command"),
         "rows": rows,
         "counts": {s: sum(1 for r in rows if r["status"] == s) for s in COMBINATION_STATUSES},
         "measure_s": sum(durations),
@@ -60,7 +61,7 @@ def today_figures(run: Run) -> dict[str, Any]:
         row["moe"] = sum(shares.get(c, 0.0) for c in MOE_CATEGORIES)
         row["mixer"] = shares.get("mixer", 0.0)
         path = run.combination_path(row["id"])
-        moe = load_combination(path).get("moe") if path.is_file() else None
+        moe = fields.get(load_combination(path), "moe") if path.is_file() else None
         row["load"] = (moe or {}).get("max_over_mean")
     return figures
 
@@ -89,8 +90,8 @@ def train_figures(run: Run) -> dict[str, Any]:
 
 
 def latest_run(runs_root: Path, suite: str) -> Run | None:
-    runs = [r for r in current_runs(iter_runs(runs_root)) if (r.record.get("suite") or {}).get("name") == suite]
-    return max(runs, key=lambda r: str(r.record.get("updated") or ""), default=None)
+    runs = [r for r in current_runs(iter_runs(runs_root)) if fields.run_get(r.record, "suite.name") == suite]
+    return max(runs, key=lambda r: str(fields.run_get(r.record, "updated") or ""), default=None)
 
 
 def bench_figures(bench_dir: Path) -> Mapping[str, Any] | None:

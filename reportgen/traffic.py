@@ -33,6 +33,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.records import fields
 from reportgen.vocabulary import DECODE_NOCACHE, TRAIN, TRAIN_MODES
 
 # A training step: the backward moves about twice the forward's bytes (each matmul's
@@ -240,13 +241,13 @@ def record_bytes(record: Mapping[str, Any]) -> dict[str, Any] | None:
     combination for a record made before they were stored (``source`` says which). The
     MLP's weight elements and whether an encoder has a pooler are read back from its
     analytic FLOPs, which were counted from the structure. None without a model."""
-    flops = record.get("flops") or {}
+    flops = fields.get(record, "flops") or {}
     if isinstance(flops.get("analytic_bytes"), Mapping):
         return {"analytic_bytes": dict(flops["analytic_bytes"]),
                 "analytic_bytes_parts": dict(flops.get("analytic_bytes_parts") or {}),
                 "total_analytic_bytes": flops.get("total_analytic_bytes"),
                 "bytes_per_element": flops.get("bytes_per_element"), "source": "recorded"}
-    info, combination = record.get("model"), record.get("combination")
+    info, combination = fields.get(record, "model"), fields.get(record, "combination")
     if not isinstance(info, Mapping) or not isinstance(combination, Mapping):
         return None
     combo = SimpleNamespace(**{"mode": "forward", "compile": "none", **combination})

@@ -41,6 +41,7 @@ from reportgen.bench.common import (
     stopwatch,
 )
 from reportgen.bench.results import figure
+from reportgen.records import fields
 from reportgen.records.status import is_ok
 from reportgen.shares import METHODS
 from reportgen.stats import median
@@ -135,7 +136,7 @@ def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2)
     row.pop("error", None)
     try:
         result = _profile(built, iterations, trace_dir, model_type)
-        cats = result["attribution"]["categories"]
+        cats = fields.get(result, "attribution.categories")
         shares = {c: float(v["share"]) for c, v in cats.items()}
         total = sum(shares.values())
         row.update(
@@ -274,7 +275,7 @@ def _profiler_series(built: Any, iterations: int, trace_dir: Path, name: str,
 
     profiled = _profile(built, iterations, trace_dir, name)
     return category_series(regions.profiler_method(profiled["per_iteration"],
-                                                   profiled["attribution"]["basis"]), category)
+                                                   fields.get(profiled, "attribution.basis")), category)
 
 
 @dataclass(frozen=True)
@@ -658,7 +659,7 @@ def other_overhead(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
     rows: list[dict[str, Any]] = []
     for rec in records:
-        attribution = rec.get("attribution") or {}
+        attribution = fields.get(rec, "attribution") or {}
         if not is_ok(rec) or not attribution.get("categories"):
             continue
         cats = attribution["categories"]
@@ -668,8 +669,8 @@ def other_overhead(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         hooks = (attribution.get("methods") or {}).get("hooks") or {}
         sources = hooks.get("other_sources_ms") or {}
         top = max(sources.items(), key=lambda kv: kv[1]) if sources else None
-        mode = (rec.get("combination") or {}).get("mode")
-        rows.append({"combination": rec.get("id"), "mode": mode,
+        mode = fields.get(rec, "combination.mode")
+        rows.append({"combination": fields.get(rec, "id"), "mode": mode,
                      "method": attribution.get("headline_method") or "profiler",
                      "share": share,
                      "share_low": interval[1] if interval else None,

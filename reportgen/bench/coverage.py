@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.bench.results import figure
+from reportgen.records import fields
 from reportgen.records.paths import combination_files
 from reportgen.records.status import is_ok
 
@@ -35,11 +36,11 @@ QUESTION = (
 
 def rows(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per combination timed in both runs (pure)."""
-    again = {r["id"]: r for r in second if is_ok(r) and r.get("timing")}
+    again = {r["id"]: r for r in second if is_ok(r) and fields.get(r, "timing")}
     out = []
     for rec in first:
-        timing = rec.get("timing") or {}
-        other = (again.get(rec["id"]) or {}).get("timing") or {}
+        timing = fields.get(rec, "timing") or {}
+        other = fields.get(again.get(rec["id"]), "timing") or {}
         if not is_ok(rec) or timing.get("median") is None or other.get("median") is None:
             continue
         low, high, median = timing["ci_low"], timing["ci_high"], other["median"]

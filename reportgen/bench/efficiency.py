@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.bench.results import figure
+from reportgen.records import fields
 from reportgen.records.status import is_ok
 
 EFFICIENCY_QUESTION = (
@@ -53,12 +54,12 @@ def figures(run: SuiteRun, *, reference_size: bool) -> dict[str, dict[str, Any]]
     rows: list[dict[str, Any]] = []
     timed_s = warm_s = 0.0
     for rec in run.records:
-        timing = rec.get("timing") or {}
+        timing = fields.get(rec, "timing") or {}
         kept = _sum_ms(timing.get("samples")) / 1000.0
         warm = _sum_ms(timing.get("warmup_samples")) / 1000.0
         timed_s += kept
         warm_s += warm
-        wall = float(rec.get("duration_s") or 0.0)
+        wall = float(fields.get(rec, "duration_s") or 0.0)
         rows.append({"combination": rec["id"], "status": rec["status"], "timed_s": kept,
                      "warmup_s": warm, "wall_s": wall,
                      "share": kept / wall if wall else None,

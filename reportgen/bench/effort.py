@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.bench.results import figure
+from reportgen.records import fields
 from reportgen.records.status import is_ok
 
 TINY_GOAL_S = 120.0
@@ -117,7 +118,7 @@ def profile_run(suite_text: str, out: Path, *, env: Mapping[str, str] | None = N
     wall = time.perf_counter() - t0
     from reportgen.records.schema import iter_runs
 
-    runs = sorted(iter_runs(out / "runs"), key=lambda r: str(r.record.get("started")))
+    runs = sorted(iter_runs(out / "runs"), key=lambda r: str(fields.run_get(r.record, "started")))
     run = runs[-1] if runs else None
     records = list(run.combination_records()) if run is not None else []
     return Measured(wall_s=wall, records=[dict(r) for r in records], run_dir=run.path if run else None,
@@ -129,8 +130,8 @@ def tiny_effort(measured: Measured) -> dict[str, Any]:
     per = measured.wall_s / n if n else None
     goal_per = TINY_GOAL_S / TINY_GOAL_COMBINATIONS
     rows = [{"combination": r["id"], "status": r["status"], "duration_s": r.get("duration_s"),
-             "rounds": len((r.get("timing") or {}).get("rounds") or []),
-             "median_ms": (r.get("timing") or {}).get("median")} for r in measured.records]
+             "rounds": len(fields.get(r, "timing.rounds") or []),
+             "median_ms": fields.get(r, "timing.median")} for r in measured.records]
     return figure(
         "Tiny-model effort",
         "How long does reportgen take for the tiny suite's combinations (millisecond forwards), "
@@ -192,11 +193,11 @@ def reference_effort(measured: Measured, optimum_wall: float | None, why: str,
     ratio = measured.wall_s / optimum_wall if optimum_wall else None
     rows = []
     for r in measured.records:
-        seq = (r.get("combination") or {}).get("seq_len")
+        seq = fields.get(r, "combination.seq_len")
         rows.append({"combination": r["id"], "status": r["status"], "duration_s": r.get("duration_s"),
-                     "median_ms": (r.get("timing") or {}).get("median"),
-                     "ci_ms": [(r.get("timing") or {}).get("ci_low"), (r.get("timing") or {}).get("ci_high")],
-                     "rounds": len((r.get("timing") or {}).get("rounds") or []),
+                     "median_ms": fields.get(r, "timing.median"),
+                     "ci_ms": [fields.get(r, "timing.ci_low"), fields.get(r, "timing.ci_high")],
+                     "rounds": len(fields.get(r, "timing.rounds") or []),
                      "optimum_benchmark_p50_ms": (1e3 * optimum_latency[int(seq)])
                      if seq is not None and int(seq) in optimum_latency else None})
     notes = [f"reportgen: {measured.wall_s:.1f} s for the two combinations (a fresh `reportgen profile`, "
@@ -252,10 +253,10 @@ def contention_rows(quiet: Sequence[Mapping[str, Any]], busy: Sequence[Mapping[s
     rows = []
     for rec in busy:
         base = by_id.get(rec["id"])
-        timing = rec.get("timing") or {}
+        timing = fields.get(rec, "timing") or {}
         if base is None or not is_ok(rec) or not timing.get("median"):
             continue
-        median, q = float(timing["median"]), float(base["timing"]["median"])
+        median, q = float(timing["median"]), fields.number(base, "timing.median")
         width = (float(timing["ci_high"]) - float(timing["ci_low"])) / median
         reason = unstable_reason(rec)
         within = abs(median / q - 1.0) <= CONTENTION_TOLERANCE

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reportgen.bench.results import figure
+from reportgen.records import fields
 from reportgen.records.status import is_ok
 
 TOLERANCE = 0.01
@@ -89,9 +90,9 @@ def run(records: Sequence[Mapping[str, Any]], combos_by_id: Mapping[str, Any], *
     disagreements = explained = 0
     unexplained: list[str] = []
     for rec in records:
-        if not is_ok(rec) or not rec.get("flops"):
+        flops = fields.get(rec, "flops")
+        if not is_ok(rec) or not flops:
             continue
-        flops = rec["flops"]
         analytic = flops.get("analytic") or {}
         counted = flops.get("counted") or {}
         notes = [str(n) for n in flops.get("notes") or []]

@@ -20,6 +20,7 @@ from typing import Any
 
 from reportgen.bench.efficiency import SuiteRun
 from reportgen.bench.results import figure
+from reportgen.records import fields
 from reportgen.records.paths import combination_files
 from reportgen.records.status import is_ok
 from reportgen.stats import bootstrap_ratio, median
@@ -119,8 +120,8 @@ def isolation_cost(workers: SuiteRun, inline: SuiteRun) -> dict[str, Any]:
 def memory_estimate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rows = []
     for rec in records:
-        estimate = (rec.get("preflight") or {}).get("estimate_bytes")
-        host = (rec.get("execution") or {}).get("host_memory") or {}
+        estimate = fields.get(rec, "preflight.estimate_bytes")
+        host = fields.get(rec, "execution.host_memory") or {}
         peak, before = host.get("peak_rss_bytes"), host.get("baseline_rss_bytes")
         if not is_ok(rec) or not estimate or not peak or before is None or peak <= before:
             continue

@@ -22,6 +22,7 @@ from reportgen.bench.common import (
 from reportgen.bench.latency import describe_ratio
 from reportgen.bench.results import figure
 from reportgen.paired import interleave
+from reportgen.records import fields
 from reportgen.records.status import is_ok
 from reportgen.stats import bootstrap_median, bootstrap_ratio, median
 
@@ -47,14 +48,12 @@ def profiler_overhead(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for rec in records:
         if not is_ok(rec):
             continue
-        timing = rec.get("timing") or {}
-        profile = rec.get("profile") or {}
-        unprof = timing.get("median")
-        prof = profile.get("median_ms")
+        unprof = fields.get(rec, "timing.median")
+        prof = fields.get(rec, "profile.median_ms")
         if not unprof or not prof:
             continue
         rows.append({"combination": rec["id"], "unprofiled_ms": unprof, "profiled_ms": prof,
-                     "ratio": prof / unprof, "recorded_ratio": profile.get("overhead_ratio")})
+                     "ratio": prof / unprof, "recorded_ratio": fields.get(rec, "profile.overhead_ratio")})
     if not rows:
         return figure("Profiler overhead", PROFILER_QUESTION, value=None, unit="ratio",
                       goal="shown for every combination (no pass/fail)", goal_spec=None,

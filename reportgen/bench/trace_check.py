@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reportgen.records import fields
 from reportgen.records.status import is_ok
 
 EPS_US = 1e-3  # timestamps carry nanoseconds as fractions of a microsecond
@@ -256,17 +257,15 @@ def iteration_window(event: Mapping[str, Any]) -> bool:
 
 
 def check_record(record: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    profile = record.get("profile") or {}
-    rel = profile.get("trace")
+    rel = fields.get(record, "profile.trace")
     if not rel:
         raise FileNotFoundError("record has no trace")
     trace = load_trace(run_dir / rel)
-    attribution = record.get("attribution") or {}
-    if attribution.get("basis") == "device":
+    if fields.get(record, "attribution.basis") == "device":
         return _check_device(record, trace)
     totals = op_totals(trace, window=iteration_window)
-    n_iter = totals.windows or int(profile.get("iterations") or 1)
-    cmp = compare_totals(totals.as_ms("top"), ops_table_totals(record.get("ops") or []),
+    n_iter = totals.windows or int(fields.get(record, "profile.iterations") or 1)
+    cmp = compare_totals(totals.as_ms("top"), ops_table_totals(fields.get(record, "ops") or []),
                          scale=float(n_iter))
     return {"combination": record["id"], "basis": "top-level cpu_op, inclusive",
             "iterations": n_iter, "weighted_rel_diff": cmp["weighted_rel_diff"],
@@ -282,8 +281,8 @@ def _check_device(record: Mapping[str, Any], trace: Mapping[str, Any]) -> dict[s
     totals = device_totals(trace, iteration_window)
     n_iter = totals.windows or 1
     mine = {k: v / 1000.0 for k, v in totals.total_us.items()}
-    cmp = compare_totals(mine, ops_table_totals(record.get("ops") or []), scale=float(n_iter))
-    attribution = record.get("attribution") or {}
+    cmp = compare_totals(mine, ops_table_totals(fields.get(record, "ops") or []), scale=float(n_iter))
+    attribution = fields.get(record, "attribution") or {}
     forward = float(attribution.get("forward_ms") or 0.0)
     idle = float(attribution.get("device_idle_ms") or 0.0)
     busy_ms = totals.busy_us / 1000.0 / n_iter

@@ -22,6 +22,7 @@ from reportgen.execute.plan import HEARTBEAT_S, Claims, read_record
 from reportgen.execute.record import combination_record, utc_now
 from reportgen.execute.supervisor import Outcome, Supervisor
 from reportgen.execute.worker import WorkerSpec
+from reportgen.records import paths
 from reportgen.records.status import FAILED, OK, is_failed
 from reportgen.records.store import RunStore
 from reportgen.suite import Combination, Settings
@@ -162,7 +163,7 @@ class LocalExecutor:
         active: dict[str, str] = {}  # slot -> combination id being measured
         ended: set[str] = set()  # combinations whose record this invocation wrote
         errors: list[BaseException] = []
-        log_dir = job.store.run_dir / "logs"
+        log_dir = paths.logs_dir(job.store.run_dir)
         supervisors = [self.make_supervisor(spec, log_dir=log_dir, timeout_s=self.timeout_s)
                        for spec in self.specs]
 

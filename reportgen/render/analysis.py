@@ -45,7 +45,7 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
     for run in runs:
         for combo in run.combinations:
             rec = combo.record
-            c = rec.get("combination") or {}
+            c = fields.get(rec, "combination") or {}
             cats = fields.get(rec, "attribution.categories") or {}
             analytic = fields.get(rec, "flops.analytic") or {}
             counted = fields.get(rec, "flops.counted") or {}
@@ -53,8 +53,9 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
             flops_total = sum(_num(v) for v in flops_src.values() if _num(v) > 0)
             row: dict[str, Any] = {
                 "hardware": run.hardware, "run_id": run.run_id, "run_rel": run.rel,
-                "run_updated": str(run.record.get("updated") or run.record.get("started") or ""),
-                "combo_id": str(rec.get("id") or combo.path.stem),
+                "run_updated": str(fields.run_get(run.record, "updated")
+                                   or fields.run_get(run.record, "started") or ""),
+                "combo_id": str(fields.get(rec, "id") or combo.path.stem),
                 "json_rel": f"{run.rel}/{combo.path.relative_to(run.path).as_posix()}",
                 "trace_rel": (f"{run.rel}/{combo.trace.relative_to(run.path).as_posix()}"
                               if combo.trace is not None else None),
@@ -72,8 +73,8 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "compile_s": fields.number(rec, "compile.compile_s"),
                 "recompiles": fields.number(rec, "compile.recompiles"),
                 "graph_breaks": fields.number(rec, "compile.graph_breaks"),
-                "status": str(rec.get("status") or "unknown"), "reason": rec.get("reason"),
-                "finished": str(rec.get("finished") or ""),
+                "status": str(fields.get(rec, "status") or "unknown"), "reason": fields.get(rec, "reason"),
+                "finished": str(fields.get(rec, "finished") or ""),
                 "median": fields.number(rec, "timing.median"),
                 "ci_low": fields.number(rec, "timing.ci_low"),
                 "ci_high": fields.number(rec, "timing.ci_high"),
@@ -319,8 +320,7 @@ def headline_methods(rows: pd.DataFrame, records: Mapping[tuple[str, str], Mappi
         if not isinstance(method, str):
             continue
         record = records.get((str(row["hardware"]), str(row["combo_id"]))) or {}
-        attribution = record.get("attribution") or {}
-        reason = attribution.get("headline_reason") or LEGACY_REASON
+        reason = fields.get(record, "attribution.headline_reason") or LEGACY_REASON
         entry = out.setdefault(method, {"method": method, "reason": reason, "count": 0})
         entry["count"] += 1
     return sorted(out.values(), key=lambda e: (-e["count"], e["method"]))
@@ -329,7 +329,7 @@ def headline_methods(rows: pd.DataFrame, records: Mapping[tuple[str, str], Mappi
 def attribution_methods(record: Mapping[str, Any]) -> dict[str, Any] | None:
     """Both methods' shares and their difference for one record, the hooks method's own
     cost and where its ``other`` and ``overhead`` came from; None without methods."""
-    attribution = record.get("attribution") or {}
+    attribution = fields.get(record, "attribution") or {}
     rows = disagreement(attribution)
     if not rows:
         return None
@@ -372,5 +372,6 @@ def group_shares(rows: pd.DataFrame) -> list[str]:
 
 def latest_runs(runs: Iterable[Run], limit: int = 10) -> list[Run]:
     def key(run: Run) -> tuple[str, str]:
-        return (str(run.record.get("updated") or run.record.get("started") or ""), run.run_id)
+        when = fields.run_get(run.record, "updated") or fields.run_get(run.record, "started")
+        return (str(when or ""), run.run_id)
     return sorted(runs, key=key, reverse=True)[:limit]

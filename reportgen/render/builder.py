@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from reportgen.records import fields
 from reportgen.records.schema import Run, current_runs
 from reportgen.render import analysis, charts, machine
 from reportgen.render.charts import Chart
@@ -125,14 +126,16 @@ class Builder:
         self.embedded: dict[str, list[Chart]] = {}  # charts of pages written elsewhere
         self.files: dict[str, bytes] = {}  # CSV and JSON behind charts and tables
         self.frame = analysis.combinations_frame(self.current)
-        self.records = {(run.hardware, str(c.record.get("id") or c.path.stem)): c.record
+        self.records = {(run.hardware, str(fields.get(c.record, "id") or c.path.stem)): c.record
                         for run in self.current for c in run.combinations}
         self.runs_by_id = {run.run_id: run for run in self.runs}
         f = self.frame
         self.hw_slugs = unique_slugs(f["hardware"]) if not f.empty else {}
         self.hw_env: dict[str, Mapping[str, Any]] = {}
-        for run in sorted(self.runs, key=lambda r: (str(r.record.get("updated") or ""), r.run_id)):
-            env = run.record.get("environment")
+        by_update = sorted(self.runs,
+                           key=lambda r: (str(fields.run_get(r.record, "updated") or ""), r.run_id))
+        for run in by_update:
+            env = fields.run_get(run.record, "environment")
             if isinstance(env, Mapping) and env:
                 self.hw_env[run.hardware] = env
         self.hw_labels = {hw: machine.hardware_label(hw, self.hw_env.get(hw))

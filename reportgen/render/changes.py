@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reportgen.errors import UserError
-from reportgen.records import schema
+from reportgen.records import fields, schema
 from reportgen.records.schema import Run
 from reportgen.render.builder import rel
 from reportgen.render.compare import Side, compare, host_drift
@@ -38,8 +38,8 @@ def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Calla
         items = []
         for previous, run in zip([None, *group[:-1]], group):
             item: dict[str, Any] = {
-                "run_id": run.run_id, "status": run.record.get("status"),
-                "started": run.record.get("started"), "current": run.run_id in current,
+                "run_id": run.run_id, "status": fields.run_get(run.record, "status"),
+                "started": fields.run_get(run.record, "started"), "current": run.run_id in current,
                 "run_json": rel(path, data(f"{run.rel}/run.json")),
                 "previous": previous.run_id if previous is not None else None,
                 "comparison": None, "reason": None}

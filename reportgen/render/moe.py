@@ -10,13 +10,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reportgen.records import fields
+
 DECODE = "decode"
 """The mode that routes one new token per sequence: its figures describe one step."""
 
 
 def section(record: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The record's ``moe`` section, where it has one with at least one layer."""
-    moe = (record or {}).get("moe")
+    moe = fields.get(record, "moe")
     if not isinstance(moe, Mapping):
         return None
     layers = moe.get("per_layer")

@@ -89,7 +89,7 @@ _BENCH_SUITE_RUN = "scripts/bench.py (suite run)"
 def run_command(record: Mapping[str, Any]) -> str | None:
     """The command line that measures a run again: as recorded, or for a run the bench made
     before it recorded its command line, the bench's (which measures its suite run first)."""
-    command = record.get("command")
+    command = fields.run_get(record, "command")
     if command == _BENCH_SUITE_RUN:
         return "python scripts/bench.py  # or: nox -s bench"
     return str(command) if command else None
@@ -174,9 +174,9 @@ class SiteBuilder(Builder):
         out = []
         for rid in sorted(set(run_ids)):
             run = self.runs_by_id[rid]
-            env = run.record.get("environment") or {}
+            env = fields.run_get(run.record, "environment") or {}
             out.append({"run_id": rid, "command": run_command(run.record),
-                        "suite": (run.record.get("suite") or {}).get("name"),
+                        "suite": fields.run_get(run.record, "suite.name"),
                         "hardware": self.hw_labels.get(run.hardware, run.hardware),
                         "environment": env, "facts": machine.environment_facts(env),
                         "run_json": rel(page, self.data(f"{run.rel}/{paths.RUN_FILE}"))})
@@ -517,11 +517,12 @@ class SiteBuilder(Builder):
                         "hardware": self.hw_labels.get(run.hardware, run.hardware),
                         "hw_link": (rel(page, self.hw_page(run.hardware))
                                     if run.hardware in self.hw_slugs else None),
-                        "suite": (run.record.get("suite") or {}).get("name"),
+                        "suite": fields.run_get(run.record, "suite.name"),
                         "command": run_command(run.record),
-                        "updated": run.record.get("updated") or run.record.get("started"),
-                        "environment": run.record.get("environment") or {},
-                        "facts": machine.environment_facts(run.record.get("environment")),
+                        "updated": (fields.run_get(run.record, "updated")
+                                    or fields.run_get(run.record, "started")),
+                        "environment": fields.run_get(run.record, "environment") or {},
+                        "facts": machine.environment_facts(fields.run_get(run.record, "environment")),
                         **{s: statuses.count(s) for s in COMBINATION_STATUSES},
                         "run_json": rel(page, self.data(f"{run.rel}/{paths.RUN_FILE}"))})
         return out

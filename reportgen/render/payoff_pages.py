@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from reportgen.records import fields
 from reportgen.render import analysis, charts, fmt, payoff
 from reportgen.render.builder import Builder, Page, rel
 from reportgen.render.charts import Chart
@@ -71,7 +72,7 @@ def _inputs(b: Builder) -> tuple[pd.DataFrame, payoff.Records, Mapping[tuple[str
     traces: dict[tuple[str, ...], Path | None] = {}
     for run in b.current:
         for c in run.combinations:
-            key = (run.hardware, run.run_id, str(c.record.get("id") or c.path.stem))
+            key = (run.hardware, run.run_id, str(fields.get(c.record, "id") or c.path.stem))
             records[key] = c.record
             traces[key] = c.trace
     return payoff.pairs(analysis.combinations_frame(b.current, latest_only=False)), records, traces

@@ -111,10 +111,11 @@ def device_name(record: Mapping[str, Any], env: Mapping[str, Any] | None) -> str
     name = fields.get(record, "device.name")
     if name:
         return str(name)
-    source = (env or {}).get("device")
+    run = {"environment": env}  # the run record around it: its fields by their names there
+    source = fields.run_get(run, "environment.device")
     if isinstance(source, Mapping) and source.get("name") and source.get("type", "cuda") != "cpu":
         return str(source["name"])
-    gpus = (env or {}).get("gpus") or []
+    gpus = fields.run_get(run, "environment.gpus") or []
     names = [g.get("name") for g in gpus if isinstance(g, Mapping) and g.get("name")]
     return str(names[0]) if names else None
 
@@ -152,11 +153,10 @@ def latest_probe(runs: Iterable[Any], hardware: str) -> tuple[str, Mapping[str, 
     """The CPU probe of the most recent run on ``hardware`` that has one."""
     found: list[tuple[str, str, Mapping[str, Any]]] = []
     for run in runs:
-        env = run.record.get("environment") or {}
-        probe = env.get("cpu_probe")
+        probe = fields.run_get(run.record, "environment.cpu_probe")
         if run.hardware == hardware and isinstance(probe, Mapping):
-            found.append((str(run.record.get("updated") or run.record.get("started") or ""),
-                          run.run_id, probe))
+            when = fields.run_get(run.record, "updated") or fields.run_get(run.record, "started")
+            found.append((str(when or ""), run.run_id, probe))
     if not found:
         return None
     _, run_id, probe = max(found, key=lambda f: (f[0], f[1]))

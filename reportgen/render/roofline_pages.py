@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from reportgen import peaks
+from reportgen.records import fields
 from reportgen.records.status import OK
 from reportgen.render import charts, fmt, roofline
 from reportgen.render.builder import Builder, Page, rel
@@ -56,7 +57,7 @@ def measured(b: Builder, hw: str, rows: pd.DataFrame) -> list[dict[str, Any]]:
     probe = b.probes.setdefault(hw, roofline.latest_probe(b.runs, hw))
     for r in selected(rows).to_dict(orient="records"):
         record = b.records[(hw, str(r["combo_id"]))]
-        env = b.runs_by_id[str(r["run_id"])].record.get("environment") or {}
+        env = fields.run_get(b.runs_by_id[str(r["run_id"])].record, "environment") or {}
         roof = roofline.roof_for(record, env, hw, lambda: probe)
         if roof.kind == "cpu":
             roof = replace(roof, device=b.hw_labels[hw])

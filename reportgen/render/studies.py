@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from reportgen.records import fields
 from reportgen.records.schema import Run
 from reportgen.records.status import is_ok
 from reportgen.render import charts
@@ -48,15 +49,15 @@ def studied(runs: Sequence[Run]) -> list[dict[str, Any]]:
     for run in runs:
         for combo in run.combinations:
             record = combo.record
-            study = ((record.get("studies") or {}) if is_ok(record) else {}).get(STUDY)
+            study = fields.get(record, ("studies", STUDY)) if is_ok(record) else None
             if not isinstance(study, Mapping):
                 continue
-            combination = record.get("combination") or {}
+            combination = fields.get(record, "combination") or {}
             variants = [{**v, "gives": list(v.get("gives") or []), "verdict": verdict(v)}
                         for v in study.get("variants") or []]
             out.append({"hardware": run.hardware, "run_id": run.run_id,
-                        "combo_id": str(record.get("id") or combo.path.stem),
-                        "model": str(combination.get("model") or (record.get("model") or {}).get("name")
+                        "combo_id": str(fields.get(record, "id") or combo.path.stem),
+                        "model": str(combination.get("model") or fields.get(record, "model.name")
                                      or "unknown"),
                         "combination": combination,
                         "status": study.get("status"), "reason": study.get("reason"),

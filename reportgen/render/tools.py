@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from reportgen.categories import CATEGORIES
+from reportgen.records import fields
 from reportgen.render import charts, fmt
 from reportgen.render.builder import Builder, Page, rel, slugify
 from reportgen.render.charts import Chart
@@ -24,8 +25,7 @@ TOOL_ORDER = tuple(TOOL_NAMES)
 
 def study_of(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The record's tools study, or None where it has none."""
-    studies = record.get("studies")
-    study = studies.get("tools") if isinstance(studies, Mapping) else None
+    study = fields.get(record, "studies.tools")
     return study if isinstance(study, Mapping) else None
 
 
@@ -125,7 +125,7 @@ def page(b: Builder) -> list[Page]:
     path = PAGE
     out: list[Chart] = []
     by_hw: dict[str, list[dict[str, Any]]] = {}
-    found = sorted(((run.hardware, str(c.record.get("id") or c.path.stem), run, c)
+    found = sorted(((run.hardware, str(fields.get(c.record, "id") or c.path.stem), run, c)
                     for run in b.current for c in run.combinations),
                    key=lambda item: item[:2])
     for hw, combo_id, run, c in found:
@@ -134,7 +134,7 @@ def page(b: Builder) -> list[Page]:
         if study is None or hw not in b.hw_slugs:
             continue
         trace = trace_path(run.path, study)
-        model = str((record.get("combination") or {}).get("model"))
+        model = str(fields.get(record, "combination.model"))
         entry: dict[str, Any] = {
             "combo_id": combo_id, "model": model, "status": study.get("status"),
             "reason": study.get("reason"), "iterations": study.get("iterations"),

@@ -58,14 +58,14 @@ def training_rows(records: Sequence[tuple[Mapping[str, Any], str | None]]) -> li
     """One row per training record (``(record, json link)``), in the given order."""
     rows = []
     for record, link in records:
-        combo = record.get("combination") or {}
+        combo = fields.get(record, "combination") or {}
         if not is_ok(record) or combo.get("mode") not in TRAIN_MODES:
             continue
         training = fields.get(record, "memory.training") or {}
         phases = {r["phase"]: r for r in phase_rows(record)}
         analytic = fields.get(record, "memory.training.analytic_bytes") or {}
         rows.append({
-            "combo_id": str(record.get("id")), "mode": combo.get("mode"),
+            "combo_id": str(fields.get(record, "id")), "mode": combo.get("mode"),
             "attn": combo.get("attn_implementation"), "dtype": combo.get("dtype"),
             "seq": combo.get("seq_len"), "batch": combo.get("batch_size"), "json": link,
             "median": _num(fields.get(record, "timing.median")),
