@@ -104,7 +104,7 @@ def bench_figures(bench_dir: Path) -> Mapping[str, Any] | None:
 
 
 def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
-    from reportgen.bench.page import fmt_interval, fmt_value
+    from reportgen.bench.page import figure_interval, figure_value
 
     run = latest_run(runs_root, "cpu-default")
     today = latest_run(runs_root, "cpu-today")
@@ -118,7 +118,7 @@ def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
         "train": _TEMPLATE.get_template("readme_train.md.j2").render(
             run=train_figures(train) if train else None, phases=PHASES),
         "bench": _TEMPLATE.get_template("readme_bench.md.j2").render(
-            bench=bench, fmt_value=fmt_value, fmt_interval=fmt_interval),
+            bench=bench, figure_value=figure_value, figure_interval=figure_interval),
     }
 
 

@@ -56,9 +56,9 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
     charts = chart_specs(doc)
     block = chart_block or site_chart_block()
     env = make_environment("reportgen.bench", finalize=inert, filters={
-        "num": fmt_number, "pct": fmt.pct, "value": fmt_value,
-        "interval": lambda fig: Markup(fmt_interval(fig)),  # numbers and brackets
-        "cell": fmt_cell})
+        "num": fmt.sig, "pct": fmt.pct, "value": figure_value,
+        "interval": lambda fig: Markup(figure_interval(fig)),  # numbers and brackets
+        "cell": table_cell})
     figures = doc["figures"]
     order = [k for k in FIGURES if k in figures] + [k for k in figures if k not in FIGURES]
     return env.get_template("validation.md.j2").render(
@@ -86,7 +86,7 @@ STATUS_BADGE = {status: Markup(f'<span class="rg-badge rg-badge-{cls}">{text}</s
 # ---------------------------------------------------------------- formatting (display only)
 
 # HTML's specials and the Markdown that would make a link, code or emphasis out of data (an
-# exception message, a model class); "|" is left to fmt_cell, which escapes it in tables.
+# exception message, a model class); "|" is left to table_cell, which escapes it in tables.
 _INERT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
                         "`": "&#96;", "*": "&#42;", "_": "&#95;", "[": "&#91;", "]": "&#93;"})
 
@@ -104,43 +104,33 @@ def inert(value: Any) -> str:
 
 
 
-def fmt_number(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return fmt.DASH
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return f"{x:,}"
-    if isinstance(x, float):
-        if x == 0:
-            return "0"
-        if abs(x) >= 1000:
-            return f"{x:,.0f}"
-        return f"{x:.{digits}g}"
-    return str(x)
+def _figure_number(unit: Any) -> Callable[[Any], str]:
+    """How a figure's numbers are written by its unit: shares as percentages, ratios to
+    four decimals, anything else to three significant digits."""
+    if unit in ("share", "fraction"):
+        return lambda x: fmt.pct(x, 2)
+    if unit == "ratio":
+        return lambda x: fmt.fixed(x, 4)
+    return fmt.sig
 
 
-def fmt_value(fig: Mapping[str, Any]) -> str:
+def figure_value(fig: Mapping[str, Any]) -> str:
+    """A figure's value with its unit (a percentage or a ratio says its own)."""
     v = fig.get("value")
     unit = fig.get("unit") or ""
     if v is None:
         return fmt.DASH
-    if unit in ("share", "fraction"):
-        return fmt.pct(v, 2)
-    if unit == "ratio":
-        return fmt.fixed(v, 4)
-    return f"{fmt_number(v)} {unit}".strip()
+    if unit in ("share", "fraction", "ratio"):
+        return _figure_number(unit)(v)
+    return fmt.with_unit(v, unit)
 
 
-def fmt_interval(fig: Mapping[str, Any]) -> str:
+def figure_interval(fig: Mapping[str, Any]) -> str:
+    """A figure's interval in brackets, its ends written as its value is."""
     iv = fig.get("interval")
     if not iv:
         return fmt.DASH
-    if fig.get("unit") in ("share", "fraction"):
-        return f"[{fmt.pct(iv[0], 2)}, {fmt.pct(iv[1], 2)}]"
-    if fig.get("unit") == "ratio":
-        return f"[{fmt.fixed(iv[0], 4)}, {fmt.fixed(iv[1], 4)}]"
-    return f"[{fmt_number(iv[0])}, {fmt_number(iv[1])}]"
+    return fmt.interval(iv[0], iv[1], _figure_number(fig.get("unit")))
 
 
 def is_confidence_interval(fig: Mapping[str, Any]) -> bool:
@@ -157,12 +147,13 @@ def interval_name(fig: Mapping[str, Any]) -> str:
     return str(fig.get("interval_kind")).split("(")[0].strip() or "range"
 
 
-def fmt_cell(x: Any) -> str:
+def table_cell(x: Any) -> str:
+    """A row value for a Markdown table: lists and mappings joined, ``|`` escaped."""
     if isinstance(x, (list, tuple)):
-        return ", ".join(fmt_cell(v) for v in x) or fmt.DASH
+        return ", ".join(table_cell(v) for v in x) or fmt.DASH
     if isinstance(x, dict):
-        return ", ".join(f"{k}: {fmt_cell(v)}" for k, v in x.items()) or fmt.DASH
-    return fmt_number(x).replace("|", "\\|")
+        return ", ".join(f"{k}: {table_cell(v)}" for k, v in x.items()) or fmt.DASH
+    return fmt.sig(x).replace("|", "\\|")
 
 
 # ---------------------------------------------------------------- charts (data -> spec)

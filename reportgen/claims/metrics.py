@@ -384,26 +384,23 @@ def format_value(value: float | None, unit: str) -> str:
     if unit == "share":
         return fmt.pct(value)
     if unit == "ratio":
-        return f"{value:.3g}x"
+        return fmt.ratio_sig(value)
     if unit == "kernels":
-        return f"{value:g}"
+        return fmt.general(value)
     if unit == "percent":
         return f"{fmt.pct_value(value)} of peak"
     if unit == "ms":
-        return f"{value * 1000:.1f} us" if value < 1 else f"{value:.4g} ms"
+        return fmt.duration_ms(value)
     if unit == "bytes":
-        for step, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-            if abs(value) >= step:
-                return f"{value / step:.3g} {name}"
-        return f"{value:g} B"
-    return f"{value:.4g}"
+        return fmt.nbytes_compact(value)
+    return fmt.general(value, 4)
 
 
 def format_range(low: float, high: float, unit: str) -> str:
     """``30.1–38.5%`` (one unit sign where the unit is a suffix without a space)."""
     lo, hi = format_value(low, unit), format_value(high, unit)
     if unit == "percent":
-        return f"{low:.1f}\u2013{hi}"
+        return f"{fmt.fixed(low, 1)}\u2013{hi}"
     if unit in ("share", "ratio") and lo[-1] == hi[-1]:
         return f"{lo[:-1]}\u2013{hi}"
     return f"{lo}\u2013{hi}"

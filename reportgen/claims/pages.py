@@ -20,6 +20,7 @@ from reportgen.claims.cite import cite
 from reportgen.claims.evaluate import CONTEXT_OUTCOME, CheckReport, ClaimResult, check
 from reportgen.claims.metrics import format_value
 from reportgen.claims.registry import Comparison, Hardware, Ordering
+from reportgen.render import fmt
 from reportgen.render.builder import rel
 from reportgen.render.charts import script_block
 from reportgen.render.templating import make_environment
@@ -162,7 +163,7 @@ def threshold_label(check: Comparison) -> str:
     """The claim's threshold as the chart labels it: "claim: > 60.0%", "claim: 3.7x ± 15%"."""
     unit = check.metric.unit
     if check.op in ("==", "approx") and check.tolerance:
-        tol = f"{check.tolerance:.0%}" if check.relative else format_value(check.tolerance, unit)
+        tol = fmt.pct(check.tolerance, 0) if check.relative else format_value(check.tolerance, unit)
         return f"claim: {format_value(check.value, unit)} \u00b1 {tol}"
     return f"claim: {check.op} {format_value(check.value, unit)}"
 

@@ -16,6 +16,7 @@ import yaml
 
 from reportgen.claims.metrics import Metric, MetricError, parse_metric
 from reportgen.errors import UserError
+from reportgen.render import fmt
 
 OPS = (">", ">=", "<", "<=", "==", "approx")
 ORDERS = ("ascending", "fastest")
@@ -64,9 +65,9 @@ class Comparison:
 
     def describe(self) -> str:
         if self.op in ("==", "approx") and self.tolerance:
-            tol = f"{self.tolerance:.0%}" if self.relative else f"{self.tolerance:g}"
-            return f"{self.metric.text} \u2248 {self.value:g} \u00b1 {tol}"
-        return f"{self.metric.text} {self.op} {self.value:g}"
+            tol = fmt.pct(self.tolerance, 0) if self.relative else fmt.general(self.tolerance)
+            return f"{self.metric.text} \u2248 {fmt.general(self.value)} \u00b1 {tol}"
+        return f"{self.metric.text} {self.op} {fmt.general(self.value)}"
 
 
 @dataclass(frozen=True)

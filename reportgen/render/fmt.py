@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -108,6 +109,61 @@ def integer(x: Any) -> str:
     return DASH if f is None else f"{int(round(f)):,}"
 
 
+def sig(x: Any, digits: int = 3) -> str:
+    """A figure as a results table prints it: ``digits`` significant digits in Python's
+    general format (``0.123``, ``1e-05``), whole numbers with thousands separators from
+    1,000 up and for integers (``12,346``), ``yes``/``no`` for booleans, text as given."""
+    if x is None:
+        return DASH
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if x == 0:
+            return "0"
+        if abs(x) >= 1000:
+            return f"{x:,.0f}"
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def general(x: Any, digits: int = 6) -> str:
+    """Python's general format: ``digits`` significant digits, trailing zeros dropped,
+    an exponent for very large or small values (``12.35``, ``1.235e+08``)."""
+    if x is None:
+        return DASH
+    return f"{float(x):.{digits}g}"
+
+
+def with_unit(x: Any, unit: Any, number: Callable[[Any], str] = sig) -> str:
+    """A number followed by its unit (``12.3 ms``); the number alone without one."""
+    if x is None:
+        return DASH
+    return f"{number(x)} {unit or ''}".strip()
+
+
+def interval(lo: Any, hi: Any, number: Callable[[Any], str] = sig) -> str:
+    """Both ends in brackets, each written by ``number``: ``[1.23, 4.56]``."""
+    return f"[{number(lo)}, {number(hi)}]"
+
+
+def ratio_sig(x: Any, digits: int = 3) -> str:
+    """A ratio to ``digits`` significant digits: ``3.7x``, ``1.05x``."""
+    if x is None:
+        return DASH
+    return f"{general(x, digits)}x"
+
+
+def duration_ms(x: Any) -> str:
+    """A duration given in milliseconds, in microseconds below 1 ms (``146.8 us``), else
+    to four significant digits (``12.35 ms``)."""
+    if x is None:
+        return DASH
+    f = float(x)
+    return f"{f * 1000:.1f} us" if f < 1 else f"{general(f, 4)} ms"
+
+
 # What a record's sequence length counts (``inputs.sequence``; records without it count
 # tokens), and where the word alone does not say what a position is, a note by the
 # model's main input (``inputs.input``).
@@ -154,6 +210,24 @@ def nbytes(x: Any) -> str:
         if abs(f) >= size:
             return f"{num(f / size)} {unit}"
     return f"{int(f)} B"
+
+
+def nbytes_compact(x: Any) -> str:
+    """A byte count in binary units to three significant digits without trailing zeros
+    (``1.5 GiB``, ``512 B``); :func:`nbytes` keeps them (``1.50 GiB``)."""
+    if x is None:
+        return DASH
+    f = float(x)
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if abs(f) >= size:
+            return f"{general(f / size, 3)} {unit}"
+    return f"{general(f)} B"
+
+
+def gib(x: Any, decimals: int = 1) -> str:
+    """A byte count in GiB to fixed decimals, as memory sizes are stated: ``79.6 GiB``."""
+    f = _finite(x)
+    return DASH if f is None else f"{fixed(f / 2 ** 30, decimals)} GiB"
 
 
 def _decimal(x: Any, units: tuple[tuple[str, float], ...], base: str) -> str:
@@ -235,5 +309,7 @@ def when(value: object) -> str:
 FILTERS = {"breakable": breakable, "when": when, "front_matter_title": front_matter_title, "html_attr": html_attr,
            "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
            "fixed": fixed, "integer": integer, "seq_length": length, "nbytes": nbytes, "flops": flops,
-           "bandwidth": bandwidth, "quantity": quantity,
+           "bandwidth": bandwidth, "quantity": quantity, "sig": sig, "general": general,
+           "ratio_sig": ratio_sig, "duration_ms": duration_ms, "nbytes_compact": nbytes_compact,
+           "gib": gib,
            "code_block": code_block, "url": url, "raw": Raw}

@@ -5,10 +5,12 @@ label/value rows. Every field is optional: older records and other hosts lack so
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reportgen.records import fields
+from reportgen.render import fmt
 
 SEP = " · "
 
@@ -90,8 +92,10 @@ def _yes_no(value: Any) -> str | None:
 
 
 def _bytes_gib(value: Any) -> str | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return f"{value / 2 ** 30:.1f} GiB"
+    """A memory size the record states (a positive, finite byte count), else None."""
+    if (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+            and math.isfinite(value)):
+        return fmt.gib(value)
     return None
 
 

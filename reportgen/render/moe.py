@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reportgen.records import fields
+from reportgen.render import fmt
 
 DECODE = "decode"
 """The mode that routes one new token per sequence: its figures describe one step."""
@@ -86,7 +87,7 @@ def top_k(value: Any) -> str | None:
     f = _finite(value)
     if f is None:
         return None
-    return str(int(round(f))) if abs(f - round(f)) < 5e-3 else f"{f:.2f}"
+    return str(int(round(f))) if abs(f - round(f)) < 5e-3 else fmt.fixed(f)
 
 
 def overview(moe: Mapping[str, Any], layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,222 @@
+"""The display formatters in reportgen.render.fmt that the Validation page, the README's
+bench block, the claim pages and the hardware facts print their numbers with."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from reportgen.bench.page import figure_interval, figure_value, table_cell
+from reportgen.claims.metrics import format_range, format_value
+from reportgen.render import fmt
+from reportgen.render.machine import environment_facts
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("value, text", [
+    (None, fmt.DASH),
+    (True, "yes"),
+    (False, "no"),
+    (0, "0"),
+    (0.0, "0"),
+    (-0.0, "0"),
+    (7, "7"),
+    (-1234567, "-1,234,567"),
+    (12345.6, "12,346"),
+    (-1000.0, "-1,000"),
+    (999.4, "999"),
+    (0.12345, "0.123"),
+    (-0.012345, "-0.0123"),
+    (1.0, "1"),
+    (1e-05, "1e-05"),
+    (1.5e20, "150,000,000,000,000,000,000"),
+    (NAN, "nan"),
+    (INF, "inf"),
+    (-INF, "-inf"),
+    ("a|b", "a|b"),
+])
+def test_sig(value: object, text: str) -> None:
+    assert fmt.sig(value) == text
+
+
+def test_sig_digits() -> None:
+    assert fmt.sig(3.14159, 5) == "3.1416"
+    assert fmt.sig(3.14159, 1) == "3"
+
+
+@pytest.mark.parametrize("value, digits, text", [
+    (None, 6, fmt.DASH),
+    (0, 6, "0"),
+    (2, 6, "2"),
+    (2.5, 6, "2.5"),
+    (-0.25, 6, "-0.25"),
+    (1234.5678, 4, "1235"),
+    (123456789, 4, "1.235e+08"),
+    (0.000012345, 4, "1.234e-05"),
+    (NAN, 4, "nan"),
+    (INF, 6, "inf"),
+])
+def test_general(value: object, digits: int, text: str) -> None:
+    assert fmt.general(value, digits) == text
+
+
+@pytest.mark.parametrize("value, unit, text", [
+    (None, "ms", fmt.DASH),
+    (12.345, "ms", "12.3 ms"),
+    (0, "ms", "0 ms"),
+    (-2.5, "s", "-2.5 s"),
+    (4096, "tokens", "4,096 tokens"),
+    (1.5, "", "1.5"),
+    (1.5, None, "1.5"),
+    (NAN, "ms", "nan ms"),
+])
+def test_with_unit(value: object, unit: object, text: str) -> None:
+    assert fmt.with_unit(value, unit) == text
+
+
+def test_with_unit_number() -> None:
+    assert fmt.with_unit(1.23456, "GB", fmt.fixed) == "1.23 GB"
+
+
+def test_interval() -> None:
+    assert fmt.interval(1.234, 5678.9) == "[1.23, 5,679]"
+    assert fmt.interval(None, 2) == f"[{fmt.DASH}, 2]"
+    assert fmt.interval(-0.5, 0) == "[-0.5, 0]"
+    assert fmt.interval(0.1, 0.2, lambda x: fmt.pct(x, 2)) == "[10.00%, 20.00%]"
+    assert fmt.interval(NAN, INF, lambda x: fmt.fixed(x, 4)) == f"[{fmt.DASH}, {fmt.DASH}]"
+
+
+@pytest.mark.parametrize("value, text", [
+    (None, fmt.DASH),
+    (0, "0x"),
+    (3.6666, "3.67x"),
+    (1.0, "1x"),
+    (-0.5, "-0.5x"),
+    (12345.0, "1.23e+04x"),
+    (NAN, "nanx"),
+])
+def test_ratio_sig(value: object, text: str) -> None:
+    assert fmt.ratio_sig(value) == text
+
+
+@pytest.mark.parametrize("value, text", [
+    (None, fmt.DASH),
+    (0, "0.0 us"),
+    (0.1468, "146.8 us"),
+    (-3.0, "-3000.0 us"),
+    (1, "1 ms"),
+    (12.3456, "12.35 ms"),
+    (123456.0, "1.235e+05 ms"),
+    (NAN, "nan ms"),
+    (INF, "inf ms"),
+])
+def test_duration_ms(value: object, text: str) -> None:
+    assert fmt.duration_ms(value) == text
+
+
+@pytest.mark.parametrize("value, text", [
+    (None, fmt.DASH),
+    (0, "0 B"),
+    (512, "512 B"),
+    (1023.5, "1023.5 B"),
+    (1024, "1 KiB"),
+    (1.5 * 2 ** 30, "1.5 GiB"),
+    (-3 * 2 ** 20, "-3 MiB"),
+    (2 ** 50, "1.05e+06 GiB"),
+    (NAN, "nan B"),
+])
+def test_nbytes_compact(value: object, text: str) -> None:
+    assert fmt.nbytes_compact(value) == text
+
+
+def test_nbytes_compact_keeps_fewer_zeros_than_nbytes() -> None:
+    assert fmt.nbytes(1.5 * 2 ** 30) == "1.50 GiB"
+    assert fmt.nbytes_compact(1.5 * 2 ** 30) == "1.5 GiB"
+
+
+@pytest.mark.parametrize("value, text", [
+    (None, fmt.DASH),
+    (0, "0.0 GiB"),
+    (80 * 10 ** 9, "74.5 GiB"),
+    (2 ** 40, "1024.0 GiB"),
+    (-(2 ** 30), "-1.0 GiB"),
+    (NAN, fmt.DASH),
+    (INF, fmt.DASH),
+    (True, fmt.DASH),
+])
+def test_gib(value: object, text: str) -> None:
+    assert fmt.gib(value) == text
+
+
+def test_new_formatters_are_filters() -> None:
+    for name in ("sig", "general", "ratio_sig", "duration_ms", "nbytes_compact", "gib"):
+        assert fmt.FILTERS[name] is getattr(fmt, name)
+
+
+# ---------------------------------------------------------------- the callers' choices
+
+
+@pytest.mark.parametrize("fig, value, interval", [
+    ({"value": None, "unit": "ms", "interval": None}, fmt.DASH, fmt.DASH),
+    ({"value": 0.1234, "unit": "share", "interval": [0.1, 0.15]}, "12.34%", "[10.00%, 15.00%]"),
+    ({"value": 0.5, "unit": "fraction", "interval": []}, "50.00%", fmt.DASH),
+    ({"value": 1.023456, "unit": "ratio", "interval": [1.0, NAN]}, "1.0235", f"[1.0000, {fmt.DASH}]"),
+    ({"value": 1234.5, "unit": "ms", "interval": [1000.0, 1500.25]}, "1,234 ms", "[1,000, 1,500]"),
+    ({"value": 3, "unit": None, "interval": [2, 4]}, "3", "[2, 4]"),
+    ({"value": 0.0, "unit": "s", "interval": [-0.001, 0.001]}, "0 s", "[-0.001, 0.001]"),
+])
+def test_figure_value_and_interval(fig: dict, value: str, interval: str) -> None:
+    assert figure_value(fig) == value
+    assert figure_interval(fig) == interval
+
+
+def test_table_cell() -> None:
+    assert table_cell([1, 2.5, None]) == f"1, 2.5, {fmt.DASH}"
+    assert table_cell({"a": 1000.0, "b": True}) == "a: 1,000, b: yes"
+    assert table_cell([]) == fmt.DASH
+    assert table_cell("x|y") == "x\\|y"
+
+
+@pytest.mark.parametrize("value, unit, text", [
+    (None, "ms", "-"),
+    (0.356, "share", "35.6%"),
+    (3.6666, "ratio", "3.67x"),
+    (12.0, "kernels", "12"),
+    (45.67, "percent", "45.7% of peak"),
+    (0.1468, "ms", "146.8 us"),
+    (12.3456, "ms", "12.35 ms"),
+    (1.2 * 2 ** 30, "bytes", "1.2 GiB"),
+    (100.0, "bytes", "100 B"),
+    (0.0, "flops", "0"),
+    (123456.0, "flops", "1.235e+05"),
+    (-2.5, "flops", "-2.5"),
+])
+def test_claim_values(value: float | None, unit: str, text: str) -> None:
+    assert format_value(value, unit) == text
+
+
+@pytest.mark.parametrize("low, high, unit, text", [
+    (0.301, 0.385, "share", "30.1\u201338.5%"),
+    (1.5, 2.25, "ratio", "1.5\u20132.25x"),
+    (30.12, 38.46, "percent", "30.1\u201338.5% of peak"),
+    (0.5, 2.0, "ms", "500.0 us\u20132 ms"),
+    (2 ** 20, 2 ** 30, "bytes", "1 MiB\u20131 GiB"),
+    (-1.0, 1.0, "flops", "-1\u20131"),
+])
+def test_claim_ranges(low: float, high: float, unit: str, text: str) -> None:
+    assert format_range(low, high, unit) == text
+
+
+@pytest.mark.parametrize("ram, text", [
+    (64 * 2 ** 30, "64.0 GiB"),
+    (0, None),
+    (-1, None),
+    (True, None),
+    ("64 GiB", None),
+    (math.inf, None),
+])
+def test_memory_fact(ram: object, text: str | None) -> None:
+    facts = {f["label"]: f["value"] for f in environment_facts({"host": {"ram_total_bytes": ram}})}
+    assert facts.get("Memory (RAM)") == text
