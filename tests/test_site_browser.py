@@ -365,13 +365,16 @@ def test_dark_mode_from_the_system_setting(site: tuple[str, Path], browser: CDP)
     base, _ = site
     url = base + "hardware/nvidia-synthetic-h200-1x/bert-base/"
     _open(browser, url)
-    browser.evaluate("localStorage.clear()")  # no palette chosen by hand
     _viewport(browser, 1400, dark=True)
     try:
+        # the system setting in effect before the page is loaded again, and no palette
+        # chosen by hand (an earlier test's toggle, or the palette the open page switched
+        # to, stored): a fresh load must take the dark palette from the system alone
+        browser.wait_for("matchMedia('(prefers-color-scheme: dark)').matches", "the emulated dark system setting")
+        browser.evaluate("localStorage.clear()")
         browser.events.clear()
-        browser.send("Page.reload")
-        browser.wait_for("document.readyState === 'complete' && document.body"
-                         " && document.body.getAttribute('data-md-color-scheme') === 'slate'",
+        _open(browser, url + "?system-dark")
+        browser.wait_for("document.body.getAttribute('data-md-color-scheme') === 'slate'",
                          "the dark palette from prefers-color-scheme")
         browser.wait_for("document.querySelectorAll('div.rg-chart').length >= 2",
                          "the page's charts")
