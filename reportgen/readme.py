@@ -35,7 +35,8 @@ def run_figures(run: Run) -> dict[str, Any]:
         shares = row.get("shares") or {}
         rows.append({**row, "other_overhead": (shares.get("other", 0.0) + shares.get("overhead", 0.0)
                                                if shares else None)})
-    durations = [c.get("duration_s") or 0.0 for c in run.combination_records()]
+    records = {str(c.get("id")): c for c in run.combination_records()}
+    durations = [c.get("duration_s") or 0.0 for c in records.values()]
     ok = [r for r in rows if is_ok(r)]
     sums = [sum(r["shares"].values()) for r in ok]
     return {
@@ -45,6 +46,7 @@ def run_figures(run: Run) -> dict[str, Any]:
         "counts": {s: sum(1 for r in rows if r["status"] == s) for s in COMBINATION_STATUSES},
         "measure_s": sum(durations),
         "max_share_error": max((abs(s - 1.0) for s in sums), default=None),
+        "records": records,  # each combination's record by id, read once
     }
 
 
@@ -52,7 +54,6 @@ def today_figures(run: Run) -> dict[str, Any]:
     """``run_figures`` with each combination's attention, experts, mixer shares and the
     busiest expert's load against the mean (today's architectures)."""
     from reportgen.categories import ATTENTION_CATEGORIES, MOE_CATEGORIES
-    from reportgen.records.schema import load_combination
 
     figures = run_figures(run)
     for row in figures["rows"]:
@@ -60,8 +61,7 @@ def today_figures(run: Run) -> dict[str, Any]:
         row["attention"] = sum(shares.get(c, 0.0) for c in ATTENTION_CATEGORIES)
         row["moe"] = sum(shares.get(c, 0.0) for c in MOE_CATEGORIES)
         row["mixer"] = shares.get("mixer", 0.0)
-        path = run.combination_path(row["id"])
-        moe = fields.get(load_combination(path), "moe") if path.is_file() else None
+        moe = fields.get(figures["records"].get(row["id"]), "moe")
         row["load"] = (moe or {}).get("max_over_mean")
     return figures
 
@@ -70,14 +70,12 @@ def train_figures(run: Run) -> dict[str, Any]:
     """``run_figures`` with each training combination's phases (forward, backward,
     optimizer: share and interval), its attention core's share of the step and the step's
     peak memory (the combination page's "Training step" rows)."""
-    from reportgen.records.schema import load_combination
     from reportgen.render.training import training_rows
 
     figures = run_figures(run)
     rows = []
     for row in figures["rows"]:
-        path = run.combination_path(row["id"])
-        record = load_combination(path) if path.is_file() else None
+        record = figures["records"].get(row["id"])
         trained = training_rows([(record, None)]) if record is not None else []
         if trained:
             core = (row.get("shares") or {}).get("attention.core")
