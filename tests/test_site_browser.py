@@ -371,7 +371,12 @@ def test_dark_mode_from_the_system_setting(site: tuple[str, Path], browser: CDP)
         # chosen by hand (an earlier test's toggle, or the palette the open page switched
         # to, stored): a fresh load must take the dark palette from the system alone
         browser.wait_for("matchMedia('(prefers-color-scheme: dark)').matches", "the emulated dark system setting")
-        browser.evaluate("localStorage.clear()")
+        # the stored palette is cleared with no page of the site open, so no page can
+        # store one again (on leaving) before the fresh load reads it
+        browser.send("Page.navigate", {"url": "about:blank"})
+        browser.wait_for("location.href === 'about:blank' && document.readyState === 'complete'", "a blank page")
+        origin = base.rstrip("/")
+        browser.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "local_storage"})
         browser.events.clear()
         _open(browser, url + "?system-dark")
         browser.wait_for("document.body.getAttribute('data-md-color-scheme') === 'slate'",
