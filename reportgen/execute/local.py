@@ -18,6 +18,7 @@ from typing import Any
 
 from reportgen.execute import rounds
 from reportgen.execute.console import Progress
+from reportgen.execute.forkserver import ForkServer, preload_for
 from reportgen.execute.plan import HEARTBEAT_S, Claims, read_record
 from reportgen.execute.record import combination_record, utc_now
 from reportgen.execute.supervisor import Outcome, Supervisor
@@ -148,10 +149,18 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, specs: list[WorkerSpec], *, timeout_s: float,
-                 supervisor: Callable[..., Supervisor] = Supervisor) -> None:
+                 supervisor: Callable[..., Supervisor] = Supervisor, fork: bool = True) -> None:
         self.specs = specs
         self.timeout_s = timeout_s
         self.make_supervisor = supervisor
+        self.fork = fork  # CPU workers forked from a fork server (else each one spawned)
+
+    def _forkserver(self, job: Job, log_dir: Any) -> ForkServer | None:
+        cpu = [spec for spec in self.specs if spec.device == "cpu"]
+        if not self.fork or not cpu:
+            return None
+        measures = [p for spec in cpu for p in (spec.measure, spec.preflight)]
+        return ForkServer(log_dir=log_dir, preload=preload_for(job.todo, measures))
 
     def run(self, job: Job, progress: Progress) -> None:
         claims = Claims(job.store.run_dir)
@@ -164,7 +173,9 @@ class LocalExecutor:
         ended: set[str] = set()  # combinations whose record this invocation wrote
         errors: list[BaseException] = []
         log_dir = paths.logs_dir(job.store.run_dir)
-        supervisors = [self.make_supervisor(spec, log_dir=log_dir, timeout_s=self.timeout_s)
+        forkserver = self._forkserver(job, log_dir)
+        supervisors = [self.make_supervisor(spec, log_dir=log_dir, timeout_s=self.timeout_s,
+                                            **({"forkserver": forkserver} if forkserver else {}))
                        for spec in self.specs]
 
         def next_unit() -> rounds.Unit | None:
@@ -258,5 +269,7 @@ class LocalExecutor:
         finally:
             stop.set()
             beat.join(timeout=5)
+            if forkserver is not None:
+                forkserver.close()
         if errors:
             raise errors[0]

@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from reportgen.execute.forkserver import ForkedProcess, ForkServer, ForkServerError
 from reportgen.execute.memory import (
     GIB,
     MemoryCgroup,
@@ -32,7 +33,7 @@ from reportgen.execute.memory import (
     memory_cgroup,
     refresh,
 )
-from reportgen.execute.worker import WorkerSpec
+from reportgen.execute.worker import WorkerSpec, child_env, close_quietly, wait_ready
 from reportgen.records.status import FAILED
 
 READY_TIMEOUT_S = 300.0  # importing torch on a cold network filesystem can take minutes
@@ -95,13 +96,16 @@ class Supervisor:
     """Owns one worker process for one device slot."""
 
     def __init__(self, spec: WorkerSpec, *, log_dir: str | Path, timeout_s: float,
-                 env: Mapping[str, str] | None = None, python: str = sys.executable) -> None:
+                 env: Mapping[str, str] | None = None, python: str = sys.executable,
+                 forkserver: ForkServer | None = None) -> None:
         self.spec = spec
+        # CPU workers are forked from it where one is given (GPU workers are always spawned)
+        self.forkserver = forkserver if spec.device == "cpu" else None
         self.log_dir = Path(log_dir)
         self.timeout_s = timeout_s
         self.env = dict(os.environ if env is None else env)
         self.python = python
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedProcess | None = None
         self.conn: Connection | None = None
         self.log_path: Path | None = None
         self.starts = 0
@@ -116,32 +120,30 @@ class Supervisor:
         slot = self.spec.slot.replace(":", "")
         self.log_path = self.log_dir / f"worker-{slot}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{self.starts}.log"
         parent_sock, child_sock = socket.socketpair()
-        env = dict(self.env)
+        env = child_env(self.env)
         if self.spec.visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.spec.visible_devices
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        # the worker imports what this process can (as multiprocessing's spawn does)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [self.python, "-m", "reportgen.execute.worker", "--fd", str(child_sock.fileno()),
-                 "--spec", self.spec.to_json(), "--parent", str(os.getpid())],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                pass_fds=(child_sock.fileno(),), close_fds=True,
-            )
+        self.proc = None
+        if self.forkserver is not None:
+            try:
+                self.proc = self.forkserver.fork(self.spec.to_json(), self.log_path, child_sock.fileno())
+            except ForkServerError as exc:
+                # spawned instead, as without a fork server: slower to start, measured alike
+                with open(self.log_path, "ab") as log:
+                    log.write(f"--- {exc}; this worker is spawned\n".encode())
+        if self.proc is None:
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [self.python, "-m", "reportgen.execute.worker", "--fd", str(child_sock.fileno()),
+                     "--spec", self.spec.to_json(), "--parent", str(os.getpid())],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                    pass_fds=(child_sock.fileno(),), close_fds=True,
+                )
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.conn.poll(POLL_S):
-                try:
-                    message = self.conn.recv()
-                except EOFError:
-                    break
-                if isinstance(message, tuple) and message[:1] == ("ready",):
-                    return
-            if self.proc.poll() is not None or self.stopping:
-                break
+        proc = self.proc
+        if wait_ready(self.conn, lambda: proc.poll() is None and not self.stopping, READY_TIMEOUT_S, POLL_S):
+            return
         self.kill()
         raise WorkerStartError(f"the {self.spec.slot} worker did not start; its log says why: "
                                f"{self.log_path}\n{self._tail(0)}")
@@ -155,11 +157,7 @@ class Supervisor:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
-        if conn is not None:
-            try:
-                conn.close()
-            except OSError:
-                pass
+        close_quietly(conn)
 
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not within a few seconds."""
@@ -191,7 +189,7 @@ class Supervisor:
         proc = self.proc
         offset = self.log_path.stat().st_size
         execution = {"slot": self.spec.slot, "worker_pid": self.proc.pid, "worker_start": self.starts,
-                     "timeout_s": self.timeout_s}
+                     "worker_forked": isinstance(self.proc, ForkedProcess), "timeout_s": self.timeout_s}
         peak = host_memory()
         cgroup = memory_cgroup(self.proc.pid)
         t0 = time.monotonic()
@@ -215,8 +213,7 @@ class Supervisor:
                 execution["worker_restarted"] = True
                 return Outcome(FAILED, f"timed out after {self.timeout_s:.0f} s; worker restarted",
                                execution=execution, log_tail=self._tail(offset))
-        self.proc.wait()
-        code = self.proc.returncode
+        code = self.proc.wait()
         seconds = time.monotonic() - t0
         tail = self._tail(offset)
         self.kill()

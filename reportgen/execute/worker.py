@@ -1,7 +1,8 @@
 """The measuring process: ``python -m reportgen.execute.worker --fd N --spec JSON``.
 
-A fresh interpreter (spawned, never forked: no inherited CUDA context, locks or threads),
-one per device, that measures one combination at a time for its supervisor. It talks over
+A fresh interpreter (spawned, or on the CPU forked from a fork server that has only
+imported modules, ``execute.forkserver``: never a process with a CUDA context, locks held
+or threads), one per device, that measures one combination at a time for its supervisor. It talks over
 the socket ``--fd`` (``multiprocessing.connection`` messages); its stdout and stderr are the
 worker's log in the run directory, so the profiler's own output never reaches the console.
 
@@ -241,7 +242,42 @@ def _gpu_snapshot(spec: WorkerSpec, index: int | None) -> dict[str, Any] | None:
 
 # --- the process ------------------------------------------------------------------------
 
-def _watch_parent(parent: int) -> None:
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a process this one starts (a worker, the fork server): unbuffered
+    output, and this process's import path (as multiprocessing's spawn does)."""
+    out = dict(env)
+    out.setdefault("PYTHONUNBUFFERED", "1")
+    out["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, out.get("PYTHONPATH", "")] if p)
+    return out
+
+
+def wait_ready(conn: Connection, alive: Callable[[], bool], timeout_s: float, poll_s: float) -> bool:
+    """Whether a started process said ``("ready", pid)`` within ``timeout_s`` while alive."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if conn.poll(poll_s):
+            try:
+                message = conn.recv()
+            except EOFError:
+                return False
+            if isinstance(message, tuple) and message[:1] == ("ready",):
+                return True
+        if not alive():
+            return False
+    return False
+
+
+def close_quietly(conn: Connection | None) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+
+def watch_parent(parent: int) -> None:
+    """Exit at once when ``parent`` is no longer this process's parent (it died)."""
+
     def watch() -> None:
         while True:
             if os.getppid() != parent:
@@ -283,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Ctrl-C at a terminal reaches the whole process group; stopping is the parent's job.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _watch_parent(args.parent)
+    watch_parent(args.parent)
     spec = WorkerSpec.from_json(args.spec)
     conn = Connection(args.fd)
     try:
