@@ -387,6 +387,10 @@ def test_bench_training_combinations_and_a_paired_round(built: Any) -> None:
     assert {c.mode for c in combos} == set(TRAIN_MODES) and {c.scale for c in combos} == {"tiny"}
     with pytest.raises(ValueError):
         training_check.combinations(quick=True, modes=("forward",))
+    # the ablation at a length where the attention core is a resolvable share of a step
+    full = training_check.combinations(quick=False, seq_len=training_check.ABLATION_SEQ)
+    assert {c.seq_len for c in full} == {256} and {c.scale for c in full} == {"reference"}
+    assert {c.seq_len for c in training_check.combinations(quick=False)} == {128}
     b = built["train"]
     pairs = paired_forwards(b.step, b.model, budget_s=0.05, min_pairs=2, warmup=1)
     assert pairs["calls"] == 2 and len(pairs["full_ms"]) >= 2
