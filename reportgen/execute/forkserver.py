@@ -106,7 +106,7 @@ def _model_types(models: Sequence[Sequence[Any]]) -> list[str]:
 
 def _import_all(modules: Sequence[str]) -> list[str]:
     failed: list[str] = []
-    for name in [*BASE_MODULES, *modules]:
+    for name in modules:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - the worker imports it again and reports
@@ -128,7 +128,6 @@ def _child(fd: int, spec_json: str, log_path: str, control: Connection) -> None:
 
         worker.watch_parent(os.getppid())
         print(f"--- forked from the fork server (pid {os.getppid()})", flush=True)
-        gc.enable()
         code = worker.serve(Connection(fd), worker.WorkerSpec.from_json(spec_json))
     except BaseException:  # noqa: BLE001 - whatever happens, this process must never return to the server's loop
         traceback.print_exc()
@@ -152,7 +151,7 @@ def _reap(codes: dict[int, int]) -> None:
 
 
 def serve(conn: Connection, parent: int, preload: Mapping[str, Any]) -> int:
-    failed = _import_all(preload.get("modules") or [])
+    failed = _import_all([*BASE_MODULES, *(preload.get("modules") or [])])
     try:
         failed += _import_all(modeling_modules(_model_types(preload.get("models") or [])))
     except Exception as exc:  # noqa: BLE001 - workers then import their models themselves
