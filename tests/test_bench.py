@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -378,6 +379,26 @@ def test_an_ablation_round_runs_in_a_fresh_process_and_gives_a_row(
     assert any("2 rounds, the most allowed" in n for n in fig["notes"])
     assert sum("ablation round" in line for line in logged) == 2
     assert any("after 1 rounds: widest interval" in line for line in logged)
+    assert row["own_process"] and len(set(row["round_pids"])) == 2
+    assert not any("shared one process" in n for n in fig["notes"])
+
+
+@pytest.mark.slow
+def test_each_combination_of_an_ablation_round_gets_a_process_of_its_own() -> None:
+    """A model measured earlier in the same process changes what the stand-in saves, so
+    no two combinations, and no two rounds, share one."""
+    from reportgen.bench import attribution_check
+    from reportgen.suite import Combination
+
+    combos = [Combination(model=m, scale="tiny", mode="forward", dtype="fp32",
+                          attn_implementation="sdpa", batch_size=1, seq_len=16, device="cpu")
+              for m in ("bert-base", "gpt2")]
+    fig = attribution_check.ablation(combos, rounds=2, min_pairs=2, budget_s=0.0, iterations=1,
+                                     log=lambda _: None)
+    rows = fig["rows"]
+    assert len(rows) == 2 and all(r["own_process"] and r["rounds"] == 2 for r in rows)
+    pids = [p for r in rows for p in r["round_pids"]]
+    assert len(pids) == 4 and len(set(pids)) == 4 and os.getpid() not in pids
 
 
 def _row(verdict: str, low: float, high: float) -> dict[str, object]:

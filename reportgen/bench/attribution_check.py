@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -335,8 +336,8 @@ def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float
 
 def ablation_round(combos: Sequence[Any], *, profiled: bool, min_pairs: int, budget_s: float,
                    iterations: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """One round of the ablation, in the process it is called in (a fresh one: `ablation`
-    spawns it): each combination (a ``Target``, or a bare combination for its attention
+    """One round of the ablation, in the process it is called in (a fresh one for each
+    combination: `ablation` spawns it): each combination (a ``Target``, or a bare combination for its attention
     core) in the order given. A combination that fails is a note."""
     from reportgen.profile import heap
 
@@ -347,9 +348,10 @@ def ablation_round(combos: Sequence[Any], *, profiled: bool, min_pairs: int, bud
         for item in combos:
             target = as_target(item)
             try:
-                units.append(ablation_unit(target.combo, profiled=profiled, min_pairs=min_pairs,
-                                           budget_s=budget_s, iterations=iterations,
-                                           trace_dir=Path(tmp), category=target.category))
+                unit = ablation_unit(target.combo, profiled=profiled, min_pairs=min_pairs,
+                                     budget_s=budget_s, iterations=iterations,
+                                     trace_dir=Path(tmp), category=target.category)
+                units.append({**unit, "own_process": len(combos) == 1, "pid": os.getpid()})
             except Exception as exc:  # noqa: BLE001 - a failure is a finding, not the end
                 notes.append(f"{target.key} failed: {type(exc).__name__}: {exc}")
     return units, notes
@@ -387,6 +389,9 @@ def ablation_row(units: Sequence[dict[str, Any]], device: str = "cpu") -> dict[s
            if k not in ("drop_fraction", "drop_ms", "drop_low_ms", "drop_high_ms", "category")},
         "stand_in_calls": units[0]["calls"], "stand_in_patched": units[0]["patched"],
         "rounds": len(units), "pairs": len(full_ms),
+        # each round in a process of its own (rows measured before that shared one per round)
+        "own_process": all(u.get("own_process", False) for u in units),
+        "round_pids": [u.get("pid") for u in units],
         "hooked_pairs": sum(len(u["hooked"]) for u in units),
         "pairs_per_round": [len(u["full_ms"]) for u in units],
         # the host's noise: the spread of one pair's drop, as a fraction of the forward
@@ -433,9 +438,10 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
              precision: float | None = None, min_pairs: int = 12, budget_s: float = 50.0,
              iterations: int = 3, log: Callable[[str], None] = print,
              stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-    """The ablation figure: at least ``rounds`` rounds, each a freshly spawned process
-    visiting the combinations in its own shuffled order and spending ``budget_s`` (at least
-    ``min_pairs`` pairs) on each; the profiler method's passes run in round 0. ``combos``:
+    """The ablation figure: at least ``rounds`` rounds, each visiting the combinations in
+    its own shuffled order, each combination in a freshly spawned process of its own, and
+    spending ``budget_s`` (at least ``min_pairs`` pairs) on each; the profiler method's
+    passes run in round 0. ``combos``:
     ``Target`` items (a combination and the category whose work is replaced) or bare
     combinations (their attention core).
 
@@ -476,14 +482,23 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
                 break
             order = list(targets)
             random.Random(index).shuffle(order)
-            try:
-                with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-                    done, failed = pool.submit(ablation_round, order, profiled=index == 0,
-                                               min_pairs=min_pairs, budget_s=budget_s,
-                                               iterations=iterations).result()
-            except BrokenProcessPool as exc:
-                notes.append(f"round {index}: its process died ({exc})")
-                log(f"  ablation round {index + 1}: process died")
+            done, failed = [], []
+            for target in order:
+                # one process per combination and round, as the profile gives each round
+                # its own worker: a model measured before it in the same process changed
+                # what removing a core saved (GPT-2 eager training, +27% to +72% against -4%)
+                try:
+                    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                        got, lost = pool.submit(ablation_round, [target], profiled=index == 0,
+                                                min_pairs=min_pairs, budget_s=budget_s,
+                                                iterations=iterations).result()
+                except BrokenProcessPool as exc:
+                    got, lost = [], [f"{target.key}: its process died ({exc})"]
+                done += got
+                failed += lost
+            if not done:
+                notes += [f"round {index}: {n}" for n in failed]
+                log(f"  ablation round {index + 1}: nothing measured")
                 continue
             done_rounds += 1
             notes += [f"round {index}: {n}" for n in failed]
@@ -553,9 +568,11 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
         "read by the hooks method's clocks in the same hooked pairs: a cost the real work "
         "puts on the code after it (caches, the threads' state), inside the drop but outside "
         "any exclusive attribution of the category. hooks_unexplained_ms is the drop less both.",
-        f"Measurement: {rounds} rounds{_rounds_rule(min_rounds, max_rounds, precision)}, each a "
-        "freshly spawned process that visits the "
-        f"combinations in its own shuffled order and spends {budget_s:.0f} s (at least "
+        f"Measurement: {rounds} rounds{_rounds_rule(min_rounds, max_rounds, precision)}, each "
+        "visiting the combinations in its own shuffled order, each combination in a freshly "
+        "spawned process of its own (as the profile gives each round its own worker: a model "
+        "measured earlier in the same process changed what the stand-in saved), and spending "
+        f"{budget_s:.0f} s (at least "
         f"{min_pairs} pairs) on each: forwards in back-to-back pairs (with the row's category's "
         "work, with the "
         f"stand-in; ABBA order), every {HOOKED_EVERY}th pair under the hooks method's clocks "
@@ -565,6 +582,9 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
         "their ratio. The hooks method's removable time comes from its pairs among them, at "
         "the same moments; the profiler method's from one profiled pass of each model in the "
         "first round.",
+        *([] if all(r.get("own_process") for r in rows) else [
+            "Measured when each round's combinations shared one process: "
+            + ", ".join(_key(r) for r in rows if not r.get("own_process")) + "."]),
         "Interval: two-level percentile bootstrap (rounds drawn with replacement, then the "
         "pairs and profiled iterations within each), so differences between processes and "
         "moments of the run widen it as much as the noise within one; `hooks_round_rel_diffs` "

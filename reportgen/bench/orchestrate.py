@@ -73,7 +73,7 @@ class Plan:
     architectures: tuple[str, ...]
     ablation: tuple[AblationCase, ...]
     ablation_scale: str
-    ablation_rounds: int  # each a freshly spawned process; at least this many
+    ablation_rounds: int  # each combination in a freshly spawned process; at least this many
     ablation_max_rounds: int  # more rounds, up to this many, while an interval is wider than
     ablation_precision: float  # this either side of its estimate
     ablation_min_pairs: int  # unprofiled pairs per combination and round, at least
