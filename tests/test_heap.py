@@ -74,3 +74,22 @@ def test_the_users_allocator_settings_are_left_alone() -> None:
     assert held == {"allocator": "as the environment set it", "environment": {"MALLOC_ARENA_MAX": "2"}}
     held = heap.steady({"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"})
     assert held["environment"] == {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+@pytest.mark.parametrize("mmap", [False, True])
+def test_the_fault_script_reports_both_steps_under_the_heap_it_says(mmap: bool) -> None:
+    script = ROOT / "scripts" / "ablation_faults.py"
+    argv = [sys.executable, str(script), "bert-base", "--scale", "tiny", "--seq-len", "32",
+            "--pairs", "2", "--warmup", "2", *(["--mmap"] if mmap else [])]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["combination"].startswith("bert-base--train--fp32--eager--b1--s32")
+    assert got["heap"]["mmap_max_blocks"] == (65536 if mmap else 0)
+    for name in ("full", "stand_in"):
+        assert got[name]["median_ms"] > 0 and len(got[name]["faults"]) == 2
+    # a tiny model has no block over 32 MiB: once warm, neither step faults much
+    assert got["full"]["median_faults"] < 100, got
+    assert -1 < got["median_drop"] < 1
