@@ -350,7 +350,9 @@ def test_todays_hub_model_is_measured_at_tiny_scale(repo: str, today: Path) -> N
         assert share["moe.experts"] > 0 and share["moe.router"] > 0, share
         assert share["attention.core"] > 0 and share["mixer"] == 0, share
     elif kind == "ssm":
-        assert share["mixer"] > 0.5, share
+        # most of the time, though two tiny forwards put it anywhere from 0.44 upward: the
+        # test is that the mixers land in `mixer`, not in `mlp` or the attention categories
+        assert share["mixer"] > 0.25, share
         assert all(share[c] == 0 for c in (*ATTENTION_CATEGORIES, *MOE_CATEGORIES, "mlp")), share
     else:  # attention and a Mamba-2 mixer side by side in every layer
         assert share["mixer"] > 0 and share["attention.core"] > 0 and share["mlp"] > 0, share
