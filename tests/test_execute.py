@@ -331,12 +331,19 @@ def test_a_dead_worker_is_not_followed_to_the_root_cgroup(tmp_path: Path) -> Non
         (root / "memory" / path / "memory.oom_control").write_text("oom_kill 0\n")
     (root / "memory" / "job" / "memory.limit_in_bytes").write_text(str(256 * 1024**2))
     (proc / "7" / "cgroup").write_text("4:memory:/job\n")
+    (proc / "7" / "stat").write_text("7 (python (worker)) S 1 7 7 0 -1\n")
     job = memory.follow(None, 7, lambda: True, proc=proc, root=root)
     assert job == memory.MemoryCgroup(root / "memory" / "job", 1, 256 * 1024**2, 0, None)
     # killed, not yet reaped: /proc names the root, which must not replace the job's cgroup
     (proc / "7" / "cgroup").write_text("4:memory:/\n")
     assert memory.follow(job, 7, lambda: False, proc=proc, root=root) is job
+    # killed, and the fork server that reaps it has not said so yet: the zombie state tells
+    (proc / "7" / "stat").write_text("7 (python (worker)) Z 1 7 7 0 -1\n")
+    assert memory.follow(job, 7, lambda: True, proc=proc, root=root) is job
+    (proc / "7" / "stat").unlink()
+    assert memory.follow(job, 7, lambda: True, proc=proc, root=root) is job
     # alive and moved: followed
+    (proc / "7" / "stat").write_text("7 (python (worker)) R 1 7 7 0 -1\n")
     assert memory.follow(job, 7, lambda: True, proc=proc, root=root).path == root / "memory"
 
 

@@ -496,12 +496,11 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
                     got, lost = [], [f"{target.key}: its process died ({exc})"]
                 done += got
                 failed += lost
+            notes += [f"round {index}: {n}" for n in failed]
             if not done:
-                notes += [f"round {index}: {n}" for n in failed]
                 log(f"  ablation round {index + 1}: nothing measured")
                 continue
             done_rounds += 1
-            notes += [f"round {index}: {n}" for n in failed]
             for unit in done:
                 units[_key(unit)].append(unit)
             log(f"  ablation round {index + 1}: " + ", ".join(

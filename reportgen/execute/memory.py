@@ -124,11 +124,25 @@ def follow(current: MemoryCgroup | None, pid: int | str, alive: Callable[[], boo
     """The memory cgroup to hold a running worker to: the one it is in now, if it moved (a
     job step, a container). The reading counts only if the worker is still alive after it:
     a dead, unreaped worker's /proc entry names the hierarchy's root, and its OOM kill
-    would then be looked for in the wrong place."""
+    would then be looked for in the wrong place. ``alive`` alone is not enough for a worker
+    that a fork server reaps, which reports the death a while after it: the worker's own
+    state must not be a zombie's either."""
     seen = memory_cgroup(pid, proc=proc, root=root)
-    if seen is None or not alive() or (current is not None and seen.path == current.path):
+    if seen is None or not alive() or not _running(pid, proc) or (
+            current is not None and seen.path == current.path):
         return current
     return seen
+
+
+def _running(pid: int | str, proc: Path) -> bool:
+    """Whether ``pid`` exists and has not exited (its state in /proc/<pid>/stat, the field
+    after the command name, is not Z or X)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rpartition(")")[2].split()
+    return bool(fields) and fields[0] not in ("Z", "X", "x")
 
 
 def refresh(cgroup: MemoryCgroup) -> MemoryCgroup:
