@@ -92,13 +92,20 @@ def latest_run(runs_root: Path, suite: str) -> Run | None:
     return max(runs, key=lambda r: str(fields.run_get(r.record, "updated") or ""), default=None)
 
 
-def bench_figures(bench_dir: Path) -> Mapping[str, Any] | None:
-    from reportgen.bench.results import find_latest, load_results
+def bench_figures(bench_dir: Path) -> list[Mapping[str, Any]]:
+    """Every host's results file in ``bench_dir``, newest first (by its ``created``
+    stamp): a figure holds on the hardware it was measured on, so each host keeps its
+    own table."""
+    from reportgen.bench.results import ResultsError, load_results
 
-    path = find_latest(bench_dir) if bench_dir.is_dir() else None
-    if path is None:
-        return None
-    return {"path": f"{bench_dir.name}/{path.name}", **load_results(path)}
+    found: list[Mapping[str, Any]] = []
+    for path in sorted(bench_dir.glob("*.json")) if bench_dir.is_dir() else []:
+        try:
+            found.append({"path": f"{bench_dir.name}/{path.name}", "hardware": path.stem,
+                          **load_results(path)})
+        except ResultsError:
+            continue
+    return sorted(found, key=lambda b: str(b.get("created", "")), reverse=True)
 
 
 def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
@@ -107,7 +114,7 @@ def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
     run = latest_run(runs_root, "cpu-default")
     today = latest_run(runs_root, "cpu-today")
     train = latest_run(runs_root, "cpu-train")
-    bench = bench_figures(bench_dir)
+    benches = bench_figures(bench_dir)
     return {
         "runs": _TEMPLATE.get_template("readme_runs.md.j2").render(
             run=run_figures(run) if run else None),
@@ -116,7 +123,7 @@ def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
         "train": _TEMPLATE.get_template("readme_train.md.j2").render(
             run=train_figures(train) if train else None, phases=PHASES),
         "bench": _TEMPLATE.get_template("readme_bench.md.j2").render(
-            bench=bench, figure_value=figure_value, figure_interval=figure_interval),
+            benches=benches, figure_value=figure_value, figure_interval=figure_interval),
     }
 
 

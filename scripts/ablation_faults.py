@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import gc
 import json
 import resource
 import sys
@@ -45,16 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         ctypes.CDLL(None).mallopt(heap.M_MMAP_MAX, 65536)  # glibc's default
         held = {**held, "mmap_max_blocks": 65536}
     from reportgen.bench.ablation import category_stand_in
-    from reportgen.bench.common import build, combo_label
+    from reportgen.bench.common import build_frozen, combo_label
     from reportgen.stats import median
-    from reportgen.suite import Combination
 
-    combo = Combination(model=args.model, scale=args.scale, mode=args.mode, dtype="fp32",
-                        attn_implementation=args.attn, batch_size=1, seq_len=args.seq_len,
-                        device="cpu")
-    gc.collect()
-    gc.freeze()
-    built = build(combo)
+    combo, built = build_frozen(args.model, scale=args.scale, mode=args.mode, attn=args.attn,
+                                seq_len=args.seq_len)
 
     def step(stand_in: bool) -> tuple[float, int]:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -176,6 +176,49 @@ def test_interval_header_says_what_a_range_is() -> None:
     assert "95% interval [0.9000" not in md
 
 
+def test_the_page_summarises_every_other_host_and_loads_them_newest_first(tmp_path: Path) -> None:
+    from reportgen.render.sections import load_bench, load_benches
+
+    older = R.results_document(
+        {"latency_agreement": _all_figures()["latency_agreement"],
+         "attribution_ablation": R.figure("Ablation", "q", value=0.2, unit="fraction", interval=[0.1, 0.3],
+                                          goal="within 10%", goal_spec={"kind": "rel_within", "target": 0.1},
+                                          rows=[])},
+        environment={"hardware": "cpu-other-2c", "cpu": "Other CPU", "threads": 2, "torch": "x",
+                     "transformers": "y"},
+        created="2026-12-01T09:00:00Z", quick=False, duration_s=3.0, command="python scripts/bench.py")
+    R.write_results(tmp_path / "cpu-other-2c.json", older)
+    R.write_results(tmp_path / "cpu-test-2c.json", _doc(**_all_figures()))
+    (tmp_path / "notes.json").write_text('{"kind": "something else"}')
+    found = load_benches(tmp_path)
+    assert [d["environment"]["hardware"] for d in found] == ["cpu-test-2c", "cpu-other-2c"]
+    assert load_bench(tmp_path) == found[0] and load_benches(tmp_path / "none") == []
+    md = render_validation(found[0], others=found[1:])
+    section = md[md.index("Other hosts"):md.index("## Latency agreement")]
+    assert "described" not in section and "as measured on **cpu-test-2c**" in section
+    assert "**cpu-other-2c**: measured 2026-12-01T09:00:00Z" in section
+    # the other host's verdict, value and interval, unlinked (this page's sections are the newest host's)
+    assert ('| Ablation | <span class="rg-badge rg-badge-fail">miss</span> | 20.00% | [10.00%, 30.00%] '
+            '<small>95% CI</small> | 2026-12-01T09:00:00Z |') in section
+    assert "](#" not in section
+    assert "Other hosts" not in render_validation(found[0])
+
+
+def test_the_readme_gives_each_host_its_own_table(tmp_path: Path) -> None:
+    from reportgen import readme
+
+    R.write_results(tmp_path / "bench" / "cpu-test-2c.json", _doc(**_all_figures()))
+    one = readme.blocks(tmp_path / "runs", tmp_path / "bench")["bench"]
+    assert "#### `cpu-test-2c`" in one and "Each host" not in one
+    other = {**_doc(**_all_figures()), "created": "2026-12-03T00:00:00Z",
+             "environment": {"hardware": "cpu-new-2c"}}
+    R.write_results(tmp_path / "bench" / "cpu-new-2c.json", other)
+    both = readme.blocks(tmp_path / "runs", tmp_path / "bench")["bench"]
+    assert "Each host keeps its own figures" in both
+    assert both.index("#### `cpu-new-2c`") < both.index("#### `cpu-test-2c`")
+    assert both.count("| figure | value | interval | goal | status |") == 2
+
+
 def test_page_refuses_newer_results() -> None:
     doc = {**_doc(**_all_figures()), "schema_version": R.SCHEMA_VERSION + 1}
     with pytest.raises(R.ResultsError):

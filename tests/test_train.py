@@ -400,6 +400,49 @@ def test_bench_training_combinations_and_a_paired_round(built: Any) -> None:
         assert full_ms > full_core > 0 and stub_ms > stub_core >= 0
 
 
+def test_hooked_phases_split_the_step_by_phase_and_category(built: Any) -> None:
+    from reportgen.profile import regions
+    from reportgen.profile.structure import module_categories
+
+    b = built["train"]
+    phases: list[dict[str, dict[str, float]]] = []
+    ms, cats = regions.hooked_forward(b.model, b.step, regions.device_clock(b.step),
+                                      module_categories(b.model, b.step), phases=phases)
+    b.step.reset()
+    assert len(phases) == 1 and set(phases[0]) == set(PHASES)
+    # the phases tile the step: their categories add up to the whole step's
+    for category, total in cats.items():
+        assert sum(p.get(category, 0.0) for p in phases[0].values()) == pytest.approx(total, abs=1e-6)
+    assert phases[0]["backward"]["attention.core"] > 0 and phases[0]["optimizer"][OPTIMIZER] > 0
+    assert sum(sum(p.values()) for p in phases[0].values()) == pytest.approx(ms, rel=1e-6)
+
+
+def test_the_phase_script_places_the_drop_in_each_phase() -> None:
+    script = ROOT / "scripts" / "ablation_phases.py"
+    argv = [sys.executable, str(script), "gpt2", "--scale", "tiny", "--seq-len", "32",
+            "--pairs", "8", "--hooked-every", "4", "--warmup", "1"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["combination"].startswith("gpt2--train--fp32--eager--b1--s32")
+    assert (got["pairs"], got["hooked_pairs"]) == (6, 2)
+    assert set(got["phases"]) == set(PHASES)
+    for phase, row in got["phases"].items():
+        assert row["full_ms"] > 0, phase
+    # the core works in the forward and the backward; the optimizer holds none of it
+    assert got["phases"]["forward"]["removable_ms"] > 0 and got["phases"]["backward"]["removable_ms"] > 0
+    assert got["phases"]["optimizer"]["removable_ms"] == 0
+    assert got["removable_ms"] == pytest.approx(
+        sum(r["removable_ms"] for r in got["phases"].values()), rel=0.5)
+
+
+def test_the_phase_script_refuses_too_few_pairs_in_one_line() -> None:
+    script = ROOT / "scripts" / "ablation_phases.py"
+    out = subprocess.run([sys.executable, str(script), "gpt2", "--pairs", "3"], capture_output=True,
+                         text=True, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 2 and "--pairs 3" in out.stderr and out.stdout == ""
+
+
 def test_bench_latency_compare_times_a_training_step() -> None:
     from reportgen.bench import latency
 

@@ -24,6 +24,19 @@ def build(combo: Any, device: str = "cpu") -> Any:
     return models.build(combo, device)
 
 
+def build_frozen(model: str, *, scale: str, mode: str, attn: str, seq_len: int) -> tuple[Any, Any]:
+    """(combination, built model) for one fp32 CPU combination at batch 1, with what
+    outlives it frozen first (as in the suite's workers: a collection during a timed step
+    then costs milliseconds, not 0.2 s): the diagnostic scripts' setup."""
+    from reportgen.suite import Combination
+
+    combo = Combination(model=model, scale=scale, mode=mode, dtype="fp32", attn_implementation=attn,
+                        batch_size=1, seq_len=seq_len, device="cpu")
+    gc.collect()
+    gc.freeze()
+    return combo, build(combo)
+
+
 def time_median(step: Any, budget_s: float, **kwargs: Any) -> tuple[float, dict[str, Any]]:
     """reportgen's unprofiled timing pass: (median ms, the timing section). ``kwargs`` go to
     ``timing.time_step`` (a tighter ``target_rel_halfwidth`` spends the whole budget)."""

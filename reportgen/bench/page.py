@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from markupsafe import Markup
@@ -45,14 +45,18 @@ def validation_page(b: Builder) -> list[Page]:
     """The site's Validation page from the builder's bench results (none without them)."""
     if b.bench is None:
         return []
-    markdown = render_validation(b.bench, chart_block=b.embed_for(sections.VALIDATION))
+    markdown = render_validation(b.bench, chart_block=b.embed_for(sections.VALIDATION),
+                                 others=b.other_benches)
     return sections.pages(b, [sections.generated(sections.VALIDATION, "Validation", markdown)])
 
 
 def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | None = None,
-                      title: str = "Validation") -> str:
-    """The Validation page's Markdown from a results document (validated first)."""
+                      title: str = "Validation", others: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The Validation page's Markdown from a results document (validated first), with a
+    summary of ``others`` (other hosts' results documents, newest first): each figure's
+    verdict, value and interval on that host."""
     doc = validate(results)
+    other_docs = [validate(o) for o in others]
     charts = chart_specs(doc)
     block = chart_block or site_chart_block()
     env = make_environment("reportgen.bench", finalize=inert, filters={
@@ -66,6 +70,8 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
         doc=doc,
         order=order,
         figures=figures,
+        others=[(o, [k for k in FIGURES if k in o["figures"]] + [k for k in o["figures"] if k not in FIGURES])
+                for o in other_docs],
         charts={name: Markup(block(name, spec)) for name, spec in charts.items()},
         status_badge=STATUS_BADGE,
         columns=row_columns,

@@ -305,14 +305,15 @@ class _Recorder:
         return calls
 
 
-def hooked_forward(model: nn.Module, step: StepLike, clock: Any,
-                   proj_category: dict[str, str]) -> tuple[float, dict[str, float]]:
+def hooked_forward(model: nn.Module, step: StepLike, clock: Any, proj_category: dict[str, str],
+                   phases: list[dict[str, dict[str, float]]] | None = None) -> tuple[float, dict[str, float]]:
     """One ``step()`` under the method's clocks, installed for it alone: (wall ms,
     category ms). ``proj_category`` from ``module_categories``. A training step is clocked
-    in its backward too (its categories are the whole step's)."""
+    in its backward too (its categories are the whole step's); ``phases``, when given,
+    receives its ``{phase: {category: ms}}`` (the phases tile the step)."""
     recorder = _Recorder(model, clock, proj_category, training=hasattr(step, "phase_hook"))
     try:
-        ms, categories, _ = recorder.iteration(step)
+        ms, categories, _ = recorder.iteration(step, phases=phases)
     finally:
         recorder.remove()
     return ms, categories

@@ -28,7 +28,8 @@ def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = No
 
     ``claims``: a claims registry directory; its claims, checked against ``runs``, become
     the Findings section (a missing or empty directory: no section). ``bench``: a directory
-    of bench results files; the newest becomes the Validation page (none: no page).
+    of bench results files; the newest becomes the Validation page, which lists
+    the other hosts' verdicts too (none: no page).
 
     Deterministic: the same inputs give the same bytes. ``svg=False`` skips the static
     chart fallbacks (quicker, for previews); the site build then reports the missing images.
@@ -37,7 +38,7 @@ def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = No
     """
     from reportgen.records.load import load_runs
     from reportgen.render.pages import site_model
-    from reportgen.render.sections import load_bench
+    from reportgen.render.sections import load_benches
     from reportgen.render.site import write_site
 
     loaded = load_runs(runs)
@@ -46,6 +47,7 @@ def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = No
         from reportgen.claims import check
 
         report = check(runs, claims)
-    results = load_bench(bench) if bench is not None else None
-    return write_site(site_model(loaded, report=report, bench=results, site_url=site_url),
+    results = load_benches(bench) if bench is not None else []
+    return write_site(site_model(loaded, report=report, bench=results[0] if results else None,
+                                 other_benches=results[1:], site_url=site_url),
                       docs, svg=svg)

@@ -116,13 +116,15 @@ class Builder:
     """What every page producer reads of the runs, and where its charts and downloads go."""
 
     def __init__(self, runs: Sequence[Run], report: CheckReport | None = None,
-                 bench: Mapping[str, Any] | None = None, site_url: str | None = None) -> None:
+                 bench: Mapping[str, Any] | None = None, site_url: str | None = None,
+                 other_benches: Sequence[Mapping[str, Any]] = ()) -> None:
         self.runs = list(runs)
         self.site_url = site_url
         # pages read each suite's current run; earlier runs appear in Runs and Changes
         self.current = current_runs(self.runs)
         self.report = report if report is not None and report.claims else None
         self.bench = bench
+        self.other_benches = list(other_benches)  # other hosts' results, newest first
         self.embedded: dict[str, list[Chart]] = {}  # charts of pages written elsewhere
         self.files: dict[str, bytes] = {}  # CSV and JSON behind charts and tables
         self.frame = analysis.combinations_frame(self.current)

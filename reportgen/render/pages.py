@@ -129,8 +129,9 @@ class SiteBuilder(Builder):
     order in which every producer's pages join them."""
 
     def __init__(self, runs: Sequence[Run], report: CheckReport | None = None,
-                 bench: Mapping[str, Any] | None = None, site_url: str | None = None) -> None:
-        super().__init__(runs, report, bench, site_url)
+                 bench: Mapping[str, Any] | None = None, site_url: str | None = None,
+                 other_benches: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(runs, report, bench, site_url, other_benches)
         self._claims = sections.claims_index(self.report) if self.report is not None else {}
         self._summaries: dict[tuple[str, str], dict[str, Any] | None] = {}
 
@@ -596,11 +597,13 @@ PRODUCERS: tuple[Producer, ...] = (
 
 
 def site_model(runs: Sequence[Run], *, report: CheckReport | None = None,
-               bench: Mapping[str, Any] | None = None, site_url: str | None = None) -> SiteModel:
+               bench: Mapping[str, Any] | None = None, site_url: str | None = None,
+               other_benches: Sequence[Mapping[str, Any]] = ()) -> SiteModel:
     """Every page of the site; ``report`` adds the Findings section (when it has claims)
     and the claims on each combination page, ``bench`` (a results document) the
-    Validation page; ``site_url`` (the published site's address) the citations' URLs."""
-    return SiteBuilder(runs, report, bench, site_url).build()
+    Validation page, ``other_benches`` (other hosts' results) a summary of theirs on it;
+    ``site_url`` (the published site's address) the citations' URLs."""
+    return SiteBuilder(runs, report, bench, site_url, other_benches).build()
 
 
 __all__ = ["CATEGORIES", "DATA_DIR", "Page", "SiteModel", "rel", "site_model", "slugify",

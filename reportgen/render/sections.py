@@ -131,16 +131,25 @@ def combination_claims(index: Mapping[tuple[str, str], list[dict[str, Any]]],
 
 
 def load_bench(directory: Path) -> dict[str, Any] | None:
-    """The newest bench results file in ``directory`` (by its ``created`` stamp), or None.
+    """The newest bench results file in ``directory`` (by its ``created`` stamp), or None
+    (``load_benches``)."""
+    found = load_benches(directory)
+    return found[0] if found else None
+
+
+def load_benches(directory: Path) -> list[dict[str, Any]]:
+    """Every bench results file in ``directory``, newest first (by its ``created`` stamp,
+    then its name): each host writes its own, and a figure holds on the hardware it was
+    measured on.
 
     JSON files of another kind are ignored; a bench file that cannot be read, or that a
     newer reportgen wrote, is a user error rather than a silently older page.
     """
     if not directory.is_dir():
-        return None
+        return []
     from reportgen.bench.results import KIND, ResultsError, validate
 
-    best: tuple[tuple[str, str], dict[str, Any]] | None = None
+    found: list[tuple[tuple[str, str], dict[str, Any]]] = []
     for path in sorted(directory.glob("*.json")):
         if path.name.startswith("."):
             continue
@@ -154,7 +163,5 @@ def load_bench(directory: Path) -> dict[str, Any] | None:
             doc = validate(raw, source=str(path))
         except ResultsError as exc:
             raise UserError(str(exc)) from exc
-        key = (str(doc.get("created") or ""), path.name)
-        if best is None or key > best[0]:
-            best = (key, doc)
-    return best[1] if best else None
+        found.append(((str(doc.get("created") or ""), path.name), doc))
+    return [doc for _, doc in sorted(found, key=lambda item: item[0], reverse=True)]
