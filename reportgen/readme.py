@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.commands.summary import run_rows
+from reportgen.errors import UserError
 from reportgen.records import fields
 from reportgen.records.schema import Run, current_runs, iter_runs
 from reportgen.records.status import COMBINATION_STATUSES, is_ok
@@ -93,19 +94,12 @@ def latest_run(runs_root: Path, suite: str) -> Run | None:
 
 
 def bench_figures(bench_dir: Path) -> list[Mapping[str, Any]]:
-    """Every host's results file in ``bench_dir``, newest first (by its ``created``
-    stamp): a figure holds on the hardware it was measured on, so each host keeps its
-    own table."""
-    from reportgen.bench.results import ResultsError, load_results
+    """Every host's results file in ``bench_dir`` with its path, newest first: a figure
+    holds on the hardware it was measured on, so each host keeps its own table."""
+    from reportgen.render.sections import bench_files
 
-    found: list[Mapping[str, Any]] = []
-    for path in sorted(bench_dir.glob("*.json")) if bench_dir.is_dir() else []:
-        try:
-            found.append({"path": f"{bench_dir.name}/{path.name}", "hardware": path.stem,
-                          **load_results(path)})
-        except ResultsError:
-            continue
-    return sorted(found, key=lambda b: str(b.get("created", "")), reverse=True)
+    return [{"path": f"{bench_dir.name}/{path.name}", "hardware": path.stem, **doc}
+            for path, doc in bench_files(bench_dir)]
 
 
 def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
@@ -144,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args[0]) if args else Path(".")
     path = root / "README.md"
     text = path.read_text(encoding="utf-8")
-    new = update(text, blocks(root / "runs", root / "bench"))
+    try:
+        new = update(text, blocks(root / "runs", root / "bench"))
+    except UserError as exc:
+        print(f"reportgen.readme: {exc}", file=sys.stderr)
+        return exc.exit_code
     if new != text:
         path.write_text(new, encoding="utf-8")
         print(f"{path}: figures updated")

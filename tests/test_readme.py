@@ -32,3 +32,16 @@ def test_update_replaces_only_the_marked_block() -> None:
 def test_update_refuses_a_readme_without_the_block() -> None:
     with pytest.raises(ValueError, match="figures:bench"):
         readme.update("no markers here\n", {"bench": "x"})
+
+
+def test_an_unreadable_bench_file_is_one_line_and_exit_2(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    start, end = readme._markers("bench")
+    text = f"top\n{start}\nold\n{end}\n"
+    (tmp_path / "README.md").write_text(text, encoding="utf-8")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "cpu-x.json").write_text("{not json", encoding="utf-8")
+    assert readme.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cpu-x.json" in err and "cannot read bench results" in err
+    assert (tmp_path / "README.md").read_text(encoding="utf-8") == text

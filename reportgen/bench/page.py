@@ -64,14 +64,13 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
         "interval": lambda fig: Markup(figure_interval(fig)),  # numbers and brackets
         "cell": table_cell})
     figures = doc["figures"]
-    order = [k for k in FIGURES if k in figures] + [k for k in figures if k not in FIGURES]
+    order = _display_order(figures)
     return env.get_template("validation.md.j2").render(
         title=title,
         doc=doc,
         order=order,
         figures=figures,
-        others=[(o, [k for k in FIGURES if k in o["figures"]] + [k for k in o["figures"] if k not in FIGURES])
-                for o in other_docs],
+        others=[(o, _display_order(o["figures"])) for o in other_docs],
         charts={name: Markup(block(name, spec)) for name, spec in charts.items()},
         status_badge=STATUS_BADGE,
         columns=row_columns,
@@ -79,6 +78,11 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
         is_ci=is_confidence_interval,
         row_value=row_value,
     )
+
+
+def _display_order(figures: Mapping[str, Any]) -> list[str]:
+    """The figures' names in the bench's display order, any it does not know last."""
+    return [k for k in FIGURES if k in figures] + [k for k in figures if k not in FIGURES]
 
 
 # Text badges coloured by CSS (rg-charts.css): no emoji, which render as empty boxes on

@@ -138,9 +138,14 @@ def load_bench(directory: Path) -> dict[str, Any] | None:
 
 
 def load_benches(directory: Path) -> list[dict[str, Any]]:
-    """Every bench results file in ``directory``, newest first (by its ``created`` stamp,
-    then its name): each host writes its own, and a figure holds on the hardware it was
-    measured on.
+    """Every bench results document in ``directory``, newest first (``bench_files``)."""
+    return [doc for _, doc in bench_files(directory)]
+
+
+def bench_files(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every bench results file in ``directory`` with its document, newest first (by its
+    ``created`` stamp, then its name): each host writes its own, and a figure holds on the
+    hardware it was measured on.
 
     JSON files of another kind are ignored; a bench file that cannot be read, or that a
     newer reportgen wrote, is a user error rather than a silently older page.
@@ -149,7 +154,7 @@ def load_benches(directory: Path) -> list[dict[str, Any]]:
         return []
     from reportgen.bench.results import KIND, ResultsError, validate
 
-    found: list[tuple[tuple[str, str], dict[str, Any]]] = []
+    found: list[tuple[Path, dict[str, Any]]] = []
     for path in sorted(directory.glob("*.json")):
         if path.name.startswith("."):
             continue
@@ -163,5 +168,5 @@ def load_benches(directory: Path) -> list[dict[str, Any]]:
             doc = validate(raw, source=str(path))
         except ResultsError as exc:
             raise UserError(str(exc)) from exc
-        found.append(((str(doc.get("created") or ""), path.name), doc))
-    return [doc for _, doc in sorted(found, key=lambda item: item[0], reverse=True)]
+        found.append((path, doc))
+    return sorted(found, key=lambda item: (str(item[1].get("created") or ""), item[0].name), reverse=True)
