@@ -1,4 +1,4 @@
-"""The display formatters in reportgen.render.fmt that the Validation page, the README's
+"""The display formatters in reportgen.fmt that the Validation page, the README's
 bench block, the claim pages and the hardware facts print their numbers with."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
+from reportgen import fmt
 from reportgen.bench.page import figure_interval, figure_value, table_cell
 from reportgen.claims.metrics import format_range, format_value
-from reportgen.render import fmt
 from reportgen.render.machine import environment_facts
 
 NAN, INF = float("nan"), float("inf")

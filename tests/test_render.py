@@ -22,9 +22,10 @@ import pandas as pd
 import pytest
 import synthetic
 
+from reportgen import fmt
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
-from reportgen.render import analysis, fmt, render
+from reportgen.render import analysis, render
 from reportgen.render.charts import Chart
 from reportgen.render.site import MANIFEST, MARKER, RenderResult
 

@@ -15,10 +15,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from reportgen import toolcompare
+from reportgen import fmt, toolcompare
 from reportgen.categories import CATEGORIES
 from reportgen.records.schema import COMBINATION_KIND, json_schema
-from reportgen.render import fmt
 
 DATA = Path(__file__).parent / "data"
 NSYS_FIXTURE = DATA / "nsys" / "nvtx_gpu_proj_sum.csv"

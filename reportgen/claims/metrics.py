@@ -27,10 +27,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from reportgen import fmt
 from reportgen.categories import CATEGORIES
 from reportgen.records import fields
 from reportgen.records.shares import category_share
-from reportgen.render import fmt
 from reportgen.shares import combined_share, headline_section
 
 VALID_FORMS = (

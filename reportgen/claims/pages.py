@@ -16,11 +16,11 @@ from urllib.parse import quote
 from jinja2 import Environment
 from markupsafe import Markup
 
+from reportgen import fmt
 from reportgen.claims.cite import cite
 from reportgen.claims.evaluate import CONTEXT_OUTCOME, CheckReport, ClaimResult, check
 from reportgen.claims.metrics import format_value
 from reportgen.claims.registry import Comparison, Hardware, Ordering
-from reportgen.render import fmt
 from reportgen.render.builder import rel
 from reportgen.render.charts import script_block
 from reportgen.render.templating import make_environment

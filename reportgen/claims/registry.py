@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
+from reportgen import fmt
 from reportgen.claims.metrics import Metric, MetricError, parse_metric
 from reportgen.errors import UserError
-from reportgen.render import fmt
 
 OPS = (">", ">=", "<", "<=", "==", "approx")
 ORDERS = ("ascending", "fastest")

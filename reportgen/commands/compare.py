@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _num(x: Any, digits: int = 3) -> str:
-    from reportgen.render.fmt import num
+    from reportgen.fmt import num
 
     return num(x, digits)
 

@@ -12,13 +12,12 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen import stats
+from reportgen import fmt, stats
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.intervals import unstable_reason
 from reportgen.records import fields
 from reportgen.records.schema import Run
 from reportgen.records.status import OK, is_ok
-from reportgen.render import fmt
 from reportgen.render.shown import shown_categories
 from reportgen.shares import disagreement
 

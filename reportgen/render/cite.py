@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reportgen.render import fmt
+from reportgen import fmt
 
 AUTHOR = "reportgen developers"  # as in CITATION.cff
 NO_URL = "no public site address (SITE_URL) was set when this page was rendered"

@@ -9,9 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen import stats
+from reportgen import fmt, stats
 from reportgen.records.status import OK
-from reportgen.render import analysis, fmt
+from reportgen.render import analysis
 
 _MATCH = ["scale", "mode", "dtype", "attn", "batch", "seq"]
 COLUMNS = [*_MATCH, "compile", "eager_median", "eager_ci_low", "eager_ci_high", "eager_combo",

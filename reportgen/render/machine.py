@@ -9,8 +9,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reportgen import fmt
 from reportgen.records import fields
-from reportgen.render import fmt
 
 SEP = " · "
 

@@ -35,7 +35,7 @@ def _front_matter_title(path: Path) -> str | None:
 
 
 def _unescape(text: str) -> str:
-    # titles are HTML-escaped once in front matter (see render.fmt.front_matter_title);
+    # titles are HTML-escaped once in front matter (see fmt.front_matter_title);
     # the navigation escapes again, so undo ours
     import html
 

@@ -10,8 +10,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reportgen import fmt
 from reportgen.records import fields
-from reportgen.render import fmt
 
 DECODE = "decode"
 """The mode that routes one new token per sequence: its figures describe one step."""

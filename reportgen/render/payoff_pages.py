@@ -10,8 +10,9 @@ from typing import Any
 
 import pandas as pd
 
+from reportgen import fmt
 from reportgen.records import fields
-from reportgen.render import analysis, charts, fmt, payoff
+from reportgen.render import analysis, charts, payoff
 from reportgen.render.builder import Builder, Page, rel
 from reportgen.render.charts import Chart
 

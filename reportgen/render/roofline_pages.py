@@ -10,10 +10,10 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen import peaks
+from reportgen import fmt, peaks
 from reportgen.records import fields
 from reportgen.records.status import OK
-from reportgen.render import charts, fmt, roofline
+from reportgen.render import charts, roofline
 from reportgen.render.builder import Builder, Page, rel
 from reportgen.render.charts import Chart
 

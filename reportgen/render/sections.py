@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reportgen import fmt
 from reportgen.errors import UserError
-from reportgen.render import fmt
 from reportgen.render.builder import Builder, ChartEmbed, Page
 
 if TYPE_CHECKING:  # claims and bench are imported only when their section exists

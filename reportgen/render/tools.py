@@ -10,9 +10,10 @@ from typing import Any
 
 import pandas as pd
 
+from reportgen import fmt
 from reportgen.categories import CATEGORIES
 from reportgen.records import fields
-from reportgen.render import charts, fmt
+from reportgen.render import charts
 from reportgen.render.builder import Builder, Page, rel, slugify
 from reportgen.render.charts import Chart
 

@@ -1,7 +1,9 @@
-"""Display formatting and escaping for the Markdown templates.
+"""Display formatting and escaping for the Markdown templates: the one formatter set.
 
 Numbers are stored at full precision and rounded only here. Every value a template prints
-goes through :func:`escape` unless it is a :class:`Raw` built by code in this package.
+goes through :func:`escape` unless it is a :class:`Raw` built by reportgen's own code.
+It imports nothing of reportgen, so the claim checks (a claim's threshold in words) use it
+as the pages do, without reaching up to the render side.
 """
 
 from __future__ import annotations
