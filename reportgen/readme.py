@@ -96,7 +96,7 @@ def latest_run(runs_root: Path, suite: str) -> Run | None:
 def bench_figures(bench_dir: Path) -> list[Mapping[str, Any]]:
     """Every host's results file in ``bench_dir`` with its path, newest first: a figure
     holds on the hardware it was measured on, so each host keeps its own table."""
-    from reportgen.render.sections import bench_files
+    from reportgen.records.bench import bench_files
 
     return [{"path": f"{bench_dir.name}/{path.name}", "hardware": path.stem, **doc}
             for path, doc in bench_files(bench_dir)]

@@ -20,6 +20,7 @@ from reportgen.bench.trace_check import (
     ops_table_totals,
 )
 from reportgen.paired import interleave
+from reportgen.records import bench as B
 from reportgen.stats import bootstrap_ratio
 
 
@@ -71,30 +72,30 @@ def test_verdicts() -> None:
 
 def test_results_round_trip(tmp_path: Path) -> None:
     doc = _doc(**_all_figures())
-    assert doc["kind"] == R.KIND and doc["schema_version"] == R.SCHEMA_VERSION
+    assert doc["kind"] == B.KIND and doc["schema_version"] == B.SCHEMA_VERSION
     assert list(doc["figures"])[0] == "latency_agreement"  # display order, not insertion order
     assert doc["summary"] == {"pass": 3, "fail": 1, "info": 1, "not measured": 1}
     path = R.write_results(tmp_path / "bench" / "cpu-test.json", doc)
-    loaded = R.load_results(path)
+    loaded = B.load_results(path)
     assert loaded == json.loads(path.read_text())
     assert loaded["figures"]["render_scaling"]["notes"] == ["no mkdocs.yml yet"]
     for fig in loaded["figures"].values():
         assert {"title", "question", "status", "value", "unit", "interval", "goal",
                 "goal_spec", "notes", "rows"} <= set(fig)
-    assert R.find_latest(tmp_path / "bench") == path
+    assert B.bench_files(tmp_path / "bench") == [(path, loaded)]
 
 
 def test_results_nan_becomes_null(tmp_path: Path) -> None:
     fig = R.figure("x", "q", value=float("nan"), unit="ratio", goal="g", goal_spec=None,
                    rows=[{"v": float("inf")}])
     path = R.write_results(tmp_path / "r.json", _doc(x=fig))
-    loaded = R.load_results(path)
+    loaded = B.load_results(path)
     assert loaded["figures"]["x"]["value"] is None
     assert loaded["figures"]["x"]["rows"] == [{"v": None}]
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"schema_version": R.SCHEMA_VERSION + 1}, "newer"),
+    ({"schema_version": B.SCHEMA_VERSION + 1}, "newer"),
     ({"kind": "reportgen.run"}, "kind"),
     ({"figures": None}, "figures"),
 ])
@@ -102,8 +103,8 @@ def test_results_refused(tmp_path: Path, change: dict[str, Any], message: str) -
     doc = {**_doc(**_all_figures()), **change}
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(R.ResultsError, match=message):
-        R.load_results(path)
+    with pytest.raises(B.ResultsError, match=message):
+        B.load_results(path)
 
 
 def test_bootstrap_ratio() -> None:
@@ -128,7 +129,7 @@ def test_interleave_alternates_order() -> None:
 
 def test_page_renders_from_results_file(tmp_path: Path) -> None:
     path = R.write_results(tmp_path / "r.json", _doc(**_all_figures()))
-    md = render_validation(R.load_results(path))
+    md = render_validation(B.load_results(path))
     assert md.startswith("# Validation")
     for title in ("Latency agreement", "Instrumentation", "Ablation", "FLOPs", "Render scaling"):
         assert f"## {title}" in md
@@ -138,7 +139,7 @@ def test_page_renders_from_results_file(tmp_path: Path) -> None:
             '| 1.0100 | [0.9900, 1.0200] <small>95% CI</small> |') in md
     assert "no mkdocs.yml yet" in md and "not measured" in md
     assert "a\\|b" in md  # table cells escape pipes
-    assert md.count('class="rg-spec"') == len(chart_specs(R.load_results(path)))
+    assert md.count('class="rg-spec"') == len(chart_specs(B.load_results(path)))
 
 
 def test_chart_specs_are_vega_lite() -> None:
@@ -177,7 +178,7 @@ def test_interval_header_says_what_a_range_is() -> None:
 
 
 def test_the_page_summarises_every_other_host_and_loads_them_newest_first(tmp_path: Path) -> None:
-    from reportgen.render.sections import load_bench, load_benches
+    from reportgen.records.bench import load_benches
 
     older = R.results_document(
         {"latency_agreement": _all_figures()["latency_agreement"],
@@ -192,7 +193,7 @@ def test_the_page_summarises_every_other_host_and_loads_them_newest_first(tmp_pa
     (tmp_path / "notes.json").write_text('{"kind": "something else"}')
     found = load_benches(tmp_path)
     assert [d["environment"]["hardware"] for d in found] == ["cpu-test-2c", "cpu-other-2c"]
-    assert load_bench(tmp_path) == found[0] and load_benches(tmp_path / "none") == []
+    assert load_benches(tmp_path / "none") == []
     md = render_validation(found[0], others=found[1:])
     section = md[md.index("Other hosts"):md.index("## Latency agreement")]
     assert "described" not in section and "as measured on **cpu-test-2c**" in section
@@ -220,8 +221,8 @@ def test_the_readme_gives_each_host_its_own_table(tmp_path: Path) -> None:
 
 
 def test_page_refuses_newer_results() -> None:
-    doc = {**_doc(**_all_figures()), "schema_version": R.SCHEMA_VERSION + 1}
-    with pytest.raises(R.ResultsError):
+    doc = {**_doc(**_all_figures()), "schema_version": B.SCHEMA_VERSION + 1}
+    with pytest.raises(B.ResultsError):
         render_validation(doc)
 
 

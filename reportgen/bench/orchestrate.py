@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.bench import results as R
+from reportgen.records.bench import load_results
 
 REPO = Path(__file__).resolve().parents[2]
 SCRATCH = REPO / ".bench"
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"bench: {'quick' if p.quick else 'full'} on {hardware}, {torch.get_num_threads()} threads -> {out}")
     figures: dict[str, dict[str, Any]] = {}
     if args.merge and out.is_file():
-        previous = R.load_results(out)
+        previous = load_results(out)
         if bool(previous.get("quick")) != p.quick:
             parser.error("--merge: the existing results file was measured in the other mode")
         figures.update(previous["figures"])
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             REPO, SCRATCH / "render", sizes=p.render_sizes, log=log, stop=stop)})
 
     save()
-    doc = R.load_results(out)
+    doc = load_results(out)
     log(f"bench finished in {doc['duration_s']:.0f} s: {doc['summary']}")
     for name, fig in doc["figures"].items():
         log(f"  {name}: {fig['status']} value={fig['value']} interval={fig['interval']} goal={fig['goal']}")
@@ -329,7 +330,7 @@ def resummarise(path: Path) -> int:
     coverage's rows read again from the bench's two suite runs where they are on disk)."""
     from reportgen.bench import coverage, latency, overhead
 
-    doc = R.load_results(path)
+    doc = load_results(path)
     figures = dict(doc["figures"])
     p = plan(bool(doc.get("quick")))
     lat = figures.get("latency_agreement")

@@ -18,7 +18,7 @@ from typing import Any
 from markupsafe import Markup
 
 from reportgen import fmt
-from reportgen.bench.results import FIGURES, validate
+from reportgen.records.bench import FIGURES, validate
 from reportgen.render import sections
 from reportgen.render.builder import Builder, Page
 from reportgen.render.charts import script_block

@@ -1,17 +1,8 @@
-"""The bench results file: schema, figure records, intervals and the goal verdicts.
+"""The bench's figures: one figure record, the verdict of a value against its goal, the
+results document they make and its atomic write. The file's format and its reader (kind,
+version, figure order, validation) are ``reportgen.records.bench``.
 
-Render side: no torch here. A results file is one JSON object::
-
-    {"kind": "reportgen.bench", "schema_version": 1, "created": "...", "quick": false,
-     "duration_s": 1234.5, "command": "...", "environment": {...},
-     "figures": {"latency_agreement": {<figure>}, ...}}
-
-and each figure::
-
-    {"title": "...", "question": "...", "status": "pass" | "fail" | "info" | "not measured",
-     "value": 1.004, "unit": "ratio", "interval": [0.998, 1.010], "interval_kind": "...",
-     "goal": "within 3% of 1", "goal_spec": {"kind": "ratio_within", "target": 0.03},
-     "notes": ["..."], "rows": [{...}, ...], "duration_s": 12.3}
+No torch here.
 """
 
 from __future__ import annotations
@@ -23,40 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from reportgen.records.bench import FIGURES, KIND, SCHEMA_VERSION, STATUSES
 from reportgen.records.store import atomic_write_bytes
-
-KIND = "reportgen.bench"
-SCHEMA_VERSION = 1
-
-STATUSES: tuple[str, ...] = ("pass", "fail", "info", "not measured")
-
-# Display order of the figures on the Validation page (and in the results file).
-FIGURES: tuple[str, ...] = (
-    "latency_agreement",
-    "interval_coverage",
-    "profiler_overhead",
-    "instrumentation_overhead",
-    "attribution_architectures",
-    "attribution_ablation",
-    "training_latency_agreement",
-    "training_ablation",
-    "attribution_remainder",
-    "flops_agreement",
-    "trace_agreement",
-    "harness_efficiency",
-    "suite_time",
-    "report_time",
-    "tiny_effort",
-    "reference_effort",
-    "contention",
-    "isolation_cost",
-    "memory_estimate",
-    "render_scaling",
-)
-
-
-class ResultsError(ValueError):
-    """A results file that cannot be read: wrong kind, newer schema, missing fields."""
 
 
 def figure(
@@ -165,40 +124,6 @@ def summary(figures: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def validate(doc: Mapping[str, Any], *, source: str = "results") -> dict[str, Any]:
-    """Check kind and version (refusing newer ones), migrate older ones; returns the doc."""
-    if doc.get("kind") != KIND:
-        raise ResultsError(f"{source}: kind is {doc.get('kind')!r}, expected {KIND!r}")
-    version = doc.get("schema_version")
-    if not isinstance(version, int):
-        raise ResultsError(f"{source}: schema_version missing or not an integer")
-    if version > SCHEMA_VERSION:
-        raise ResultsError(
-            f"{source}: schema_version {version} is newer than this reportgen reads "
-            f"({SCHEMA_VERSION}); upgrade reportgen"
-        )
-    # Version 1 is the first; older versions would migrate here step by step.
-    figures = doc.get("figures")
-    if not isinstance(figures, dict):
-        raise ResultsError(f"{source}: 'figures' missing or not an object")
-    for name, fig in figures.items():
-        for key in ("title", "status", "value", "goal", "notes"):
-            if key not in fig:
-                raise ResultsError(f"{source}: figure {name!r} lacks {key!r}")
-        if fig["status"] not in STATUSES:
-            raise ResultsError(f"{source}: figure {name!r} has status {fig['status']!r}")
-    return dict(doc)
-
-
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{p}: cannot read bench results: {exc}") from exc
-    return validate(doc, source=str(p))
-
-
 def write_results(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> Path:
     """Atomic write (temp file in the same directory, fsync, replace)."""
     p = Path(path)
@@ -206,20 +131,6 @@ def write_results(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> Path:
     data = json.dumps(_clean(doc), indent=1, sort_keys=False, allow_nan=False) + "\n"
     atomic_write_bytes(p, data.encode("utf-8"))
     return p
-
-
-def find_latest(directory: str | os.PathLike[str]) -> Path | None:
-    """The newest results file in a directory (by its ``created`` stamp), if any."""
-    best: tuple[str, Path] | None = None
-    for p in sorted(Path(directory).glob("*.json")):
-        try:
-            doc = load_results(p)
-        except ResultsError:
-            continue
-        key = (str(doc.get("created", "")), p)
-        if best is None or key > best:
-            best = key
-    return best[1] if best else None
 
 
 def _clean(obj: Any) -> Any:

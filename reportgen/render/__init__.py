@@ -36,9 +36,9 @@ def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = No
     ``site_url``: the published site's public address, which each citation names as its
     URL (None: the citations say that none was set).
     """
+    from reportgen.records.bench import load_benches
     from reportgen.records.load import load_runs
     from reportgen.render.pages import site_model
-    from reportgen.render.sections import load_benches
     from reportgen.render.site import write_site
 
     loaded = load_runs(runs)

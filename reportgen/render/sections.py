@@ -8,14 +8,11 @@ their charts are drawn, themed and given fallbacks like every other chart on the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reportgen import fmt
-from reportgen.errors import UserError
 from reportgen.render.builder import Builder, ChartEmbed, Page
 
 if TYPE_CHECKING:  # claims and bench are imported only when their section exists
@@ -128,45 +125,3 @@ def combination_claims(index: Mapping[tuple[str, str], list[dict[str, Any]]],
         for side in ("within", "outside"):
             entry[side] = sorted(entry[side].items())
     return [found[k] for k in sorted(found)]
-
-
-def load_bench(directory: Path) -> dict[str, Any] | None:
-    """The newest bench results file in ``directory`` (by its ``created`` stamp), or None
-    (``load_benches``)."""
-    found = load_benches(directory)
-    return found[0] if found else None
-
-
-def load_benches(directory: Path) -> list[dict[str, Any]]:
-    """Every bench results document in ``directory``, newest first (``bench_files``)."""
-    return [doc for _, doc in bench_files(directory)]
-
-
-def bench_files(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every bench results file in ``directory`` with its document, newest first (by its
-    ``created`` stamp, then its name): each host writes its own, and a figure holds on the
-    hardware it was measured on.
-
-    JSON files of another kind are ignored; a bench file that cannot be read, or that a
-    newer reportgen wrote, is a user error rather than a silently older page.
-    """
-    if not directory.is_dir():
-        return []
-    from reportgen.bench.results import KIND, ResultsError, validate
-
-    found: list[tuple[Path, dict[str, Any]]] = []
-    for path in sorted(directory.glob("*.json")):
-        if path.name.startswith("."):
-            continue
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{path}: cannot read bench results: {exc}") from exc
-        if not isinstance(raw, dict) or raw.get("kind") != KIND:
-            continue
-        try:
-            doc = validate(raw, source=str(path))
-        except ResultsError as exc:
-            raise UserError(str(exc)) from exc
-        found.append((path, doc))
-    return sorted(found, key=lambda item: (str(item[1].get("created") or ""), item[0].name), reverse=True)
