@@ -18,14 +18,12 @@ from reportgen.claims import (
     REFUTED,
     SUPPORTED,
     check,
-    claims_for_combination,
-    combination_section,
     load_claim,
     load_claims,
-    pages,
 )
 from reportgen.cli import main
 from reportgen.records.schema import iter_runs
+from reportgen.render.findings import claims_for_combination, combination_section, pages
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "claims").glob("*.yaml"))
@@ -710,7 +708,7 @@ def test_check_as_a_subprocess(cpu_runs: Path) -> None:
 def test_check_side_does_not_import_torch(cpu_runs: Path) -> None:
     import subprocess
 
-    code = ("import sys; from reportgen.claims import check, pages; "
+    code = ("import sys; from reportgen.claims import check; from reportgen.render.findings import pages; "
             f"r = check({str(cpu_runs)!r}, {str(ROOT / 'claims')!r}); "
             f"pages({str(cpu_runs)!r}, {str(ROOT / 'claims')!r}, report=r); "
             "assert 'torch' not in sys.modules, 'torch imported'")
@@ -755,7 +753,7 @@ def test_evidence_tables_have_five_columns(cpu_runs: Path) -> None:
 
 
 def test_cite_block_names_runs_date_and_commit(tmp_path: Path) -> None:
-    from reportgen.claims.cite import cite
+    from reportgen.render.findings import cite
 
     runs = tmp_path / "runs"
     records = gpu_micro()
@@ -790,8 +788,7 @@ def test_cite_block_names_runs_date_and_commit(tmp_path: Path) -> None:
 
 
 def test_chart_spec_is_readable_labelled_and_marks_context(cpu_runs: Path) -> None:
-    from reportgen.claims import chart_spec
-    from reportgen.claims.pages import ROLE_DECIDES, ROLE_OTHER_HARDWARE
+    from reportgen.render.findings import ROLE_DECIDES, ROLE_OTHER_HARDWARE, chart_spec
 
     report = check(cpu_runs, ROOT / "claims")
     bert = next(r for r in report.claims if r.claim.id == "bert-base-attention-over-60-percent")

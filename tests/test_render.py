@@ -613,9 +613,9 @@ def test_a_bad_claim_is_a_user_error_and_nothing_is_written(tmp_path: Path) -> N
 
 
 def test_claims_index_agrees_with_claims_for_combination() -> None:
-    from reportgen.claims import check, claims_for_combination
+    from reportgen.claims import check
     from reportgen.records.load import load_runs
-    from reportgen.render.sections import claims_index
+    from reportgen.render.findings import claims_for_combination, claims_index
 
     report = check(FIXTURE, CLAIMS)
     index = claims_index(report)

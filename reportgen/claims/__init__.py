@@ -2,9 +2,9 @@
 
 * :func:`load_claims` reads and validates ``claims/*.yaml`` (a bad claim is a UserError
   naming the file and field);
-* :func:`check` evaluates every claim against ``runs/`` into a :class:`CheckReport`;
-* :func:`pages` renders the Findings section (Markdown, keyed by relative path) and
-  :func:`claims_for_combination` lists the claims that bear on one combination.
+* :func:`check` evaluates every claim against ``runs/`` into a :class:`CheckReport`.
+
+Facts only: the Findings pages written from a report are ``reportgen.render.findings``.
 """
 
 from __future__ import annotations
@@ -23,12 +23,6 @@ from reportgen.claims.evaluate import (
     evaluate_claim,
     load_observations,
 )
-from reportgen.claims.pages import (
-    chart_spec,
-    claims_for_combination,
-    combination_section,
-    pages,
-)
 from reportgen.claims.registry import Claim, load_claim, load_claims
 
 __all__ = [
@@ -42,13 +36,9 @@ __all__ = [
     "CheckReport",
     "Claim",
     "ClaimResult",
-    "chart_spec",
     "check",
-    "claims_for_combination",
-    "combination_section",
     "evaluate_claim",
     "load_claim",
     "load_claims",
     "load_observations",
-    "pages",
 ]

@@ -125,6 +125,16 @@ class ClaimResult:
             "evidence": self.evidence,
         }
 
+    def evidence_basis(self) -> tuple[list[str], str | None, list[str]]:
+        """(run ids, latest finish date YYYY-MM-DD, commits) of the rows a reader relies on:
+        those that decide the verdict, or every row when none does (what a citation of the
+        claim's page names)."""
+        rows = [r for r in self.evidence if r["within_conditions"]] or self.evidence
+        runs = sorted({str(r["run_id"]) for r in rows})
+        dates = sorted(str(r["finished"])[:10] for r in rows if r.get("finished"))
+        commits = sorted({c for r in rows for c in r.get("commits") or []})
+        return runs, (dates[-1] if dates else None), commits
+
 
 @dataclass
 class CheckReport:

@@ -4,7 +4,7 @@ commit), so a citation identifies the exact measurements behind it, and the page
 address on the published site (``SITE_URL``) or, where none was configured when the page
 was rendered, a note saying so.
 
-Used by the combination pages and by the Findings pages (``reportgen.claims.cite``).
+Used by the combination pages and by the Findings pages (``render.findings.cite``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from reportgen.render import (
     charts,
     cite,
     compiled,
+    findings,
     machine,
     moe,
     payoff_pages,
@@ -132,7 +133,7 @@ class SiteBuilder(Builder):
                  bench: Mapping[str, Any] | None = None, site_url: str | None = None,
                  other_benches: Sequence[Mapping[str, Any]] = ()) -> None:
         super().__init__(runs, report, bench, site_url, other_benches)
-        self._claims = sections.claims_index(self.report) if self.report is not None else {}
+        self._claims = findings.claims_index(self.report) if self.report is not None else {}
         self._summaries: dict[tuple[str, str], dict[str, Any] | None] = {}
 
 
@@ -199,9 +200,9 @@ class SiteBuilder(Builder):
             "headline_methods": analysis.headline_methods(rows, self.records),
         }
         if self.report is not None:
-            ctx["findings_link"] = rel(path, sections.FINDINGS_INDEX)
+            ctx["findings_link"] = rel(path, findings.FINDINGS_INDEX)
             ctx["claims"] = [
-                {**c, "link": rel(path, c["page"])} for c in sections.combination_claims(
+                {**c, "link": rel(path, c["page"])} for c in findings.combination_claims(
                     self._claims, list(zip(rows["run_id"].astype(str),
                                            rows["combo_id"].astype(str))))]
         all_rows = []
@@ -493,7 +494,7 @@ class SiteBuilder(Builder):
             "latest": self._run_rows(path, analysis.latest_runs(self.runs)),
             "counts": {s: int((f["status"] == s).sum()) if not f.empty else 0
                        for s in COMBINATION_STATUSES},
-            "findings_link": sections.FINDINGS_INDEX if self.report is not None else None,
+            "findings_link": findings.FINDINGS_INDEX if self.report is not None else None,
             "validation_link": sections.VALIDATION if self.bench is not None else None,
             "instrumentation_link": studies.PATH if studies.studied(self.current) else None,
             "headline_methods": analysis.headline_methods(f, self.records),
@@ -592,7 +593,7 @@ def _instrumentation(b: Builder) -> list[Page]:
 
 PRODUCERS: tuple[Producer, ...] = (
     roofline_pages.findings_page, payoff_pages.speedups_page, payoff_pages.payoff_page, tools_page.page,
-    _changes, _instrumentation, sections.findings_pages, validation_page)
+    _changes, _instrumentation, findings.findings_pages, validation_page)
 """The pages other modules produce, in the order they follow the site's own."""
 
 

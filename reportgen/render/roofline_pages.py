@@ -16,6 +16,7 @@ from reportgen.records.status import OK
 from reportgen.render import charts, roofline
 from reportgen.render.builder import Builder, Page, rel
 from reportgen.render.charts import Chart
+from reportgen.render.findings import FINDINGS_INDEX, claim_page_path
 
 PAGE = "findings/memory-traffic-and-roofline.md"
 # the claim whose quote speaks of attention consuming disproportionate GPU memory bandwidth
@@ -145,7 +146,7 @@ def findings_page(b: Builder) -> list[Page]:
         "peaks": [{**r, "url": fmt.Raw(str(r["url"]))} for r in peaks.table_rows()],
         "peaks_data": b.table(PAGE, "gpu-peaks", peaks.table_rows()),
         "claim_link": (rel(PAGE, claims[CLAIM_ID]) if CLAIM_ID in claims else None),
-        "findings_index": rel(PAGE, "findings/index.md") if claims else None,
+        "findings_index": rel(PAGE, FINDINGS_INDEX) if claims else None,
         "methodology": rel(PAGE, "methodology.md"),
     }
     return [Page(PAGE, "roofline.md.j2", ctx, tuple(out))]
@@ -155,8 +156,6 @@ def _claim_pages(b: Builder) -> dict[str, str]:
     """Claim id -> its Findings page, when the site has a Findings section."""
     if b.report is None:
         return {}
-    from reportgen.claims.pages import claim_page_path
-
     return {r.claim.id: claim_page_path(r.claim.id) for r in b.report.claims}
 
 

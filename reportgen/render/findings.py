@@ -1,4 +1,11 @@
-"""Findings pages: page models from a CheckReport, Altair chart specs, Jinja2 templates.
+"""The Findings section: a page per claim and their index, from a ``CheckReport`` (the
+claims checked against the runs, ``reportgen.claims``), with Altair chart specs, Jinja2
+templates (``templates/findings``) and each page's "Cite this" block; and the claims that
+bear on each combination, for its page.
+
+The pages' Markdown is written here and joined to the site as generated pages
+(``sections``): each chart calls back to the builder, which draws, themes and gives it a
+fallback like every other chart on the site.
 
 Everything that comes from data (claim text, run ids, reasons) is escaped for Markdown and
 HTML by the environment's ``finalize``: a claim quoting ``<script>`` renders as text, and
@@ -8,7 +15,7 @@ here from escaped parts) pass through unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -17,15 +24,17 @@ from jinja2 import Environment
 from markupsafe import Markup
 
 from reportgen import fmt
-from reportgen.claims.cite import cite
 from reportgen.claims.evaluate import CONTEXT_OUTCOME, CheckReport, ClaimResult, check
 from reportgen.claims.metrics import format_value
 from reportgen.claims.registry import Comparison, Hardware, Ordering
-from reportgen.render.builder import rel
+from reportgen.render import sections
+from reportgen.render.builder import Builder, Page, rel
 from reportgen.render.charts import script_block
+from reportgen.render.cite import Citation, citation, page_url
 from reportgen.render.templating import make_environment
 
 FINDINGS = "findings"
+FINDINGS_INDEX = f"{FINDINGS}/index.md"
 CombinationPage = Callable[[str, str], "str | None"]  # (run_id, combination id) -> docs path
 ChartEmbed = Callable[[str, dict[str, Any]], str]  # (chart name, Vega-Lite spec) -> Markdown
 
@@ -53,7 +62,8 @@ def _url(value: str) -> Markup:
 
 def _environment() -> Environment:
     # Markdown, not HTML: escaping is done by finalize (md)
-    return make_environment("reportgen.claims", finalize=md, filters={"url": _url})
+    return make_environment("reportgen.render", folder="templates/findings", finalize=md,
+                            filters={"url": _url})
 
 
 # -- formatting ----------------------------------------------------------------------------
@@ -253,6 +263,19 @@ def rg_chart(name: str, spec: dict[str, Any]) -> str:
 # -- page models ---------------------------------------------------------------------------
 
 
+def cite(result: ClaimResult, page: str, site_url: str | None = None) -> Citation:
+    """The citation of one claim's page (``page``: its path in the site, e.g.
+    ``findings/<id>``; ``site_url``: the published site's address, if one is set): the
+    claim, its verdict, the runs that decided it (or, untested, those shown as context),
+    when they were measured and the project commit that measured them."""
+    claim = result.claim
+    runs, date, commits = result.evidence_basis()
+    return citation(f"Claim check: {claim.title}", date=date, run_ids=runs, commits=commits,
+                    url=page_url(site_url, page + ".md"), key="reportgen-" + claim.id,
+                    details=[f"Verdict: {result.verdict}",
+                             f"Quote from: {claim.source.title}, {claim.source.url}"])
+
+
 def claim_page_path(claim_id: str) -> str:
     return f"{FINDINGS}/{claim_id}.md"
 
@@ -355,7 +378,7 @@ def pages(runs_root: Path | str, claims_dir: Path | str, *, report: CheckReport 
     models = [page_model(r, combination_page, chart_embed, site_url) for r in report.claims]
     for model in models:
         out[claim_page_path(model["claim"].id)] = env.get_template("claim.md.j2").render(**model)
-    out[f"{FINDINGS}/index.md"] = env.get_template("index.md.j2").render(
+    out[FINDINGS_INDEX] = env.get_template("index.md.j2").render(
         claims=models, runs=report.runs_root, combinations=report.observations)
     return out
 
@@ -390,3 +413,77 @@ def combination_section(report: CheckReport, run_id: str, combination_id: str, p
         item["claim_verdict_class"] = item["claim_verdict"].replace(" ", "-")
         item["outcome"] = CONTEXT_OUTCOME[item["verdict"]]
     return _environment().get_template("combination.md.j2").render(claims=items)
+
+
+# -- the site's pages ---------------------------------------------------------------------
+
+
+def generated_pages(report: CheckReport, embed_for: sections.EmbedFor, combination_page: CombinationPage,
+                    site_url: str | None = None) -> list[sections.Generated]:
+    """The Findings section: an index and one page per claim (none without claims)."""
+    if not report.claims:
+        return []
+    by_page = {claim_page_path(r.claim.id): r.claim.title for r in report.claims}
+
+    def embed(name: str, spec: Mapping[str, Any]) -> str:
+        # a claim's chart is named by the claim's id
+        page = claim_page_path(name)
+        if page not in by_page:
+            raise ValueError(f"chart {name!r} belongs to no claim page")
+        return embed_for(page)("evidence", spec)
+
+    # with a report given, pages() reads neither the runs nor the claims directory
+    texts = pages(report.runs_root, "", report=report, combination_page=combination_page,
+                  chart_embed=embed, site_url=site_url)
+    out = [sections.generated(path, by_page.get(path, "Findings"), text)
+           for path, text in sorted(texts.items())]
+    return sorted(out, key=lambda g: (g.path != FINDINGS_INDEX, g.path))
+
+
+def findings_pages(b: Builder) -> list[Page]:
+    """The Findings section's pages (none without a report with claims)."""
+    if b.report is None:
+        return []
+    return sections.pages(b, generated_pages(b.report, b.embed_for, b.combo_page_of, b.site_url))
+
+
+def claims_index(report: CheckReport) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """``claims_for_combination`` for every combination at once: (run id, combination id)
+    -> the claims whose evidence uses it. One pass over the evidence, so a large runs tree
+    costs linear time rather than claims x evidence per combination."""
+    index: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for result in report.claims:
+        seen: set[tuple[str, str]] = set()
+        for row in result.evidence:
+            for combo_id in row["combinations"]:
+                key = (str(row["run_id"]), str(combo_id))
+                if key in seen:
+                    continue  # as claims_for_combination: the first row that uses it
+                seen.add(key)
+                index.setdefault(key, []).append({
+                    "claim_id": result.claim.id, "title": result.claim.title,
+                    "page": claim_page_path(result.claim.id), "verdict": row["verdict"],
+                    "claim_verdict": result.verdict,
+                    "within_conditions": row["within_conditions"],
+                    "check": result.claim.predicate.describe()})
+    return index
+
+
+def combination_claims(index: Mapping[tuple[str, str], list[dict[str, Any]]],
+                       combos: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The claims whose evidence uses any of ``combos`` (run id, combination id), with
+    how many of those combinations gave each verdict, within and outside the conditions."""
+    found: dict[str, dict[str, Any]] = {}
+    for key in combos:
+        for item in index.get(key, ()):
+            entry = found.setdefault(item["claim_id"], {
+                "title": item["title"], "page": item["page"], "check": item["check"],
+                "claim_verdict": item["claim_verdict"],
+                "claim_verdict_class": item["claim_verdict"].replace(" ", "-"),
+                "within": {}, "outside": {}})
+            counts = entry["within" if item["within_conditions"] else "outside"]
+            counts[item["verdict"]] = counts.get(item["verdict"], 0) + 1
+    for entry in found.values():
+        for side in ("within", "outside"):
+            entry[side] = sorted(entry[side].items())
+    return [found[k] for k in sorted(found)]
