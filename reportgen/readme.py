@@ -103,7 +103,7 @@ def bench_figures(bench_dir: Path) -> list[Mapping[str, Any]]:
 
 
 def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
-    from reportgen.bench.page import figure_interval, figure_value
+    from reportgen.render.validation import figure_interval, figure_value
 
     run = latest_run(runs_root, "cpu-default")
     today = latest_run(runs_root, "cpu-today")

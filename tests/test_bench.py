@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from reportgen.bench import results as R
-from reportgen.bench.page import chart_specs, render_validation
 from reportgen.bench.trace_check import (
     compare_totals,
     load_trace,
@@ -21,6 +20,7 @@ from reportgen.bench.trace_check import (
 )
 from reportgen.paired import interleave
 from reportgen.records import bench as B
+from reportgen.render.validation import chart_specs, render_validation
 from reportgen.stats import bootstrap_ratio
 
 
@@ -157,7 +157,7 @@ def test_chart_specs_are_vega_lite() -> None:
 
 
 def test_chart_labels_keep_what_tells_rows_apart() -> None:
-    from reportgen.bench.page import short_labels
+    from reportgen.render.validation import short_labels
 
     ids = ["bert-base--forward--fp32--eager--b1--s128", "bert-base--forward--fp32--eager--b1--s256",
            "gpt2--prefill--fp32--sdpa--b1--s128"]

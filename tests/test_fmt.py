@@ -8,9 +8,9 @@ import math
 import pytest
 
 from reportgen import fmt
-from reportgen.bench.page import figure_interval, figure_value, table_cell
 from reportgen.claims.metrics import format_range, format_value
 from reportgen.render.machine import environment_facts
+from reportgen.render.validation import figure_interval, figure_value, table_cell
 
 NAN, INF = float("nan"), float("inf")
 

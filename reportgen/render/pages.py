@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from reportgen import stats
-from reportgen.bench.page import validation_page
 from reportgen.categories import CATEGORIES
 from reportgen.records import fields, paths
 from reportgen.records.schema import Run
@@ -33,6 +32,7 @@ from reportgen.render import (
     sections,
     studies,
     training,
+    validation,
 )
 from reportgen.render import tools as tools_page
 from reportgen.render.builder import (
@@ -593,7 +593,7 @@ def _instrumentation(b: Builder) -> list[Page]:
 
 PRODUCERS: tuple[Producer, ...] = (
     roofline_pages.findings_page, payoff_pages.speedups_page, payoff_pages.payoff_page, tools_page.page,
-    _changes, _instrumentation, findings.findings_pages, validation_page)
+    _changes, _instrumentation, findings.findings_pages, validation.validation_page)
 """The pages other modules produce, in the order they follow the site's own."""
 
 

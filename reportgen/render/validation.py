@@ -1,4 +1,5 @@
-"""The Validation page: Markdown from a bench results file, with a chart per figure.
+"""The Validation page: Markdown from a bench results file (read through
+``records.bench``), with a chart per figure; its template is ``templates/validation``.
 
 Render side: no torch. ``render_validation(results)`` returns the page's Markdown;
 ``chart_specs(results)`` returns the Vega-Lite spec (a dict, built with Altair) of each
@@ -60,7 +61,7 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
     other_docs = [validate(o) for o in others]
     charts = chart_specs(doc)
     block = chart_block or site_chart_block()
-    env = make_environment("reportgen.bench", finalize=inert, filters={
+    env = make_environment("reportgen.render", folder="templates/validation", finalize=inert, filters={
         "num": fmt.sig, "pct": fmt.pct, "value": figure_value,
         "interval": lambda fig: Markup(figure_interval(fig)),  # numbers and brackets
         "cell": table_cell})
@@ -403,6 +404,6 @@ def _scaling_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any])
     return _with_data(alt, chart, values)
 
 
-# a training step's figures (reportgen.bench.training_check) read like the forward's
+# a training step's figures (the bench's training_check) read like the forward's
 ROW_COLUMNS["training_latency_agreement"] = ROW_COLUMNS["latency_agreement"]
 ROW_COLUMNS["training_ablation"] = ROW_COLUMNS["attribution_ablation"]
