@@ -206,7 +206,7 @@ def test_the_page_summarises_every_other_host_and_loads_them_newest_first(tmp_pa
 
 
 def test_the_readme_gives_each_host_its_own_table(tmp_path: Path) -> None:
-    from reportgen import readme
+    from reportgen.render import readme
 
     R.write_results(tmp_path / "bench" / "cpu-test-2c.json", _doc(**_all_figures()))
     one = readme.blocks(tmp_path / "runs", tmp_path / "bench")["bench"]

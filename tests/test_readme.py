@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from reportgen import readme
+from reportgen.render import readme
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ STUDY_TEMPLATES = {"instrumentation.md.j2", "tools.md.j2"}
 def test_templates_test_a_status_through_records_status() -> None:
     template = "{% for r in rows %}{{ 'o' if r is ok else 'f' if r is failed else '-' }}{% endfor %}"
     rows = [{"status": OK}, {"status": FAILED}, {"status": SKIPPED}, {}]
-    for env in (environment(), make_environment("reportgen")):
+    for env in (environment(), make_environment("reportgen.render", folder="templates/readme")):
         assert env.from_string(template).render(rows=rows) == "of--"
 
 

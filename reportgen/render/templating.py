@@ -1,6 +1,7 @@
 """The Jinja2 environment of every template reportgen renders: the site's pages, the
 Findings pages (``render.findings``, templates in ``templates/findings``), the Validation
-page (``render.validation``) and the README's figures (``render.readme``).
+page (``render.validation``) and the README's figures (``render.readme``, templates in
+``templates/readme``).
 
 One set of settings (undefined values fail, block tags leave no blank lines, files keep
 their last newline) over one loader per template folder; what differs between them is
