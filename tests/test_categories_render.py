@@ -19,9 +19,10 @@ import pytest
 import synthetic
 
 from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES, OPTIONAL_CATEGORIES
-from reportgen.commands.summary import combination_row, csv_columns
+from reportgen.commands.summary import csv_columns
 from reportgen.render import analysis, render, roofline
 from reportgen.render.compare import compare_records
+from reportgen.render.runtable import combination_row
 from reportgen.render.shown import shown_categories
 
 DENSE = tuple(c for c in CATEGORIES if c not in OPTIONAL_CATEGORIES)

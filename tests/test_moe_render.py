@@ -20,8 +20,9 @@ from rich.console import Console
 from test_categories_render import HW, MOE, _tree
 
 from reportgen import fmt
-from reportgen.commands.summary import MOE_LOAD, combination_row, csv_columns, render_table
+from reportgen.commands.summary import csv_columns, render_table
 from reportgen.render import render
+from reportgen.render.runtable import MOE_LOAD, combination_row
 
 # Per layer, tokens per expert of the s256 forward (256 tokens, top-2: 512 per layer) and
 # of the s128 one; the figures below are worked out by hand from them.

@@ -12,7 +12,8 @@ import pytest
 
 from reportgen import cli
 from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES, OPTIONAL_CATEGORIES
-from reportgen.commands.summary import combination_row, csv_columns, flatten_row
+from reportgen.commands.summary import csv_columns, flatten_row
+from reportgen.render.runtable import combination_row
 
 DATA = Path(__file__).parent / "data" / "schema"
 GOLDEN = json.loads((DATA / "v1" / "combination-ok.json").read_text())

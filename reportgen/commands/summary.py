@@ -1,9 +1,9 @@
 """``reportgen summary RUN_DIR``: one row per combination, as a table, JSON or CSV.
 
-The row builders (:func:`run_rows`, :func:`combination_row`, :func:`flatten_row`) are
-plain data functions over stored records, with no torch, so the render side and the
-runner's end-of-run table (:func:`print_run`, after ``reportgen profile`` on this host or
-on Slurm) reuse them.
+The rows are ``reportgen.render.runtable``'s (plain data over stored records, with no
+torch, which the README's figures read too); here they are printed, and the runner's
+end-of-run table (:func:`print_run`, after ``reportgen profile`` on this host or on Slurm)
+is printed the same way.
 """
 
 from __future__ import annotations
@@ -17,35 +17,23 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reportgen.categories import CATEGORIES
-from reportgen.intervals import unstable_reason
 from reportgen.records import fields, paths
-from reportgen.records.schema import Run, load_combination, load_run
-from reportgen.records.status import FAILED, OK, PENDING, SKIPPED, is_ok
-from reportgen.render.shown import shown_categories
+from reportgen.records.schema import load_run
+from reportgen.records.status import FAILED, OK, PENDING, SKIPPED
+from reportgen.render.runtable import (
+    COMBINATION_FIELDS,
+    LATENCY_FIELDS,
+    MOE_LOAD,
+    has_moe_load,
+    ordered_categories,
+    run_rows,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-COMBINATION_FIELDS: tuple[str, ...] = (
-    "model",
-    "scale",
-    "mode",
-    "dtype",
-    "attn_implementation",
-    "batch_size",
-    "seq_len",
-    "device",
-    "compile",
-)
-LATENCY_FIELDS: tuple[str, ...] = ("median", "ci_low", "ci_high", "n")
 FORMATS: tuple[str, ...] = ("table", "json", "csv")
-
-_TO_MS = {"ms": 1.0, "s": 1e3, "us": 1e-3, "ns": 1e-6}
-MOE_LOAD = "moe_max_over_mean"
-"""A mixture-of-experts record's busiest expert's tokens against the mean (its ``moe``
-section; 1: balanced): a key of its row, and a column only where some row has it."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,90 +62,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- rows -----------------------------------------------------------------------------
-
-
-def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The summary row of one combination record (any status)."""
-    combination = fields.get(record, "combination") or {}
-    categories = fields.get(record, "attribution.categories") or {}
-    # a dense model's row (and so the CSV of a run of them) has no mixer or moe.* shares
-    shown = shown_categories([categories])
-    scale = _TO_MS.get(str(fields.get(record, "timing.unit") or "ms"), 1.0)
-
-    def ms(value: Any) -> float | None:
-        return None if value is None else float(value) * scale
-
-    row: dict[str, Any] = {
-        "id": fields.get(record, "id"),
-        **{key: combination.get(key) for key in COMBINATION_FIELDS},
-        # records made before the compile axis ran eagerly
-        "compile": fields.get(record, "combination.compile") or "none",
-        "compile_s": fields.get(record, "compile.compile_s"),
-        "status": fields.get(record, "status"),
-        "reason": fields.get(record, "reason"),
-        "latency_ms": {
-            "median": ms(fields.get(record, "timing.median")),
-            "ci_low": ms(fields.get(record, "timing.ci_low")),
-            "ci_high": ms(fields.get(record, "timing.ci_high")),
-            "n": fields.get(record, "timing.n"),
-        },
-        "profiler_overhead": fields.get(record, "profile.overhead_ratio"),
-        "shares": {
-            name: fields.get(record, ("attribution", "categories", name, "share"))
-            for name in _ordered_categories(categories)
-            if isinstance(categories[name], Mapping) and (name in shown or name not in CATEGORIES)
-        },
-    }
-    unstable = unstable_reason(record) if is_ok(record) else None
-    if unstable:
-        row["unstable"] = unstable  # a key only where it applies: clean runs' CSVs stay as they were
-    load = moe_load(record)
-    if load is None:
-        return row  # dense models and records made before routing was recorded: as before
-    out: dict[str, Any] = {}
-    for key, value in row.items():
-        if key == "shares":
-            out[MOE_LOAD] = load
-        out[key] = value
-    return out
-
-
-def moe_load(record: Mapping[str, Any]) -> float | None:
-    """The busiest expert's tokens against the mean, over the layers (``moe.max_over_mean``);
-    None without a ``moe`` section or that figure."""
-    value = fields.get(record, "moe.max_over_mean")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def has_moe_load(rows: Iterable[Mapping[str, Any]]) -> bool:
-    return any(row.get(MOE_LOAD) is not None for row in rows)
-
-
-def pending_row(combo_id: str, combination: Mapping[str, Any] | None) -> dict[str, Any]:
-    return combination_row({"id": combo_id, "combination": combination or {}, "status": PENDING})
-
-
-def run_rows(run: Run) -> list[dict[str, Any]]:
-    """One row per combination of the run, in suite order; unmeasured ones ``pending``."""
-    ids = [str(i) for i in fields.run_get(run.record, "combinations") or []]
-    by_id = dict(zip(ids, fields.run_get(run.record, "suite.spec.combinations") or []))
-    rows = []
-    for combo_id in run.combination_ids():
-        path = run.combination_path(combo_id)
-        if path.is_file():
-            rows.append(combination_row(load_combination(path)))
-        else:
-            rows.append(pending_row(combo_id, by_id.get(combo_id)))
-    return rows
-
-
-def _ordered_categories(names: Iterable[str]) -> list[str]:
-    names = list(names)
-    known = [c for c in CATEGORIES if c in names]
-    return known + sorted(n for n in names if n not in CATEGORIES)
+# --- CSV ------------------------------------------------------------------------------
 
 
 def flatten_row(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -174,7 +79,7 @@ def flatten_row(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def csv_columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     rows = list(rows)
-    categories = _ordered_categories({c for row in rows for c in row.get("shares", {})})
+    categories = ordered_categories({c for row in rows for c in row.get("shares", {})})
     return (
         ["id", *COMBINATION_FIELDS, "status", "reason"]
         + [f"latency_ms.{f}" for f in LATENCY_FIELDS]

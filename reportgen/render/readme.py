@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from reportgen import fmt
-from reportgen.commands.summary import run_rows
 from reportgen.errors import UserError
 from reportgen.records import fields
 from reportgen.records.schema import Run, current_runs, iter_runs
 from reportgen.records.status import COMBINATION_STATUSES, is_ok
+from reportgen.render.runtable import run_rows
 from reportgen.render.templating import make_environment
 from reportgen.vocabulary import PHASES
 
