@@ -1,13 +1,16 @@
 """The package's layering, read from its source (ast): no module imports itself back
-through others, the render side never reaches the measuring side, ``execute`` never imports
-a command, and no module outside the measuring side reaches it through ``importlib``.
+through others, nor any package (``reportgen.render``, ``reportgen.claims``, ...) through
+another's modules; no import runs back up a floor (the facts below the pages that show
+them: ``FLOORS``); the render side never reaches the measuring side, ``execute`` never
+imports a command, and no module outside the measuring side reaches it through
+``importlib``.
 
 Every import counts: at module level, inside functions, under ``TYPE_CHECKING`` and through
 ``importlib.import_module("reportgen....")``. The sides are ARCHITECTURE.md's: the
 measuring side is ``reportgen.profile``, the worker processes' modules and any module that
 imports torch or transformers at its top; the render side is ``reportgen.render``,
-``reportgen.claims``, the commands that read runs, the README writer and the bench's
-results reader and Validation page.
+``reportgen.claims``, the commands that read runs, the README's command and the bench's
+figures.
 """
 
 from __future__ import annotations
@@ -27,7 +30,25 @@ TORCH = ("torch", "transformers")
 RENDER_PACKAGES = ("reportgen.render", "reportgen.claims")
 RENDER_MODULES = {"reportgen.commands.render", "reportgen.commands.check", "reportgen.commands.summary",
                   "reportgen.commands.status", "reportgen.commands.compare", "reportgen.readme",
-                  "reportgen.bench.results", "reportgen.bench.page"}  # the Validation page's
+                  "reportgen.bench.results"}  # the bench's figures and verdicts
+
+#: The floors of what the render side shows, lowest first. A module imports from its own
+#: floor and those below it, never from one above: an import that runs back up a floor
+#: would make the floors import each other round.
+#:
+#: 1. ``reportgen.fmt``, the formatter set: it imports nothing of reportgen, so the facts
+#:    and the pages write a number the same way;
+#: 2. the facts: ``reportgen.claims`` (the claims registry, the checks against the runs,
+#:    their verdicts and the evidence a verdict rests on) and ``reportgen.bench`` (the
+#:    bench's figures and their verdicts, its results files read through
+#:    ``reportgen.records.bench``);
+#: 3. the pages: ``reportgen.render``, every page of the site (the Findings section and the
+#:    Validation page included) and the README's figures.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("reportgen.fmt",),
+    ("reportgen.claims", "reportgen.bench"),
+    ("reportgen.render",),
+)
 
 #: Circles still to break, each as the set of its modules. The test fails once one is gone,
 #: so that it leaves this list too.
@@ -159,6 +180,40 @@ def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return found
 
 
+def floor_of(name: str) -> int | None:
+    """The floor (``FLOORS``' index) a module is on, or None for one on none of them."""
+    for level, packages in enumerate(FLOORS):
+        if any(name == p or name.startswith(p + ".") for p in packages):
+            return level
+    return None
+
+
+def upward_imports(modules: dict[str, Module]) -> dict[str, list[str]]:
+    """Each module on a floor -> the modules on a floor above its own that it imports."""
+    found: dict[str, list[str]] = {}
+    for name, m in sorted(modules.items()):
+        level = floor_of(name)
+        if level is None:
+            continue
+        above = sorted(i for i in m.imports if (other := floor_of(i)) is not None and other > level)
+        if above:
+            found[name] = above
+    return found
+
+
+def package_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
+    """reportgen's top-level packages and modules (``reportgen.render``, ``reportgen.fmt``)
+    -> those their modules import: two packages whose modules import each other's are a
+    circle here though no module imports itself back."""
+    def top(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for name, m in modules.items():
+        graph.setdefault(top(name), set()).update(top(i) for i in m.imports if top(i) != top(name))
+    return graph
+
+
 def measuring(modules: dict[str, Module]) -> set[str]:
     """The measuring side: its packages and modules, any module importing torch at its
     top, and any module that imports one of those at its top."""
@@ -188,6 +243,26 @@ def test_no_module_imports_itself_back(modules: dict[str, Module]) -> None:
     new = [sorted(c) for c in found if c not in OPEN_CIRCLES]
     assert not new, f"import circles: {new}"
     assert not [sorted(c) for c in OPEN_CIRCLES if c not in found], "gone: remove it from OPEN_CIRCLES"
+
+
+def test_no_package_imports_itself_back(modules: dict[str, Module]) -> None:
+    """The render side's pages once lived beside their facts: ``claims`` and ``bench``
+    wrote their own pages with ``render``'s machinery while ``render`` imported them for
+    the site, so the packages imported each other round with no module doing so."""
+    found = [sorted(c) for c in circles(package_graph(modules))]
+    assert not found, f"packages importing each other round: {found}"
+
+
+def test_no_import_runs_back_up_a_floor(modules: dict[str, Module]) -> None:
+    """The facts (claims, the bench's figures) import nothing of the pages (``render``),
+    and the formatter set nothing of either: a fact that needs a number written uses
+    ``fmt`` below it, and a page reads the facts from above."""
+    assert {"reportgen.fmt", "reportgen.claims.evaluate", "reportgen.bench.results",
+            "reportgen.render.findings", "reportgen.render.validation"} <= set(modules)
+    assert [floor_of(n) for n in ("reportgen.fmt", "reportgen.bench.ablation", "reportgen.render.readme",
+                                  "reportgen.records.bench")] == [0, 1, 2, None]
+    wrong = upward_imports(modules)
+    assert not wrong, f"imports running back up a floor (FLOORS): {wrong}"
 
 
 def test_the_render_side_imports_nothing_that_measures(modules: dict[str, Module]) -> None:
@@ -251,3 +326,26 @@ def test_the_reader_sees_every_kind_of_import(tmp_path: Path) -> None:
     graph = {name: m.imports for name, m in found.items()}
     assert circles(graph) == [frozenset({"reportgen.a", "reportgen.b", "reportgen.sub.c"})]
     assert measuring(found) == {"reportgen.sub.c", "reportgen.d"}
+
+
+def test_an_import_back_up_a_floor_and_a_package_circle_are_found(tmp_path: Path) -> None:
+    """A claim page written in ``claims`` with the render side's machinery, while
+    ``render`` reads the claims: no module circle, but an import up a floor and a circle of
+    packages."""
+    pkg = tmp_path / "reportgen"
+    for sub in ("claims", "render"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "fmt.py").write_text("")
+    (pkg / "claims" / "evaluate.py").write_text("from reportgen import fmt\n")
+    (pkg / "claims" / "pages.py").write_text("from reportgen.render.builder import rel\n")
+    (pkg / "render" / "builder.py").write_text("")
+    (pkg / "render" / "site.py").write_text("from reportgen.claims.evaluate import check\n")
+    found = read_package(pkg)
+    assert not circles({name: m.imports for name, m in found.items()})
+    assert upward_imports(found) == {"reportgen.claims.pages": ["reportgen.render.builder"]}
+    assert circles(package_graph(found)) == [frozenset({"reportgen.claims", "reportgen.render"})]
+    (pkg / "claims" / "pages.py").unlink()
+    found = read_package(pkg)
+    assert not upward_imports(found) and not circles(package_graph(found))
