@@ -85,6 +85,69 @@ def ci(lo: Any, hi: Any) -> str:
     return f"[{num(lo)}, {num(hi)}]"
 
 
+# The level every interval is meant to state; an interval of fewer rounds or samples than
+# that needs states less (``timing.confidence``), and says so wherever it is printed.
+NOMINAL_LEVEL = 0.95
+
+
+def level(confidence: Any) -> str:
+    """A confidence level as a percentage, to the digits it has: ``95%``, ``87.5%``,
+    ``93.75%``; a dash where none is recorded."""
+    f = _finite(confidence)
+    return DASH if f is None else f"{100 * f:.4g}%"
+
+
+def shared_level(rows: Any) -> float | None:
+    """The one level every row states (mappings with ``confidence``, or the levels
+    themselves), None where they differ; rows without a level (a failed record's) count
+    for none."""
+    found = {_finite(r.get("confidence") if hasattr(r, "get") else r) for r in rows or ()}
+    found.discard(None)
+    return found.pop() if len(found) == 1 else None
+
+
+def ci_heading(shared: Any, unit: str = "") -> str:
+    """A column heading for intervals: ``95% CI (ms)`` where every row states that level
+    (``shared``, from :func:`shared_level`), else ``CI (ms)``, each cell saying its own."""
+    head = "CI" if _finite(shared) is None else f"{level(shared)} CI"
+    return f"{head} ({unit})" if unit else head
+
+
+def ci_level(lo: Any, hi: Any, confidence: Any, shared: Any = None,
+             number: Callable[[Any], str] = num, decimals: int | None = None) -> str:
+    """An interval with the level it states: ``[227, 319] 87.5% CI``; the level left to the
+    heading where it is the ``shared`` one the heading states (:func:`ci_heading`). The
+    ends are written by ``number``, or to fixed ``decimals`` where given (``[226.8, 319.4]``)."""
+    if _finite(lo) is None or _finite(hi) is None:
+        return DASH
+    if decimals is not None:
+        def number(x: Any) -> str:
+            return fixed(x, decimals)
+    text = f"[{number(lo)}, {number(hi)}]"
+    f = _finite(confidence)
+    if f is None or f == _finite(shared):
+        return text
+    return f"{text} {level(f)} CI"
+
+
+def rests_on(*confidences: Any) -> str:
+    """What a verdict drawn from intervals rests on where one states less than 95%:
+    `` (87.5% intervals)``, `` (87.5% and 95% intervals)``; empty at 95%."""
+    found = sorted({f for f in map(_finite, confidences) if f is not None})
+    if not found or found[0] >= NOMINAL_LEVEL:
+        return ""
+    return f" ({' and '.join(level(f) for f in found)} intervals)"
+
+
+def count(n: Any, word: str, plural: str | None = None) -> str:
+    """A count with its noun agreeing: ``1 layer``, ``4 layers``, ``1,024 tokens``; the
+    noun alone after a dash where there is no count."""
+    f = _finite(n)
+    if f is None:
+        return f"{DASH} {plural or word + 's'}"
+    return f"{integer(f)} {word if f == 1 else (plural or word + 's')}"
+
+
 def pct(x: Any, decimals: int = 1) -> str:
     f = _finite(x)
     return DASH if f is None else f"{100 * f:.{decimals}f}%"
@@ -313,5 +376,6 @@ FILTERS = {"breakable": breakable, "when": when, "front_matter_title": front_mat
            "fixed": fixed, "integer": integer, "seq_length": length, "nbytes": nbytes, "flops": flops,
            "bandwidth": bandwidth, "quantity": quantity, "sig": sig, "general": general,
            "ratio_sig": ratio_sig, "duration_ms": duration_ms, "nbytes_compact": nbytes_compact,
-           "gib": gib,
+           "gib": gib, "level": level, "shared_level": shared_level, "ci_heading": ci_heading,
+           "ci_level": ci_level, "rests_on": rests_on, "count": count,
            "code_block": code_block, "url": url, "raw": Raw}

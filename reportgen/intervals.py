@@ -81,6 +81,17 @@ def summarize_rounds(rounds: Sequence[Sequence[float]], confidence: float = 0.95
     return out
 
 
+def stated_confidence(record: Mapping[str, Any] | None) -> float | None:
+    """The level ``record``'s latency interval states (``timing.confidence``: below 95%
+    under six rounds); 95% for a record with an interval made before the level was
+    stored (as the migration of older records fills it in); None without an interval."""
+    level = fields.get(record, "timing.confidence")
+    if isinstance(level, int | float) and not isinstance(level, bool):
+        return float(level)
+    has_interval = fields.get(record, "timing.ci_low") is not None
+    return 0.95 if has_interval else None
+
+
 def unstable_reason(record: Mapping[str, Any]) -> str | None:
     """Why a record's figures were taken under contention (``timing.unstable``, the
     profiled pass's ``profile.unstable``), in words; None for a clean measurement."""

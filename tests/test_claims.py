@@ -441,7 +441,7 @@ def test_share_supported_refuted_and_inconclusive(tmp_path: Path) -> None:
     straddle = by_key[("eager", 128)]
     assert straddle["verdict"] == INCONCLUSIVE
     assert straddle["ci_low"] < 0.6 < straddle["ci_high"]
-    assert straddle["checks"][0]["interval"] == "latency CI propagated"
+    assert straddle["checks"][0]["interval"] == "latency 95% CI propagated"
     # The category time over the forward time anywhere in its CI: [share*m/high, share*m/low].
     assert (straddle["ci_low"], straddle["ci_high"]) == (pytest.approx(0.61 * 10 / 10.5),
                                                          pytest.approx(0.61 * 10 / 9.5))

@@ -214,3 +214,34 @@ def test_records_in_rounds_are_tested_on_their_round_medians() -> None:
     from reportgen.render.compare import round_medians
 
     assert len(round_medians(_rounds_record([10.0, 50.0, 10.1], excluded=1)["timing"])) == 2
+
+
+def test_a_verdict_from_intervals_below_95_percent_says_their_level(capsys: pytest.CaptureFixture[str]) -> None:
+    """Four rounds a side: too few for the test on round medians, so the records' 87.5%
+    intervals decide; the ratio's interval and the verdict state that level, in the row
+    and in the text report, and nothing calls them 95%."""
+    from reportgen.commands.compare import text
+    from reportgen.render.compare import compare_records
+
+    base = _rounds_record([10.0, 10.2, 9.9, 10.1])
+    new = _rounds_record([12.0, 12.2, 11.9, 12.1])
+    for record in (base, new):
+        record["timing"]["confidence"] = 0.875
+    row = compare_records(base, new)
+    assert row["method"] == "interval-overlap" and row["change"] == "slower"
+    assert row["confidence"] == row["verdict_level"] == 0.875
+    report = text({"base": {"label": "b", "runs": []}, "new": {"label": "n", "runs": []}, "versions": [],
+                   "rows": [{**row, "id": "x"}], "counts": {"slower": 1, "faster": 0, "within noise": 0,
+                                                          "no significant difference": 0,
+                                                          "not comparable": 0},
+                   "noise_floor": None, "alpha": stats.ALPHA, "shares": [], "only_base": [],
+                   "only_new": [], "regressions": 0, "threshold": 0.05})
+    assert "87.5% CI" in report and "slower (87.5% intervals)" in report and "95%" not in report
+    # at 95% (six rounds or more) neither says a level beside the interval or the verdict
+    for record in (base, new):
+        record["timing"]["confidence"] = 0.95
+    row = compare_records(base, new)
+    assert row["confidence"] == 0.95 and row["verdict_level"] == 0.95
+    from reportgen.fmt import rests_on
+
+    assert rests_on(row["verdict_level"]) == ""

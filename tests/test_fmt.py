@@ -151,8 +151,65 @@ def test_gib(value: object, text: str) -> None:
 
 
 def test_new_formatters_are_filters() -> None:
-    for name in ("sig", "general", "ratio_sig", "duration_ms", "nbytes_compact", "gib"):
+    for name in ("sig", "general", "ratio_sig", "duration_ms", "nbytes_compact", "gib", "level",
+                 "shared_level", "ci_heading", "ci_level", "rests_on", "count"):
         assert fmt.FILTERS[name] is getattr(fmt, name)
+
+
+@pytest.mark.parametrize("value, text", [
+    (0.95, "95%"), (0.875, "87.5%"), (0.9375, "93.75%"), (0.75, "75%"), (None, fmt.DASH), (NAN, fmt.DASH),
+])
+def test_level(value: object, text: str) -> None:
+    assert fmt.level(value) == text
+
+
+@pytest.mark.parametrize("lo, hi, confidence, shared, text", [
+    # the level beside the interval: the record's own, never a nominal 95%
+    (227.4, 319.2, 0.875, None, "[227, 319] 87.5% CI"),
+    (227.4, 319.2, 0.9375, None, "[227, 319] 93.75% CI"),
+    (151.0, 186.8, 0.95, None, "[151, 187] 95% CI"),
+    # a heading that states the shared level: the cell leaves it out, unless it differs
+    (151.0, 186.8, 0.95, 0.95, "[151, 187]"),
+    (227.4, 319.2, 0.875, 0.95, "[227, 319] 87.5% CI"),
+    # no level recorded: the interval alone; no interval: a dash
+    (1.0, 2.0, None, None, "[1.00, 2.00]"),
+    (None, 2.0, 0.875, None, fmt.DASH),
+    (1.0, NAN, 0.95, None, fmt.DASH),
+])
+def test_ci_level(lo: object, hi: object, confidence: object, shared: object, text: str) -> None:
+    assert fmt.ci_level(lo, hi, confidence, shared) == text
+
+
+def test_ci_level_number_and_decimals() -> None:
+    assert fmt.ci_level(226.83, 319.44, 0.875, decimals=1) == "[226.8, 319.4] 87.5% CI"
+    assert fmt.ci_level(0.5, 0.75, 0.75, number=fmt.pct) == "[50.0%, 75.0%] 75% CI"
+
+
+def test_shared_level_and_heading() -> None:
+    rows = [{"confidence": 0.95}, {"confidence": 0.95}, {"confidence": None}, {"confidence": NAN}]
+    assert fmt.shared_level(rows) == 0.95
+    assert fmt.shared_level([*rows, {"confidence": 0.875}]) is None
+    assert fmt.shared_level([0.875, 0.875]) == 0.875
+    assert fmt.shared_level([]) is None
+    assert fmt.ci_heading(0.95, "ms") == "95% CI (ms)"
+    assert fmt.ci_heading(0.875) == "87.5% CI"
+    assert fmt.ci_heading(None, "ms") == "CI (ms)"
+
+
+def test_rests_on() -> None:
+    assert fmt.rests_on(0.95, 0.95) == ""
+    assert fmt.rests_on(None) == ""
+    assert fmt.rests_on(0.875, 0.875) == " (87.5% intervals)"
+    assert fmt.rests_on(0.95, 0.75) == " (75% and 95% intervals)"
+
+
+@pytest.mark.parametrize("n, word, plural, text", [
+    (1, "layer", None, "1 layer"), (4, "layer", None, "4 layers"), (0, "layer", None, "0 layers"),
+    (1024, "token", None, "1,024 tokens"), (1, "pass", "passes", "1 pass"), (2, "pass", "passes", "2 passes"),
+    (None, "layer", None, f"{fmt.DASH} layers"),
+])
+def test_count(n: object, word: str, plural: str | None, text: str) -> None:
+    assert fmt.count(n, word, plural) == text
 
 
 # ---------------------------------------------------------------- the callers' choices

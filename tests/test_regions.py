@@ -401,7 +401,7 @@ def test_claim_share_intervals_come_from_iterations() -> None:
     assert "bootstrap" in got.interval
     # a record without methods keeps the latency-propagated interval
     legacy = _share_interval({"attribution": {}, "timing": record["timing"]}, ["mlp"], 0.5)
-    assert legacy.interval == "latency CI propagated"
+    assert legacy.interval == "latency 95% CI propagated"
 
 
 def test_other_overhead_figure_on_constructed_records() -> None:

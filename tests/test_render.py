@@ -322,6 +322,44 @@ def test_combination_page_reads_honestly(rendered: Path) -> None:
     assert "| what | value |" in page  # the environment as a table, not only raw JSON
 
 
+def test_intervals_state_the_level_their_records_reach(tmp_path: Path) -> None:
+    """gpt2's records on the CPU made of four rounds (87.5%): every page that prints one of
+    their latency intervals says 87.5% and never calls it 95%; the downloads carry it."""
+    runs = tmp_path / "runs"
+    shutil.copytree(FIXTURE, runs)
+    intervals = []
+    for path in sorted(runs.glob("cpu-synthetic-epyc-2c/*/combinations/gpt2--*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        record["timing"]["confidence"] = 0.875
+        path.write_text(json.dumps(record), encoding="utf-8")
+        intervals.append(fmt.escape(fmt.ci(record["timing"]["ci_low"], record["timing"]["ci_high"])))
+    project = make_project(tmp_path / "p")
+    render(runs, project / "docs", svg=False)
+    docs = project / "docs"
+    combination = (docs / "hardware" / "cpu-synthetic-epyc-2c" / "gpt2.md").read_text(encoding="utf-8")
+    assert "| 87.5% CI (ms) |" in combination  # the headline table's heading
+    assert "(median; 87.5%\nCI" in combination
+    pages = [combination, (docs / "hardware" / "cpu-synthetic-epyc-2c" / "index.md").read_text(encoding="utf-8"),
+             (docs / "models" / "gpt2.md").read_text(encoding="utf-8")]
+    shown = 0
+    for page in pages:
+        for line in page.splitlines():
+            if any(iv in line for iv in intervals):
+                shown += 1
+                assert "95%" not in line, line
+    assert shown >= len(intervals)
+    # where rows differ (bert-base at 95% beside gpt2 at 87.5%) each interval says its own
+    hardware = pages[1]
+    assert "| CI (ms) |" in hardware and "87.5% CI" in hardware and "95% CI" in hardware
+    # the significance verdicts between gpt2's implementations rest on 87.5% intervals
+    assert "no significant difference (87.5% intervals)" in combination or \
+        "significantly slower (87.5% intervals)" in combination
+    headline = (docs / "hardware" / "cpu-synthetic-epyc-2c" / "charts" / "gpt2--headline.csv").read_text()
+    header, *rows = headline.splitlines()
+    at = header.split(",").index("confidence")
+    assert rows and all(r.split(",")[at] == "0.875" for r in rows)
+
+
 def test_empty_runs_tree_builds(tmp_path: Path) -> None:
     (tmp_path / "runs").mkdir()
     project = make_project(tmp_path / "p")

@@ -290,9 +290,55 @@ def test_lists_render_as_lists(built: tuple[Path, Path]) -> None:
     assert not run_on, "\n".join(run_on[:10])
 
 
+# A Markdown table's separator row (| --- |, |---:|, |:---|) left as text: the table above
+# it was not parsed (a line of text right before it, with no blank line between).
+_TABLE_SEPARATOR = re.compile(r"\|\s*:?-{3,}:?\s*\|")
+
+
+class _Text(HTMLParser):
+    """The text nodes a reader sees: none inside code, scripts or styles."""
+
+    SKIP = {"code", "pre", "script", "style", "textarea"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0
+        self.nodes: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.depth += tag in self.SKIP
+
+    def handle_endtag(self, tag: str) -> None:
+        self.depth -= tag in self.SKIP and self.depth > 0
+
+    def handle_data(self, data: str) -> None:
+        if not self.depth:
+            self.nodes.append(data)
+
+
+def unparsed_tables(html: str) -> list[str]:
+    """The text nodes of ``html`` that hold a Markdown table separator."""
+    parser = _Text()
+    parser.feed(html)
+    return [node for node in parser.nodes if _TABLE_SEPARATOR.search(node)]
+
+
+def test_unparsed_tables_are_found() -> None:
+    assert unparsed_tables("<p>6 of 6 agree.\n| a | b |\n| --- | ---: |\n| 1 | 2 |</p>")
+    assert unparsed_tables("<p>|---|---|</p>")
+    assert not unparsed_tables("<table><tr><td>a</td></tr></table><pre><code>|---|</code></pre>")
+
+
+def test_every_table_is_a_table(built: tuple[Path, Path]) -> None:
+    _, site = built
+    found = [f"{html.relative_to(site)}: {node.strip()[:120]!r}" for html in _pages(site)
+             for node in unparsed_tables(html.read_text(encoding="utf-8"))]
+    assert not found, "\n".join(found[:10])
+
+
 # --- in a browser, at a phone's width -----------------------------------------------
 
-DECIDING = re.compile(r"verdict|95% ci|\binterval\b|\bshare\b|measured", re.IGNORECASE)
+DECIDING = re.compile(r"verdict|\bci\b|\binterval\b|\bshare\b|measured", re.IGNORECASE)
 NARROW = 420
 
 TABLES = """(() => {

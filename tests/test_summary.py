@@ -33,7 +33,8 @@ def test_row_of_an_ok_record() -> None:
     row = combination_row(GOLDEN)
     timing = GOLDEN["timing"]
     assert row["latency_ms"] == {"median": timing["median"], "ci_low": timing["ci_low"],
-                                 "ci_high": timing["ci_high"], "n": timing["n"]}
+                                 "ci_high": timing["ci_high"], "confidence": timing["confidence"],
+                                 "n": timing["n"]}
     assert row["profiler_overhead"] == GOLDEN["profile"]["overhead_ratio"]
     # display order; the record predates the compiled and the architecture categories
     assert list(row["shares"]) == [c for c in CATEGORIES
@@ -65,7 +66,8 @@ def test_json_keeps_objects(run_dir: Path, capsys: pytest.CaptureFixture[str]) -
     assert ok["latency_ms"]["median"] == GOLDEN["timing"]["median"]
     assert ok["shares"]["mlp"] == 0.38
     assert skipped["status"] == "skipped" and skipped["reason"] == "decode needs a KV cache"
-    assert skipped["latency_ms"] == {"median": None, "ci_low": None, "ci_high": None, "n": None}
+    assert skipped["latency_ms"] == {"median": None, "ci_low": None, "ci_high": None, "confidence": None,
+                                     "n": None}
     assert pending["status"] == "pending" and pending["model"] == "llama-small"
 
 
@@ -76,9 +78,10 @@ def test_csv_flattens_with_dotted_columns(run_dir: Path, capsys: pytest.CaptureF
     assert reader.fieldnames is not None
     assert reader.fieldnames[:12] == ["id", "model", "scale", "mode", "dtype", "attn_implementation",
                                       "batch_size", "seq_len", "device", "compile", "status", "reason"]
-    assert reader.fieldnames[12:18] == ["latency_ms.median", "latency_ms.ci_low", "latency_ms.ci_high",
-                                        "latency_ms.n", "profiler_overhead", "compile_s"]
-    assert reader.fieldnames[18:] == [f"shares.{c}" for c in CATEGORIES
+    assert reader.fieldnames[12:19] == ["latency_ms.median", "latency_ms.ci_low", "latency_ms.ci_high",
+                                        "latency_ms.confidence", "latency_ms.n", "profiler_overhead",
+                                        "compile_s"]
+    assert reader.fieldnames[19:] == [f"shares.{c}" for c in CATEGORIES
                                       if c != "compiled" and c not in OPTIONAL_CATEGORIES]
     ok = rows[0]
     # Full precision: the CSV cell parses back to the stored float exactly.
@@ -122,6 +125,22 @@ def test_table_lists_every_combination(run_dir: Path, capsys: pytest.CaptureFixt
     for combo_id in ("bert-base--forward--fp32--sdpa--b1--s128", "gpt2--decode--fp32--sdpa--b1--s128"):
         assert combo_id in out
     assert "decode needs a KV cache" in out and "pending" in out
+
+
+def test_table_states_each_interval_s_level(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One level for every interval: the heading states it; a record of four rounds (87.5%)
+    beside them: each interval its own, and no heading claims 95% for all."""
+    assert cli.main(["summary", str(run_dir)]) == 0
+    assert "95% CI" in capsys.readouterr().out
+    four = {**GOLDEN, "id": "gpt2--prefill--fp32--sdpa--b1--s256",
+            "combination": {**GOLDEN["combination"], "model": "gpt2", "seq_len": 256},
+            "timing": {**GOLDEN["timing"], "confidence": 0.875}}
+    (run_dir / "combinations" / f"{four['id']}.json").write_text(json.dumps(four))
+    assert cli.main(["summary", str(run_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if four["id"] in line)
+    assert "87.5% CI" in row
+    assert not any("95% CI" in line for line in lines if "combination" in line and "status" in line)
 
 
 def test_not_a_run_dir_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,7 +2,8 @@
 
 Verdicts, per piece of evidence (one combination, or one group of variants):
 
-* ``supported``: the whole 95% interval satisfies the predicate;
+* ``supported``: the whole interval (95%, or the lower level a record of few rounds
+  states) satisfies the predicate;
 * ``refuted``: the whole interval violates it;
 * ``inconclusive``: the interval straddles the threshold (or, for an ordering, two
   variants' intervals overlap);

@@ -7,7 +7,7 @@ Grammar (whitespace is ignored)::
     argument   := value | "attn=" implementation
 
     share(<category or glob>)              attribution.categories[c].share, summed over a glob
-    latency                                timing.median with its 95% CI (ms)
+    latency                                timing.median with its CI (ms)
     kernels_per_forward[(<category>)]      attribution.launches_per_forward, or one category's
     memory.<field>                         e.g. memory.peak_allocated_bytes
     flops.<field>                          e.g. flops.total_counted, flops.analytic.<category>
@@ -29,9 +29,11 @@ from typing import Any
 
 from reportgen import fmt
 from reportgen.categories import CATEGORIES
+from reportgen.intervals import stated_confidence
 from reportgen.records import fields
 from reportgen.records.shares import category_share
 from reportgen.shares import combined_share, headline_section
+from reportgen.stats.bootstrap import CONFIDENCE as BOOTSTRAP_LEVEL
 
 VALID_FORMS = (
     "share(<category or glob>), latency, kernels_per_forward[(<category>)], "
@@ -203,12 +205,15 @@ def parse_metric(text: str) -> Metric:
 
 @dataclass(frozen=True)
 class Measured:
-    """A value with its 95% interval; ``exact`` values (counts) have low == high == value."""
+    """A value with its interval; ``exact`` values (counts) have low == high == value.
+    ``confidence``: the level the interval states (a latency's is its record's, below 95%
+    under six rounds; None for exact values and values without an interval)."""
 
     value: float
     low: float
     high: float
     interval: str  # how the interval was obtained, for the page
+    confidence: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -216,7 +221,13 @@ class Measured:
             "ci_low": self.low,
             "ci_high": self.high,
             "interval": self.interval,
+            "confidence": self.confidence,
         }
+
+
+def _latency_level(record: dict[str, Any]) -> float:
+    """The level of the record's latency interval (records from before it was stored: 95%)."""
+    return stated_confidence(record) or 0.95
 
 
 def _recorded(record: dict[str, Any], head: str, field: str) -> Any:
@@ -244,12 +255,14 @@ def _recorded(record: dict[str, Any], head: str, field: str) -> Any:
 
 
 def _latency_propagated(record: dict[str, Any], value: float) -> Measured | None:
-    """``value`` over a time anywhere in the latency's 95% interval: [value * median / high,
-    value * median / low]; None without the interval."""
+    """``value`` over a time anywhere in the latency's interval: [value * median / high,
+    value * median / low], at that interval's level; None without the interval."""
     median = fields.get(record, "timing.median")
     low, high = fields.get(record, "timing.ci_low"), fields.get(record, "timing.ci_high")
     if median and low and high:
-        return Measured(value, value * median / high, value * median / low, "latency CI propagated")
+        level = _latency_level(record)
+        return Measured(value, value * median / high, value * median / low,
+                        f"latency {fmt.level(level)} CI propagated", level)
     return None
 
 
@@ -262,12 +275,14 @@ def _share_interval(record: dict[str, Any], cats: list[str], share: float) -> Me
         method = fields.get(record, "attribution.headline_method") or "profiler"
         iterations = fields.get(record, ("attribution", "methods", method, "iteration_ms")) or []
         return Measured(point, low, high,
-                        f"95% bootstrap over {len(iterations)} iterations of the {method} method")
+                        f"95% bootstrap over {len(iterations)} iterations of the {method} method",
+                        BOOTSTRAP_LEVEL)
     # Else: share = category time / forward time, with the forward time anywhere in the
-    # latency's 95% CI; the category time has no interval of its own.
+    # latency's CI; the category time has no interval of its own.
     propagated = _latency_propagated(record, share)
     if propagated is not None:
-        return Measured(share, propagated.low, min(1.0, propagated.high), propagated.interval)
+        return Measured(share, propagated.low, min(1.0, propagated.high), propagated.interval,
+                        propagated.confidence)
     return Measured(share, share, share, "no interval recorded")
 
 
@@ -288,13 +303,14 @@ def read_term(term: Term, record: dict[str, Any]) -> Measured | str:
         low, high = fields.get(record, "timing.ci_low"), fields.get(record, "timing.ci_high")
         if low is None or high is None:
             return Measured(median, median, median, "no interval recorded")
-        conf, ci_method = fields.get(record, "timing.confidence"), fields.get(record, "timing.ci_method")
+        level, ci_method = _latency_level(record), fields.get(record, "timing.ci_method")
         return Measured(
             median,
             float(low),
             float(high),
-            f"{0.95 if conf is None else conf:.0%} CI of the median "
+            f"{fmt.level(level)} CI of the median "
             f"({'n/a' if ci_method is None else ci_method})",
+            level,
         )
     if term.kind == "kernels":
         if term.arg is None:
@@ -374,7 +390,10 @@ def ratio(a: Measured, b: Measured) -> Measured | str:
         if (a.low, a.high, b.low, b.high) != (a.value, a.value, b.value, b.value)
         else "exact"
     )
-    return Measured(a.value / b.value, a.low / b.high, a.high / b.low, interval)
+    # it holds where both intervals do: at most the lower of their levels
+    levels = [c for c in (a.confidence, b.confidence) if c is not None]
+    return Measured(a.value / b.value, a.low / b.high, a.high / b.low, interval,
+                    min(levels) if levels else None)
 
 
 def format_value(value: float | None, unit: str) -> str:

@@ -15,7 +15,7 @@ def register(subparsers: Any) -> None:
         help="check the claims registry against the measured runs",
         description="Evaluate every claim (claims/*.yaml) against the combinations in runs/ "
         "measured on the hardware and under the conditions it was made: supported, refuted, "
-        "inconclusive (the 95%% interval straddles the threshold), mixed, not tested, or "
+        "inconclusive (the interval straddles the threshold), mixed, not tested, or "
         "not tested on its hardware (no run on the claim's hardware yet; runs on other "
         "hardware are listed as context). Exits 0 whatever the verdicts; 2 for a bad claim.",
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,9 @@ examples:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "compare", help="latency ratios and significance between two runs or run filters",
-        description="Per combination present in both: the latency ratio NEW/BASE with its 95% "
-                    "interval and a Mann-Whitney U test on the raw samples (significant at "
+        description="Per combination present in both: the latency ratio NEW/BASE with its "
+                    "interval (95%, or the level the records' intervals state where lower) and a "
+                    "Mann-Whitney U test on the raw samples (significant at "
                     "p < 0.002 where the sample sizes can reach it, otherwise when the medians' "
                     "intervals do not overlap); per category the change in time share. Exit 1 "
                     "when a significant slowdown exceeds --threshold.",
@@ -86,25 +88,36 @@ def _num(x: Any, digits: int = 3) -> str:
     return num(x, digits)
 
 
+def _ci(row: Mapping[str, Any], shared: float | None) -> str:
+    from reportgen.fmt import ci_level
+
+    return ci_level(row["ci_low"], row["ci_high"], row.get("confidence"), shared)
+
+
 def text(data: dict[str, Any]) -> str:
     """A plain-text report: significant changes first, then the rest in one line each."""
     lines = [f"BASE {data['base']['label']} ({len(data['base']['runs'])} run(s))",
              f"NEW  {data['new']['label']} ({len(data['new']['runs'])} run(s))"]
     for v in data["versions"]:
         lines.append(f"  {v['library']}: {v['base']} -> {v['new']}")
+    from reportgen.fmt import ci_heading, rests_on, shared_level
+
     width = max([len(r["id"]) for r in data["rows"]] + [11])
+    compared = [r for r in data["rows"] if r["ratio"] is not None]
+    shared = shared_level(compared)
+    ci_width = max([len(_ci(r, shared)) for r in compared] + [17])
     lines.append("")
     lines.append(f"{'combination':<{width}}  {'base ms':>9}  {'new ms':>9}  {'ratio':>7}  "
-                 f"{'95% CI':<17}  {'p':>9}  change")
+                 f"{ci_heading(shared):<{ci_width}}  {'p':>9}  change")
     for r in data["rows"]:
         if r["ratio"] is None:
             lines.append(f"{r['id']:<{width}}  not comparable: {r['reason']}")
             continue
-        ci = f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]"
-        change = (r["change"] + (" (over threshold)" if r.get("regression") else "")
+        ci = _ci(r, shared)
+        change = (r["change"] + rests_on(r.get("verdict_level")) + (" (over threshold)" if r.get("regression") else "")
                   + (f" (unstable: {r['unstable']})" if r.get("unstable") else ""))
         lines.append(f"{r['id']:<{width}}  {_num(r['base_median']):>9}  {_num(r['new_median']):>9}  "
-                     f"{_num(r['ratio']):>7}  {ci:<17}  {_num(r['p_value']):>9}  {change}")
+                     f"{_num(r['ratio']):>7}  {ci:<{ci_width}}  {_num(r['p_value']):>9}  {change}")
     counts = data["counts"]
     lines.append("")
     floor = data.get("noise_floor")

@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "summary",
         help="one row per combination of a run",
         description="One row per combination of a run: status, median latency with its "
-        "95%% CI, profiler overhead, the time share of each category and, for "
+        "confidence interval (95%, or the lower level fewer rounds state), profiler "
+        "overhead, the time share of each category and, for "
         "mixture-of-experts models, the busiest expert's load against the mean.",
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (holds run.json)")
@@ -108,9 +109,14 @@ def rows_to_csv(rows: list[dict[str, Any]]) -> str:
 # --- display --------------------------------------------------------------------------
 
 
-def _ci_text(latency: Mapping[str, Any]) -> str:
+def _ci_text(latency: Mapping[str, Any], shared: float | None) -> str:
+    """The interval with its level where it is not the ``shared`` one the heading states."""
+    from reportgen.fmt import ci_level
+
     low, high = latency.get("ci_low"), latency.get("ci_high")
-    return f"[{low:.4g}, {high:.4g}]" if low is not None and high is not None else ""
+    if low is None or high is None:
+        return ""
+    return ci_level(low, high, latency.get("confidence"), shared, number=lambda x: f"{x:.4g}")
 
 
 def _shares_text(shares: Mapping[str, Any], top: int = 3) -> str:
@@ -134,7 +140,10 @@ def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     table.add_column("combination", no_wrap=True)
     table.add_column("status")
     table.add_column("median ms", justify="right")
-    table.add_column("95% CI", justify="right")
+    from reportgen.fmt import ci_heading, shared_level
+
+    shared = shared_level([row.get("latency_ms") or {} for row in rows])
+    table.add_column(ci_heading(shared), justify="right")
     table.add_column("profiled/unprofiled", justify="right")
     moe = has_moe_load(rows)
     if moe:
@@ -156,7 +165,7 @@ def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
             Text(str(row.get("id"))),
             Text(status, style=styles.get(status, "")),
             "" if latency.get("median") is None else f"{latency['median']:.4g}",
-            _ci_text(latency),
+            _ci_text(latency, shared),
             "" if overhead is None else f"{overhead:.2f}x",
             *(["" if load is None else f"{load:.2f}x"] if moe else []),
             Text(detail),

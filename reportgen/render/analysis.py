@@ -278,7 +278,8 @@ def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
     """Each attention implementation against the fastest one at the same setting and length.
 
     ``significant`` is true when the difference is significant (`stats.difference` on the
-    two medians' 95% intervals) and this implementation is the slower one.
+    two medians' intervals, at the levels ``confidence`` and ``fastest_confidence`` they
+    state) and this implementation is the slower one.
     Only groups with two or more implementations appear.
     """
     ok = page[(page["status"] == OK) & page["median"].notna()]
@@ -295,12 +296,14 @@ def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
             is_fastest = row["attn"] == fastest["attn"]
             out.append({**dict(zip(keys, group_key)), "attn": row["attn"],
                         "median": row["median"], "ci_low": row["ci_low"],
-                        "ci_high": row["ci_high"], "fastest": bool(is_fastest),
+                        "ci_high": row["ci_high"], "confidence": row.get("confidence"),
+                        # the level the verdict against the fastest rests on
+                        "fastest_confidence": fastest.get("confidence"), "fastest": bool(is_fastest),
                         "ratio": float(row["median"] / fastest["median"]),
                         "significant": (None if is_fastest
                                         else _slower(row, fastest))})
-    return pd.DataFrame(out, columns=[*keys, "attn", "median", "ci_low", "ci_high", "fastest",
-                                      "ratio", "significant"])
+    return pd.DataFrame(out, columns=[*keys, "attn", "median", "ci_low", "ci_high", "confidence",
+                                      "fastest_confidence", "fastest", "ratio", "significant"])
 
 
 LEGACY_REASON = ("these records hold figures from the profiler only (written before the "

@@ -183,12 +183,17 @@ def scaling_chart(long: pd.DataFrame, unit: str = "tokens") -> dict[str, Any]:
     return _spec(chart, _records(long))
 
 
+# A confidence level in a tooltip as fmt.level writes it: 95%, 87.5%, 93.75%.
+LEVEL_FORMAT = ".4~%"
+
+
 def attention_chart(comparison: pd.DataFrame) -> dict[str, Any]:
-    """Median latency with its 95% interval per attention implementation and length."""
+    """Median latency with its interval per attention implementation and length (the
+    level each states in its tooltip)."""
     data = comparison.assign(label=comparison["seq"].map(lambda s: f"seq {s}"))
     base = alt.Chart()
     rules = base.mark_rule().encode(
-        x=alt.X("ci_low:Q", title="median latency (ms), 95% CI",
+        x=alt.X("ci_low:Q", title="median latency (ms) with its CI",
                 scale=alt.Scale(zero=False)),
         x2="ci_high:Q", y=alt.Y("attn:N", title=None))
     points = base.mark_point(filled=True, size=60).encode(
@@ -196,7 +201,9 @@ def attention_chart(comparison: pd.DataFrame) -> dict[str, Any]:
         color=alt.Color("attn:N", legend=None, scale=_SERIES_SCALE),
         tooltip=[alt.Tooltip("attn:N", title="implementation"), alt.Tooltip("seq:Q"),
                  alt.Tooltip("median:Q", format=".4~g"), alt.Tooltip("ci_low:Q", format=".4~g"),
-                 alt.Tooltip("ci_high:Q", format=".4~g"), alt.Tooltip("ratio:Q", format=".3f")])
+                 alt.Tooltip("ci_high:Q", format=".4~g"),
+                 alt.Tooltip("confidence:Q", format=LEVEL_FORMAT, title="CI level"),
+                 alt.Tooltip("ratio:Q", format=".3f")])
     layered = alt.layer(rules, points)
     chart = layered.properties(width=WIDTH - 80, height=alt.Step(16)).facet(
         row=alt.Row("label:N", title=None, sort=alt.EncodingSortField("seq")), data=_PLACEHOLDER
@@ -284,7 +291,7 @@ def roofline_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def gain_chart(rows: Sequence[Mapping[str, Any]], *, series_title: str, x_title: str) -> dict[str, Any]:
-    """End-to-end gains (base / new, log axis) with their 95% intervals: one row per
+    """End-to-end gains (base / new, log axis) with their intervals: one row per
     ``label``, one coloured point and interval per ``series`` within it, and a dashed line
     at 1 (no change). Rows: ``label``, ``series``, ``gain``, ``gain_low``, ``gain_high``,
     ``href`` (the combination page)."""
@@ -296,8 +303,9 @@ def gain_chart(rows: Sequence[Mapping[str, Any]], *, series_title: str, x_title:
     colour = alt.Color("series:N", title=series_title, scale=_SERIES_SCALE,
                        legend=alt.Legend(orient="bottom", columns=2))
     tooltip = [alt.Tooltip("label:N", title="pair"), alt.Tooltip("series:N", title=series_title),
-               alt.Tooltip("gain:Q", format=".3f"), alt.Tooltip("gain_low:Q", format=".3f", title="95% CI low"),
-               alt.Tooltip("gain_high:Q", format=".3f", title="95% CI high")]
+               alt.Tooltip("gain:Q", format=".3f"), alt.Tooltip("gain_low:Q", format=".3f", title="CI low"),
+               alt.Tooltip("gain_high:Q", format=".3f", title="CI high"),
+               alt.Tooltip("confidence:Q", format=LEVEL_FORMAT, title="CI level")]
     rules = base.mark_rule(strokeWidth=2).encode(
         x=alt.X("gain_low:Q", title=x_title, scale=scale), x2="gain_high:Q", y=y, yOffset=offset,
         color=colour, tooltip=tooltip)

@@ -43,6 +43,7 @@ COMBINATION_KEYS: dict[str, str] = {
 }
 RUN_KEYS = ("hardware", "suite", "run", "commit", "python")
 DEFAULT_THRESHOLD = 0.05
+HL_CONFIDENCE = 0.95  # the level stats.ratio_ci is asked for
 WITHIN_NOISE = "within noise"  # significant, but no larger than the host's run-to-run drift
 
 
@@ -182,7 +183,12 @@ def round_medians(timing: Mapping[str, Any]) -> list[float]:
 
 def compare_records(base: Mapping[str, Any], new: Mapping[str, Any],
                     threshold: float = DEFAULT_THRESHOLD, floor: float | None = None) -> dict[str, Any]:
-    """One row: latency ratio new/base with its 95% interval and the significance test.
+    """One row: latency ratio new/base with its interval and the significance test.
+
+    The ratio's interval states ``confidence``: 95% for the Hodges-Lehmann interval of two
+    sample sets, the lower of the two records' levels for one formed from their intervals
+    (``timing.confidence``: below 95% under six rounds); ``verdict_level`` is that lower
+    level where the verdict rests on the intervals' overlap.
 
     Records measured in rounds are tested on their round medians (each round a fresh
     process at another moment: the between-round variation a pooled-sample test cannot
@@ -196,7 +202,8 @@ def compare_records(base: Mapping[str, Any], new: Mapping[str, Any],
         why = [f"{side}: {fields.get(rec, 'status')}"
                + (f" ({fields.get(rec, 'reason')})" if fields.get(rec, "reason") else "")
                for side, rec in (("base", base), ("new", new)) if not _timed(rec)]
-        row.update(ratio=None, ci_low=None, ci_high=None, p_value=None, significant=False,
+        row.update(ratio=None, ci_low=None, ci_high=None, confidence=None, verdict_level=None,
+                   p_value=None, significant=False,
                    method=None, change="not comparable", reason="; ".join(why))
         return row
     xs = [float(x) for x in fields.get(base, "timing.samples") or []]
@@ -207,19 +214,26 @@ def compare_records(base: Mapping[str, Any], new: Mapping[str, Any],
     rounds = len(rb) >= 2 and len(rn) >= 2
     base_ci = (fields.get(base, "timing.ci_low"), fields.get(base, "timing.ci_high"))
     new_ci = (fields.get(new, "timing.ci_low"), fields.get(new, "timing.ci_high"))
+    # the levels the two records' intervals state (fewer than six rounds: below 95%)
+    levels = [fields.number(rec, "timing.confidence") for rec in (base, new)]
+    lowest = min((c for c in levels if not math.isnan(c)), default=None)
     verdict = stats.difference(rb if rounds else xs, rn if rounds else ys,
                                interval_a=base_ci, interval_b=new_ci)
     if xs and ys and min(xs) > 0 and min(ys) > 0 and not rounds:
-        ratio, low, high, exact = stats.ratio_ci(xs, ys)
+        ratio, low, high, exact = stats.ratio_ci(xs, ys, HL_CONFIDENCE)
         ci_method = "hodges-lehmann"
+        confidence = HL_CONFIDENCE if exact else None
     else:  # the medians' ratio, the interval from their intervals (rounds: hierarchical)
         ratio = new_median / base_median
         low, high = float(new_ci[0]) / float(base_ci[1]), float(new_ci[1]) / float(base_ci[0])
-        exact, ci_method = False, "interval-ratio"
+        exact, ci_method, confidence = False, "interval-ratio", lowest
     within = verdict.significant and floor is not None and abs(ratio - 1.0) <= floor
     slower = verdict.significant and not within and ratio > 1.0
     faster = verdict.significant and not within and ratio < 1.0
     row.update(ratio=ratio, ci_low=low, ci_high=high, ci_exact=exact, ci_method=ci_method,
+               confidence=confidence,
+               # an overlap verdict rests on the records' intervals: the lower level of the two
+               verdict_level=lowest if verdict.method == "interval-overlap" else None,
                p_value=verdict.p_value, significant=verdict.significant,
                method=verdict.method + (" on round medians" if rounds and verdict.method == "mann-whitney" else ""),
                noise_floor=floor,

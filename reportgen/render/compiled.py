@@ -14,8 +14,9 @@ from reportgen.records.status import OK
 from reportgen.render import analysis
 
 _MATCH = ["scale", "mode", "dtype", "attn", "batch", "seq"]
-COLUMNS = [*_MATCH, "compile", "eager_median", "eager_ci_low", "eager_ci_high", "eager_combo",
-           "compiled_median", "compiled_ci_low", "compiled_ci_high", "compiled_combo",
+COLUMNS = [*_MATCH, "compile", "eager_median", "eager_ci_low", "eager_ci_high", "eager_confidence",
+           "eager_combo", "compiled_median", "compiled_ci_low", "compiled_ci_high",
+           "compiled_confidence", "compiled_combo",
            "speedup", "significant", "compile_s", "recompiles", "graph_breaks",
            "compiled_share", "eager_basis", "compiled_basis"]
 
@@ -24,7 +25,8 @@ def pairs(page: pd.DataFrame) -> pd.DataFrame:
     """One row per compiled combination that has an eager twin (both ``ok``).
 
     ``speedup`` is eager median / compiled median; ``significant`` is true when the two
-    95% intervals do not overlap (METHOD.md rule 5).
+    intervals (at the levels ``eager_confidence`` and ``compiled_confidence`` they state)
+    do not overlap (METHOD.md rule 5).
     """
     ok = page[(page["status"] == OK) & page["median"].notna()]
     eager = {tuple(r[k] for k in _MATCH): r for _, r in ok[ok["compile"] == "none"].iterrows()}
@@ -36,9 +38,11 @@ def pairs(page: pd.DataFrame) -> pd.DataFrame:
         out.append({
             **{k: row[k] for k in _MATCH}, "compile": row["compile"],
             "eager_median": twin["median"], "eager_ci_low": twin["ci_low"],
-            "eager_ci_high": twin["ci_high"], "eager_combo": twin["combo_id"],
+            "eager_ci_high": twin["ci_high"], "eager_confidence": twin.get("confidence"),
+            "eager_combo": twin["combo_id"],
             "compiled_median": row["median"], "compiled_ci_low": row["ci_low"],
-            "compiled_ci_high": row["ci_high"], "compiled_combo": row["combo_id"],
+            "compiled_ci_high": row["ci_high"], "compiled_confidence": row.get("confidence"),
+            "compiled_combo": row["combo_id"],
             "speedup": float(twin["median"] / row["median"]) if row["median"] > 0 else math.nan,
             "significant": stats.difference(
                 None, None, interval_a=(twin["ci_low"], twin["ci_high"]),

@@ -29,7 +29,7 @@ from reportgen.claims.metrics import format_value
 from reportgen.claims.registry import Comparison, Hardware, Ordering
 from reportgen.render import sections
 from reportgen.render.builder import Builder, Page, rel
-from reportgen.render.charts import script_block
+from reportgen.render.charts import LEVEL_FORMAT, script_block
 from reportgen.render.cite import Citation, citation, page_url
 from reportgen.render.templating import make_environment
 
@@ -63,35 +63,45 @@ def _url(value: str) -> Markup:
 def _environment() -> Environment:
     # Markdown, not HTML: escaping is done by finalize (md)
     return make_environment("reportgen.render", folder="templates/findings", finalize=md,
-                            filters={"url": _url})
+                            filters={"url": _url, "ci_heading": fmt.ci_heading, "count": fmt.count})
 
 
 # -- formatting ----------------------------------------------------------------------------
 
 
-def _with_interval(item: dict[str, Any], unit: str) -> str:
+def _with_interval(item: dict[str, Any], unit: str, shared: float | None) -> str:
+    """The value and its interval, with the interval's level where it is not the ``shared``
+    one the table's heading states."""
     if item.get("value") is None:
         return "-"
     value, low, high = item["value"], item.get("ci_low"), item.get("ci_high")
     if low is None or high is None or low == high == value:
         return format_value(value, unit)
-    return f"{format_value(value, unit)} [{format_value(low, unit)}, {format_value(high, unit)}]"
+    return (f"{format_value(value, unit)} "
+            + fmt.ci_level(low, high, item.get("confidence"), shared, lambda x: format_value(x, unit)))
+
+
+def evidence_level(result: ClaimResult) -> float | None:
+    """The one level every interval among the claim's evidence states (None where they
+    differ): what the evidence tables' heading says."""
+    items = [item for row in result.evidence for item in row["checks"]]
+    return fmt.shared_level([*items, *(v for item in items for v in item.get("variants") or [])])
 
 
 def _unit(check: Comparison | Ordering) -> str:
     return check.metric.unit
 
 
-def _measured_cells(result: ClaimResult, row: dict[str, Any]) -> list[str]:
+def _measured_cells(result: ClaimResult, row: dict[str, Any], shared: float | None) -> list[str]:
     cells: list[str] = []
     checks = result.claim.predicate.checks
     for spec, item in zip(checks, row["checks"]):
         unit = _unit(spec)
         if isinstance(spec, Ordering):
             ranked = item.get("variants") or []
-            text = "; ".join(f"{v['attn']} {_with_interval(v, unit)}" for v in ranked)
+            text = "; ".join(f"{v['attn']} {_with_interval(v, unit, shared)}" for v in ranked)
         else:
-            text = _with_interval(item, unit)
+            text = _with_interval(item, unit, shared)
         label = spec.metric.text if len(checks) > 1 else ""
         if item.get("value") is None and not item.get("variants"):
             text = "-"
@@ -159,13 +169,14 @@ def _points(result: ClaimResult) -> list[dict[str, Any]]:
                     points.append({**base, "series": f"{variant['attn']} {combo.get('dtype')}",
                                    "value": variant["value"],
                                    "ci_low": variant["ci_low"], "ci_high": variant["ci_high"],
-                                   "outcome": row["outcome"]})
+                                   "confidence": variant.get("confidence"), "outcome": row["outcome"]})
             elif item.get("value") is not None:
                 series = " ".join(str(p) for p in (
                     spec.metric.text if len(checks) > 1 else combo.get("attn_implementation"),
                     combo.get("dtype"), f"b{combo.get('batch_size')}") if p)
                 points.append({**base, "series": series, "value": item["value"], "ci_low": item["ci_low"],
-                               "ci_high": item["ci_high"], "outcome": row["outcome"]})
+                               "ci_high": item["ci_high"], "confidence": item.get("confidence"),
+                               "outcome": row["outcome"]})
     return points
 
 
@@ -214,8 +225,9 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
                         legend=alt.Legend(titleLimit=320, labelLimit=320)),
     )
     tooltip = [alt.Tooltip(f) for f in ("hardware:N", "run:N", "series:N", "dtype:N", "batch_size:O",
-                                         "seq_len:O", "value:Q", "ci_low:Q", "ci_high:Q",
-                                         "outcome:N", "role:N")]
+                                         "seq_len:O", "value:Q", "ci_low:Q", "ci_high:Q")]
+    tooltip += [alt.Tooltip("confidence:Q", format=LEVEL_FORMAT, title="CI level"),
+                alt.Tooltip("outcome:N"), alt.Tooltip("role:N")]
     layers: list[Any] = [
         base.mark_rule(strokeWidth=2).encode(
             y=alt.Y("ci_low:Q", title=y_title, axis=y_axis), y2="ci_high:Q",
@@ -291,6 +303,7 @@ def _evidence_rows(result: ClaimResult, page: str, combination_page: Combination
     """Five columns: hardware (and run), combination, measured, verdict, notes; the
     combination's links are named by what differs between them."""
     variants = result.claim.predicate.compares_variants
+    shared = evidence_level(result)
     rows = []
     for row in result.evidence:
         combo = row["combination"]
@@ -307,7 +320,7 @@ def _evidence_rows(result: ClaimResult, page: str, combination_page: Combination
             "hardware": row.get("device_name") or row["gpu_name"] or row["hardware"],
             "run_id": row["run_id"],
             "setting": _setting(combo, variants),
-            "measured": _measured_cells(result, row),
+            "measured": _measured_cells(result, row, shared),
             "verdict": row["verdict"],
             "outcome": row["outcome"],
             "within": row["within_conditions"],
@@ -336,6 +349,7 @@ def page_model(result: ClaimResult, combination_page: CombinationPage | None = N
         "quote_in_primary": QUOTE_STATUS[claim.source.quote_in_primary],
         "cite": {"bibtex": Markup(citation.bibtex), "text": Markup(citation.text), "key": citation.key},
         "predicate": claim.predicate.describe(),
+        "ci_shared": evidence_level(result),
         "within": [r for r in evidence if r["within"]],
         "outside": [r for r in evidence if not r["within"]],
         "chart": Markup(chart_embed(claim.id, spec)) if spec else None,

@@ -59,8 +59,8 @@ _INTERNAL_COLUMNS = ("json_rel", "trace_rel", "run_rel")
 
 # The columns of a page's downloadable tables (the frame has more).
 _COMBINATION_COLUMNS = ("run_id", "combo_id", "status", "reason", "median", "ci_low", "ci_high",
-                        "overhead_ratio", "unstable")
-_HEADLINE_COLUMNS = ("run_id", "combo_id", "seq", "median", "ci_low", "ci_high", "p25", "p75",
+                        "confidence", "overhead_ratio", "unstable")
+_HEADLINE_COLUMNS = ("run_id", "combo_id", "seq", "median", "ci_low", "ci_high", "confidence", "p25", "p75",
                      "n", "stop_reason", "attention_share", "overhead_ratio", "peak_alloc",
                      "pct_peak")
 
@@ -275,7 +275,7 @@ class SiteBuilder(Builder):
         ctx["attention_data"] = self.table(path, "attention", ctx["attention"])
         if not comparison.empty:
             ctx["attention_chart"] = self.chart(
-                path, "attention", "Attention implementations: median latency with 95% CI",
+                path, "attention", "Attention implementations: median latency with its CI",
                 charts.attention_chart(comparison), out)
         return Page(path, "combination.md.j2", ctx, tuple(out))
 

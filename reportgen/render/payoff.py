@@ -148,7 +148,8 @@ def pairs(frame: pd.DataFrame, gains: Sequence[Gain] = GAINS) -> pd.DataFrame:
 
 
 def measured_gain(base: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """``speedup``: base latency / new latency (above 1: the switch is faster) with its 95% interval and
+    """``speedup``: base latency / new latency (above 1: the switch is faster) with its interval (at the
+    level ``confidence``; ``verdict_level`` where the verdict rests on the records' intervals) and
     the verdict of the project's one test, from ``compare.compare_records`` (which gives
     new / base: the interval is inverted)."""
     row = compare.compare_records(base, new)
@@ -156,8 +157,9 @@ def measured_gain(base: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
     if not ratio or not low or not high:
         return {"speedup": None, "speedup_low": None, "speedup_high": None, "significant": False,
                 "verdict": "not comparable", "test": None, "p_value": None,
-                "reason": row.get("reason"), "interval": None}
+                "reason": row.get("reason"), "interval": None, "confidence": None, "verdict_level": None}
     return {"speedup": 1.0 / ratio, "speedup_low": 1.0 / high, "speedup_high": 1.0 / low,
+            "confidence": row["confidence"], "verdict_level": row["verdict_level"],
             "significant": bool(row["significant"]), "test": row["method"],
             "p_value": row["p_value"], "reason": None,
             "verdict": ("faster" if row["change"] == "faster" else

@@ -15,6 +15,7 @@ from reportgen.records import fields
 from reportgen.render import analysis, charts, payoff
 from reportgen.render.builder import Builder, Page, rel
 from reportgen.render.charts import Chart
+from reportgen.stats.bootstrap import CONFIDENCE as BOOTSTRAP_LEVEL
 
 SPEEDUPS = "findings/speedups.md"
 PAYOFF = "findings/payoff.md"
@@ -22,11 +23,12 @@ PAYOFF = "findings/payoff.md"
 # The downloadable columns of each table (rows carry more: links, nested lists).
 _SPEEDUP_COLUMNS = ("hardware", "model", "setting", "seq", "base_value", "new_value", "a", "a_low",
                     "a_high", "s", "s_low", "s_high", "predicted", "predicted_low", "predicted_high",
-                    "speedup", "speedup_low", "speedup_high", "agree", "measured_over_predicted", "gap",
+                    "speedup", "speedup_low", "speedup_high", "confidence", "agree", "measured_over_predicted", "gap",
                     "attributed", "attributed_low", "attributed_high", "moved_outside", "method",
                     "iterations", "source", "why", "base_combo", "base_run", "new_combo", "new_run")
 _PAYOFF_COLUMNS = ("hardware", "model", "gain", "base_value", "new_value", "setting", "seq", "speedup",
-                   "speedup_low", "speedup_high", "verdict", "test", "p_value", "interval", "reason",
+                   "speedup_low", "speedup_high", "confidence", "verdict", "verdict_level", "test", "p_value",
+                   "interval", "reason",
                    "base_combo", "base_run", "new_combo", "new_run")
 _MISSING_COLUMNS = ("hardware", "model", "gain", "status", "why", "command")
 
@@ -54,7 +56,10 @@ def _href(b: Builder, hw: str, model: str) -> str:
 def _point(b: Builder, r: Mapping[str, Any], series: str, key: str) -> dict[str, Any]:
     """One mark of ``charts.gain_chart``: the value ``key`` of row ``r`` with its interval."""
     return {"label": _label(r), "series": series, "gain": r[key], "gain_low": r[f"{key}_low"],
-            "gain_high": r[f"{key}_high"], "href": _href(b, str(r["hardware"]), str(r["model"]))}
+            # the measured speedup's level is its records'; the prediction's a 95% bootstrap
+            "gain_high": r[f"{key}_high"],
+            "confidence": r.get("confidence") if key == "speedup" else BOOTSTRAP_LEVEL,
+            "href": _href(b, str(r["hardware"]), str(r["model"]))}
 
 
 def _gain_chart(b: Builder, path: str, name: str, title: str, points: list[dict[str, Any]],
@@ -96,7 +101,7 @@ def speedups_page(b: Builder) -> list[Page]:
                   if r[key] is not None and r[f"{key}_low"] is not None]
         chart = _gain_chart(b, path, f"speedups-{b.hw_slugs[hw]}",
                             f"Attention switches on {b.hw_labels[hw]}: end-to-end speedup predicted "
-                            "by Amdahl's law against measured (95% intervals)", points, "speedup", out)
+                            "by Amdahl's law against measured, with their intervals", points, "speedup", out)
         sections.append({"hardware": b.hw_labels[hw], "chart": chart,
                          "models": [{"model": m, "rows": part, "summary": summary[(hw, m)],
                                      "link": part[0]["link"]} for m, part in models]})
@@ -131,7 +136,7 @@ def payoff_page(b: Builder) -> list[Page]:
                   if not r.get("missing") and r["speedup"] is not None]
         chart = _gain_chart(b, path, f"payoff-{b.hw_slugs[hw]}",
                             f"Measured end-to-end gains on {b.hw_labels[hw]} (base latency / new "
-                            "latency, 95% intervals)", points, "switch", out)
+                            "latency, with their intervals)", points, "switch", out)
         entries = []
         for model, part in models:
             measured = [r for r in part if not r.get("missing")]

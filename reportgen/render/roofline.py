@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reportgen import peaks, stats
+from reportgen import fmt, peaks, stats
 from reportgen.categories import ATTENTION_CATEGORIES
+from reportgen.intervals import stated_confidence
 from reportgen.records import fields
 from reportgen.records.shares import category_share
 from reportgen.render.shown import shown_categories
@@ -99,10 +100,17 @@ def category_time(record: Mapping[str, Any], categories: Sequence[str]
         present = [c for c in categories if c in shown]
         combined = combined_share(section, present) if section and present else None
         interval = (combined[1], combined[2]) if combined else None
+    latency_ci = f"latency {fmt.level(confidence(record))} CI"
     if interval is None:
-        return share * med, share * lo, share * hi, "latency 95% CI (no share interval recorded)"
+        return share * med, share * lo, share * hi, f"{latency_ci} (no share interval recorded)"
     return (share * med, interval[0] * lo, interval[1] * hi,
-            "share interval x latency 95% CI")
+            f"share interval x {latency_ci}")
+
+
+def confidence(record: Mapping[str, Any]) -> float | None:
+    """The level the record's latency interval states (below 95% under six rounds): the
+    level every interval carried through from it is quoted at."""
+    return stated_confidence(record)
 
 
 def device_name(record: Mapping[str, Any], env: Mapping[str, Any] | None) -> str | None:
@@ -218,6 +226,7 @@ def _row(record: Mapping[str, Any], label: str, cats: Sequence[str], nbytes: flo
         "bytes_source": moved.get("source"),
         "ms": time[0] if time else None, "ms_low": time[1] if time else None,
         "ms_high": time[2] if time else None, "interval": time[3] if time else None,
+        "confidence": confidence(record),
         "bandwidth": bw[0] if bw else None, "bandwidth_low": bw[1] if bw else None,
         "bandwidth_high": bw[2] if bw else None,
         "intensity": work / nbytes if nbytes > 0 and work > 0 else None,

@@ -23,7 +23,7 @@ PAGE = "findings/memory-traffic-and-roofline.md"
 CLAIM_ID = "bert-base-attention-over-60-percent"
 _GROUP = ["scale", "mode", "dtype", "attn", "batch"]
 _TABLE_COLUMNS = ("combo_id", "category", "flops", "bytes", "bytes_source", "ms", "ms_low",
-                  "ms_high", "interval", "bandwidth", "bandwidth_low", "bandwidth_high",
+                  "ms_high", "interval", "confidence", "bandwidth", "bandwidth_low", "bandwidth_high",
                   "pct_peak_bandwidth", "pct_peak_bandwidth_low", "pct_peak_bandwidth_high",
                   "intensity", "flops_per_s", "flops_per_s_low", "flops_per_s_high")
 
@@ -160,7 +160,7 @@ def _claim_pages(b: Builder) -> dict[str, str]:
 
 
 def _flat(a: Mapping[str, Any]) -> dict[str, Any]:
-    keys = ("bytes_share", "flops_share", "ms", "ms_low", "ms_high", "bandwidth", "bandwidth_low",
+    keys = ("bytes_share", "flops_share", "ms", "ms_low", "ms_high", "confidence", "bandwidth", "bandwidth_low",
             "bandwidth_high", "pct_peak_bandwidth", "pct_peak_bandwidth_low",
             "pct_peak_bandwidth_high")
     out: dict[str, Any] = {}

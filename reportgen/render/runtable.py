@@ -27,7 +27,7 @@ COMBINATION_FIELDS: tuple[str, ...] = (
     "device",
     "compile",
 )
-LATENCY_FIELDS: tuple[str, ...] = ("median", "ci_low", "ci_high", "n")
+LATENCY_FIELDS: tuple[str, ...] = ("median", "ci_low", "ci_high", "confidence", "n")
 
 _TO_MS = {"ms": 1.0, "s": 1e3, "us": 1e-3, "ns": 1e-6}
 MOE_LOAD = "moe_max_over_mean"
@@ -58,6 +58,8 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
             "median": ms(fields.get(record, "timing.median")),
             "ci_low": ms(fields.get(record, "timing.ci_low")),
             "ci_high": ms(fields.get(record, "timing.ci_high")),
+            # the level the interval states: below 95% under six rounds
+            "confidence": fields.get(record, "timing.confidence"),
             "n": fields.get(record, "timing.n"),
         },
         "profiler_overhead": fields.get(record, "profile.overhead_ratio"),

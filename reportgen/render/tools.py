@@ -40,13 +40,15 @@ def trace_path(run_dir: Path, study: Mapping[str, Any] | None) -> Path | None:
 
 
 def interval_text(interval: Mapping[str, Any] | None) -> str:
-    """`` [low, high]`` of a figure's pass interval; `` (one pass)`` where one pass cannot
-    give one; empty where the record has none (a study made before passes)."""
+    """`` [low, high]`` of a figure's pass interval, with its level where fewer than six
+    passes leave it below 95% (`` [low, high] 87.5% CI``); `` (one pass)`` where one pass
+    cannot give one; empty where the record has none (a study made before passes)."""
     if not isinstance(interval, Mapping):
         return ""
     if not interval.get("confidence"):
         return " (one pass)"
-    return " " + fmt.ci(interval.get("low"), interval.get("high"))
+    return " " + fmt.ci_level(interval.get("low"), interval.get("high"), interval.get("confidence"),
+                              fmt.NOMINAL_LEVEL)
 
 
 def tool_rows(study: Mapping[str, Any]) -> list[dict[str, Any]]:

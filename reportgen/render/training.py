@@ -71,6 +71,7 @@ def training_rows(records: Sequence[tuple[Mapping[str, Any], str | None]]) -> li
             "median": _num(fields.get(record, "timing.median")),
             "ci_low": _num(fields.get(record, "timing.ci_low")),
             "ci_high": _num(fields.get(record, "timing.ci_high")),
+            "confidence": _num(fields.get(record, "timing.confidence")),
             "method": fields.get(record, "attribution.headline_method") or "profiler",
             "phases": phases,
             "phase_list": phase_rows(record),
@@ -88,7 +89,7 @@ def training_rows(records: Sequence[tuple[Mapping[str, Any], str | None]]) -> li
 
 def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: row[k] for k in ("combo_id", "mode", "attn", "dtype", "seq", "batch", "median",
-                               "ci_low", "ci_high", "method", "step_peak", "saved_total",
+                               "ci_low", "ci_high", "confidence", "method", "step_peak", "saved_total",
                                "parameters", "gradients", "optimizer_state")}
     for name in PHASES:
         p = row["phases"].get(name) or {}
