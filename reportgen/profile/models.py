@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 import torch
 from torch import nn
@@ -24,6 +24,15 @@ from torch import nn
 from reportgen.errors import Skip, UserError
 from reportgen.presets import PRESETS, preset_names
 from reportgen.profile.dtypes import TORCH_DTYPES
+from reportgen.profile.layers import LAYER_NAMES as _LAYER_NAMES
+from reportgen.profile.layers import TINY_LAYERS as TINY_LAYERS  # (the tiny depth, named here too)
+from reportgen.profile.layers import TINY_MAX_LAYERS as TINY_MAX_LAYERS
+from reportgen.profile.layers import first as _first
+from reportgen.profile.layers import get as _get
+from reportgen.profile.layers import has as _has
+from reportgen.profile.layers import is_int as _int
+from reportgen.profile.layers import set_ as _set
+from reportgen.profile.layers import tiny_layers as _shrink_layers
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import is_attention, is_projection
 from reportgen.vocabulary import (
@@ -45,7 +54,6 @@ MICRO = ATTENTION_MICRO
 # --scale tiny: attribute names (canonical or transformers aliases) -> tiny value. Set only
 # where the config has the attribute, so no model needs code of its own.
 TINY_HIDDEN = 64
-TINY_LAYERS = 2
 TINY_HEADS = 4
 TINY_KV_HEADS = 2
 TINY_FF = 128
@@ -53,8 +61,6 @@ TINY_HEAD_DIM = TINY_HIDDEN // TINY_HEADS
 TINY_VOCAB = 1024
 _HIDDEN_NAMES = ("hidden_size", "d_model", "n_embd", "embed_dim", "word_embed_proj_dim", "embedding_size",
                  "embedding_dim")
-_LAYER_NAMES = ("num_hidden_layers", "num_layers", "num_decoder_layers", "encoder_layers",
-                "decoder_layers", "n_layer", "num_blocks")
 _HEAD_NAMES = ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads", "n_head",
                "num_heads")
 _KV_HEAD_NAMES = ("num_key_value_heads", "num_kv_heads")
@@ -64,7 +70,6 @@ _POSITION_NAMES = ("max_position_embeddings", "n_positions", "n_ctx")
 # Mixtures of experts keep several experts and more than one per token, so routing runs.
 TINY_EXPERTS = 4
 TINY_TOP_K = 2
-TINY_MAX_LAYERS = 4  # a hybrid keeps one layer of each kind, up to this many
 _EXPERT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOP_K_NAMES = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k")
 # group-limited routing (experts in groups, top groups first): one group of all experts
@@ -181,92 +186,6 @@ def resolve(name: str, *, trust_remote_code: bool = False) -> ModelSpec:
 
 
 # --- configs -------------------------------------------------------------------------
-
-
-def _has(config: Any, name: str) -> bool:
-    return name in getattr(config, "attribute_map", {}) or name in vars(config)
-
-
-def _get(config: Any, name: str) -> Any:
-    """The attribute, or None where the config cannot answer for the whole model (a
-    per-layer attribute read globally raises)."""
-    try:
-        return getattr(config, name, None)
-    except Exception:  # noqa: BLE001 - transformers' per-layer attribute errors
-        return None
-
-
-def _first(config: Any, names: tuple[str, ...]) -> Any:
-    for name in names:
-        if _has(config, name):
-            value = _get(config, name)
-            if value is not None:
-                return value
-    return None
-
-
-def _set(config: Any, name: str, value: Any) -> None:
-    if _has(config, name):
-        try:
-            setattr(config, name, value)
-        except Exception:  # noqa: BLE001 - a derived (read-only) attribute keeps its value
-            pass
-
-
-def _int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _layer_selection(config: Any, old_layers: int) -> list[int]:
-    """Which of the reference model's layers the tiny one keeps: the first ones, plus the
-    first layer of every kind a per-layer list names (a hybrid keeps its attention, state-
-    space, dense and expert layers), at least TINY_LAYERS and at most TINY_MAX_LAYERS."""
-    lists = [value for name, value in vars(config).items()
-             if "layer" in name and isinstance(value, (list, tuple, str)) and len(value) == old_layers
-             and not all(_int(v) for v in value)]
-    chosen: list[int] = []
-    seen: list[set[Any]] = [set() for _ in lists]
-    for i in range(old_layers):
-        new = [str(values[i]) not in seen[k] for k, values in enumerate(lists)]
-        if any(new) and len(chosen) < TINY_MAX_LAYERS:
-            chosen.append(i)
-        for k, values in enumerate(lists):
-            seen[k].add(str(values[i]))
-    for i in range(old_layers):
-        if len(chosen) >= TINY_LAYERS:
-            break
-        if i not in chosen:
-            chosen.append(i)
-    return sorted(chosen)
-
-
-def _shrink_layers(config: Any, old_layers: Any) -> None:
-    """Depth: every layer-count name, per-layer lists cut to the chosen layers, lists of
-    layer indices renumbered, and layer periods and offsets that place a kind of layer
-    (every n-th layer is attention) brought within the tiny depth."""
-    if not _int(old_layers):
-        for name in _LAYER_NAMES:
-            _set(config, name, TINY_LAYERS)
-        return
-    chosen = _layer_selection(config, old_layers)
-    for name in _LAYER_NAMES:
-        _set(config, name, len(chosen))
-    for name, value in list(vars(config).items()):
-        if not isinstance(value, (list, tuple, str)) or "layer" not in name and not name.endswith(
-                ("_idxs", "_ids", "_indices")):
-            continue
-        if len(value) == old_layers and not all(_int(v) for v in value):
-            cut = [value[i] for i in chosen]
-            setattr(config, name, "".join(cut) if isinstance(value, str) else type(value)(cut))
-        elif value and all(_int(v) and 0 <= v < old_layers for v in value):
-            setattr(config, name, type(value)(chosen.index(v) for v in value if v in chosen))
-    for name, value in list(vars(config).items()):
-        if "shared_layers" in name and _int(value) and value >= len(chosen):
-            setattr(config, name, 0)  # layers that reuse an earlier layer's cache: none kept
-        elif name.endswith("_layer_period") and _int(value) and value > len(chosen):
-            setattr(config, name, len(chosen))
-        elif name.endswith("_layer_offset") and _int(value) and value >= len(chosen):
-            setattr(config, name, len(chosen) - 1)
 
 
 def _shrink_experts(config: Any) -> None:
