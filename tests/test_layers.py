@@ -141,9 +141,9 @@ def test_choose_layers_keeps_proportions_and_spreads() -> None:
 
 
 @pytest.mark.parametrize(("n", "words"), [
-    (0, "--layers 0: at least one layer of every kind is measured; choose between 2 and 6"),
-    (1, "--layers 1: the model has 2 kinds of layer (a, b); choose between 2 and 6"),
-    (7, "--layers 7: the model has only 6 layers; choose between 2 and 6"),
+    (0, "--layers 0: no layers to measure; choose between 2 and 6"),
+    (1, "--layers 1: the model has 2 kinds of layer (a, b), one of each is measured; choose between 2 and 6"),
+    (7, "--layers 7: the model has 6 layers; choose between 2 and 6"),
 ])
 def test_choose_layers_refuses_with_the_smallest_valid_count(n: int, words: str) -> None:
     with pytest.raises(UserError) as err:

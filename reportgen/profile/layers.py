@@ -224,7 +224,7 @@ def count_kinds(kinds: list[str]) -> dict[str, int]:
 # --- choosing ----------------------------------------------------------------------------
 
 
-def choose_layers(kinds: list[str], n: int) -> list[int]:
+def choose_layers(kinds: list[str], n: int, what: str = "the model") -> list[int]:
     """``n`` of the layers (indices, ascending): one of every kind, the rest shared out in
     the model's proportions (largest remainders), each kind's layers spread evenly over
     its occurrences from its first."""
@@ -232,14 +232,14 @@ def choose_layers(kinds: list[str], n: int) -> list[int]:
     counts = count_kinds(kinds)
     needed = len(counts)
     if total == 0:
-        raise UserError("--layers: the model has no list of layers to choose from")
+        raise UserError(f"--layers {n}: {what} has no list of layers to choose from")
     if not is_int(n) or n < needed or n > total:
         if is_int(n) and n > total:
-            problem = f"the model has only {total} layers"
+            problem = f"{what} has {total} layers"
         elif is_int(n) and n > 0:
-            problem = f"the model has {needed} kinds of layer ({', '.join(counts)})"
+            problem = f"{what} has {needed} kinds of layer ({', '.join(counts)}), one of each is measured"
         else:
-            problem = "at least one layer of every kind is measured"
+            problem = "no layers to measure"
         raise UserError(f"--layers {n}: {problem}; choose between {needed} and {total}")
     share = {kind: 1 for kind in counts}
     spare = n - needed
@@ -403,7 +403,7 @@ class Depth:
         return count_kinds(list(self.kinds))
 
 
-def reduce_depth(config: Any, n: int, build_meta: Callable[[Any], nn.Module]) -> Depth:
+def reduce_depth(config: Any, n: int, build_meta: Callable[[Any], nn.Module], what: str = "the model") -> Depth:
     """Cut ``config`` (in place) to ``n`` of its layers, chosen by kind, after checking on
     the meta device (``build_meta`` builds a config's model there) that the cut model's
     layers are the chosen ones, kind for kind."""
@@ -411,7 +411,7 @@ def reduce_depth(config: Any, n: int, build_meta: Callable[[Any], nn.Module]) ->
     kinds = layer_kinds(full)
     keys = layer_keys(full)
     del full
-    chosen = choose_layers(kinds, n)
+    chosen = choose_layers(kinds, n, what)
     stack_config = _stack_config(config, len(kinds))
     reduce_config(stack_config, chosen)
     check_reduced(keys, chosen, layer_keys(build_meta(config)), kinds, str(config.model_type))
