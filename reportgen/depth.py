@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reportgen.presets import PRESET_FULL_LAYERS, PRESETS
 from reportgen.records import fields
 from reportgen.stats.basic import percentiles
 from reportgen.stats.bootstrap import CONFIDENCE, SHARE_REPLICATES, draws
@@ -153,6 +154,26 @@ def finish(sections: Mapping[str, Any]) -> dict[str, Any]:
                                     fields.get(sections, "memory"))
     out["depth"] = finished
     return out
+
+
+def record_label(record: Mapping[str, Any]) -> str:
+    """What a record's figures are of, where that is not the whole model: the ``depth``
+    section's layers ("measured 4 of 48 layers; whole-model figures extrapolated", or
+    "reduced depth: ..." where nothing could be extrapolated), or for a record made before
+    the section existed, a preset that keeps some of its checkpoint's layers
+    (``PRESET_FULL_LAYERS``: "reduced depth: 4 of 24 layers"); "" for a whole model."""
+    section = fields.get(record, "depth")
+    if isinstance(section, Mapping) and section.get("layers") and section.get("full_layers"):
+        return label(int(section["layers"]), int(section["full_layers"]),
+                     extrapolated=section.get("whole") is not None)
+    model = str(fields.get(record, "combination.model") or "")
+    full = PRESET_FULL_LAYERS.get(model)
+    layers = fields.get(record, "model.num_layers")
+    if full is None or fields.get(record, "combination.scale") == "tiny":
+        return ""
+    if not isinstance(layers, int):  # a record without a model section: the preset's own count
+        layers = PRESETS[model][1].get("num_hidden_layers")
+    return label(layers, full, extrapolated=False) if isinstance(layers, int) and layers < full else ""
 
 
 def label(measured: int, full: int, *, extrapolated: bool = True) -> str:
