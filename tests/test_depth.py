@@ -191,3 +191,86 @@ def test_no_whole_figures_without_every_measured_layers_time() -> None:
 def test_label_says_what_was_measured() -> None:
     assert depth.label(4, 48) == "measured 4 of 48 layers; whole-model figures extrapolated"
     assert depth.label(4, 24, extrapolated=False) == "reduced depth: 4 of 24 layers"
+
+
+# --- what the pages, the summary and compare say -------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+REDUCED = {"granitemoe-1b-a400m-4l": "reduced depth: 4 of 24 layers",
+           "falcon-h1-0.5b-4l": "reduced depth: 4 of 36 layers"}
+
+
+def test_setting_label_never_calls_a_reduced_model_full_size() -> None:
+    from reportgen.render.pages import setting_label
+
+    base = {"mode": "forward", "dtype": "fp32", "attn": "sdpa", "batch": 1}
+    assert setting_label({**base, "scale": "reference", "depth": ""}).endswith("full-size model")
+    label = setting_label({**base, "scale": "reference", "depth": depth.label(4, 48)})
+    assert label.endswith("full-width model, measured 4 of 48 layers; whole-model figures extrapolated")
+    assert "full-size" not in label
+    assert setting_label({**base, "scale": "tiny", "depth": depth.label(2, 32)}).endswith(
+        "tiny test-size model, measured 2 of 32 layers; whole-model figures extrapolated")
+
+
+def test_committed_reduced_presets_read_as_reduced_depth() -> None:
+    """The committed records of the presets that keep 4 of their checkpoint's layers were
+    made before the depth section: the preset's own layer counts label them."""
+    from reportgen.records.load import load_runs
+    from reportgen.render import analysis
+    from reportgen.render.pages import setting_label
+
+    frame = analysis.combinations_frame(load_runs(ROOT / "runs"))
+    reduced = frame[frame["model"].isin(list(REDUCED))]
+    assert not reduced.empty
+    for _, row in reduced.iterrows():
+        assert row["depth"] == REDUCED[row["model"]]
+        assert "full-size" not in setting_label(row.to_dict())
+    assert (frame[~frame["model"].isin(list(REDUCED))]["depth"] == "").all()
+
+
+@pytest.mark.slow
+def test_no_rendered_page_calls_a_reduced_model_full_size(tmp_path: Path) -> None:
+    from reportgen.render import render
+
+    docs = tmp_path / "docs"
+    render(ROOT / "runs", docs, claims=ROOT / "claims", bench=ROOT / "bench", svg=False)
+    pages = {p: p.read_text(encoding="utf-8") for p in docs.rglob("*.md")}
+    for model, words in REDUCED.items():
+        own = [text for p, text in pages.items() if p.stem == model]
+        assert len(own) >= 2  # the model's page and its page on each hardware
+        for text in own:
+            settings = [line for line in text.splitlines() if "batch 1," in line and "data-spec" not in line]
+            assert settings and all("full-size model" not in line for line in settings)
+            assert words in text
+        rows = [line for text in pages.values() for line in text.splitlines()
+                if line.startswith(f"| [{model}]") and "batch" in line]
+        assert rows and all(words in line for line in rows)
+
+
+def _depth_record(tmp_path: Path) -> dict[str, Any]:
+    sections = _sections([("l.0", {"mlp": 2.0}), ("l.1", {"mlp": 3.0})], {"l.0": "a", "l.1": "a"}, {"a": 8})
+    sections["timing"].update(n=3, samples=[1.0, 2.0, 3.0])
+    return {"id": "m--forward--fp32--sdpa--b1--s8--2l", "status": "ok",
+            "combination": {"model": "m", "scale": "reference", "mode": "forward", "layers": 2},
+            **depth.finish(sections)}
+
+
+def test_summary_row_carries_the_label_and_the_whole_model() -> None:
+    from reportgen.commands.summary import combination_row, csv_columns, depth_text
+
+    row = combination_row(_depth_record(Path(".")))
+    assert row["depth"] == "measured 2 of 8 layers; whole-model figures extrapolated"
+    assert row["whole_ms"]["median"] > row["latency_ms"]["median"]
+    assert depth_text(row).startswith("measured 2 of 8 layers; whole-model figures extrapolated: whole model ")
+    columns = csv_columns([row])
+    assert "depth" in columns and "whole_ms.median" in columns
+    plain = combination_row({"id": "x", "status": "ok", "combination": {"model": "gpt2", "scale": "reference"}})
+    assert "depth" not in plain and "depth" not in csv_columns([plain])
+
+
+def test_compare_row_names_the_depth() -> None:
+    from reportgen.render.compare import compare_records
+
+    record = _depth_record(Path("."))
+    row = compare_records(record, record)
+    assert row["depth"] == "measured 2 of 8 layers; whole-model figures extrapolated"

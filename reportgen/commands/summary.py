@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reportgen import depth
 from reportgen.categories import CATEGORIES
 from reportgen.intervals import unstable_reason
 from reportgen.records import fields, paths
@@ -40,6 +41,7 @@ COMBINATION_FIELDS: tuple[str, ...] = (
     "compile",
 )
 LATENCY_FIELDS: tuple[str, ...] = ("median", "ci_low", "ci_high", "n")
+WHOLE_FIELDS: tuple[str, ...] = ("median", "ci_low", "ci_high")
 FORMATS: tuple[str, ...] = ("table", "json", "csv")
 
 _TO_MS = {"ms": 1.0, "s": 1e3, "us": 1e-3, "ns": 1e-6}
@@ -112,6 +114,13 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
     unstable = unstable_reason(record) if is_ok(record) else None
     if unstable:
         row["unstable"] = unstable  # a key only where it applies: clean runs' CSVs stay as they were
+    label = depth.record_label(record)
+    if label:  # fewer layers measured than the model has: keys only where that applies
+        row["depth"] = label
+        if fields.get(record, "depth.whole") is not None:
+            row["whole_ms"] = {"median": ms(fields.get(record, "depth.whole.median_ms")),
+                               "ci_low": ms(fields.get(record, "depth.whole.ci_low_ms")),
+                               "ci_high": ms(fields.get(record, "depth.whole.ci_high_ms"))}
     load = moe_load(record)
     if load is None:
         return row  # dense models and records made before routing was recorded: as before
@@ -180,6 +189,8 @@ def csv_columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
         + [f"latency_ms.{f}" for f in LATENCY_FIELDS]
         + ["profiler_overhead", "compile_s"]
         + (["unstable"] if any(row.get("unstable") for row in rows) else [])
+        + (["depth"] if any(row.get("depth") for row in rows) else [])
+        + ([f"whole_ms.{f}" for f in WHOLE_FIELDS] if any(row.get("whole_ms") for row in rows) else [])
         + ([MOE_LOAD] if has_moe_load(rows) else [])
         + [f"shares.{c}" for c in categories]
     )
@@ -221,6 +232,14 @@ def table_console() -> Console:
     return console if console.is_terminal else Console(width=200)
 
 
+def depth_text(row: Mapping[str, Any]) -> str:
+    """A depth-reduced row's label, with the whole model's extrapolated median and interval."""
+    whole = row.get("whole_ms") or {}
+    if whole.get("median") is None:
+        return str(row["depth"])
+    return f"{row['depth']}: whole model {whole['median']:.4g} ms {_ci_text(whole)}"
+
+
 def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     from rich.table import Table
     from rich.text import Text
@@ -245,6 +264,8 @@ def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
         )
         if row.get("unstable"):
             detail = f"unstable: {row['unstable']}" + (f"; {detail}" if detail else "")
+        if row.get("depth"):
+            detail = f"{depth_text(row)}; {detail}" if detail else depth_text(row)
         # Text cells: a reason like "shape [1, 2]" must not be read as rich markup.
         load = row.get(MOE_LOAD)
         table.add_row(
