@@ -181,3 +181,19 @@ def label(measured: int, full: int, *, extrapolated: bool = True) -> str:
     if extrapolated:
         return f"measured {measured} of {full} layers; whole-model figures extrapolated"
     return f"reduced depth: {measured} of {full} layers"
+
+
+def check(whole: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A reduced record's extrapolated whole-model median against the same combination
+    measured whole: their ratio, and whether the measured median lies in the extrapolated
+    interval (the check METHOD.md rule 10c asks of the method); None where either lacks
+    its figure."""
+    measured = fields.get(whole, "timing.median")
+    section = fields.get(reduced, "depth.whole")
+    if not isinstance(measured, (int, float)) or not measured or not isinstance(section, Mapping):
+        return None
+    low, high = float(section["ci_low_ms"]), float(section["ci_high_ms"])
+    return {"layers": fields.get(reduced, "depth.layers"), "full_layers": fields.get(reduced, "depth.full_layers"),
+            "measured_ms": float(measured), "extrapolated_ms": float(section["median_ms"]),
+            "ci_low_ms": low, "ci_high_ms": high, "ratio": float(section["median_ms"]) / float(measured),
+            "within": low <= float(measured) <= high}

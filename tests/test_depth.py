@@ -274,3 +274,15 @@ def test_compare_row_names_the_depth() -> None:
     record = _depth_record(Path("."))
     row = compare_records(record, record)
     assert row["depth"] == "measured 2 of 8 layers; whole-model figures extrapolated"
+
+
+def test_check_against_the_whole_model_measured() -> None:
+    reduced = _depth_record(Path("."))
+    whole_section = reduced["depth"]["whole"]
+    inside = {"timing": {"median": whole_section["median_ms"] * 1.02}}
+    found = depth.check(inside, reduced)
+    assert found is not None and found["within"] and found["ratio"] == pytest.approx(1 / 1.02)
+    assert found["layers"] == 2 and found["full_layers"] == 8
+    outside = {"timing": {"median": whole_section["ci_high_ms"] * 2}}
+    assert depth.check(outside, reduced)["within"] is False  # type: ignore[index]
+    assert depth.check(inside, {"depth": {"whole": None}}) is None
