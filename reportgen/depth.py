@@ -37,6 +37,7 @@ from reportgen.stats.basic import percentiles
 from reportgen.stats.bootstrap import CONFIDENCE, SHARE_REPLICATES, draws
 
 OVERHEAD = "overhead"
+PROFILER_SLOWDOWN = 1.5  # a profiled pass slower than this many unprofiled forwards is noted
 SEED = 0
 METHOD = ("per-kind mean of the measured layers' profiled time, times the layers of that kind the "
           "measurement lacks; interval: the measured median's, times a bootstrap over the measured "
@@ -152,6 +153,14 @@ def finish(sections: Mapping[str, Any]) -> dict[str, Any]:
     finished = dict(depth)
     finished["whole"] = extrapolate(depth, fields.get(sections, "timing"), fields.get(sections, "attribution"),
                                     fields.get(sections, "memory"))
+    ratio = fields.get(sections, "profile.overhead_ratio")
+    if finished["whole"] is not None and isinstance(ratio, (int, float)) and ratio > PROFILER_SLOWDOWN:
+        # the layers' proportions come from the profiled pass: where the profiler's own cost
+        # per op dominates, they need not be the unprofiled forward's
+        finished["whole"]["notes"] = [*finished["whole"]["notes"],
+                                      f"the profiled pass took {ratio:.1f}x the unprofiled forward, so the "
+                                      "layers' share of it, which the extrapolation scales by, may differ from "
+                                      "the unprofiled forward's"]
     out["depth"] = finished
     return out
 

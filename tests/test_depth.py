@@ -178,6 +178,8 @@ def test_extrapolation_adds_each_missing_layer_at_its_kinds_mean() -> None:
     assert whole["ci_low_ms"] < 0.9 * measured * g and whole["ci_high_ms"] > 1.1 * measured * g
     assert whole["notes"] == ["b: one layer measured, so its layer-to-layer spread is not in the intervals"]
     assert whole["memory"] == {"weight_bytes": 1000, "peak_allocated_bytes": 1600}
+    slowed = depth.finish({**sections, "profile": {"overhead_ratio": 3.0}})["depth"]["whole"]
+    assert slowed["notes"][-1].startswith("the profiled pass took 3.0x the unprofiled forward")
 
 
 def test_no_whole_figures_without_every_measured_layers_time() -> None:

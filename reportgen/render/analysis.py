@@ -67,6 +67,7 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "whole_median": fields.number(rec, "depth.whole.median_ms"),
                 "whole_ci_low": fields.number(rec, "depth.whole.ci_low_ms"),
                 "whole_ci_high": fields.number(rec, "depth.whole.ci_high_ms"),
+                "whole_notes": "; ".join(str(n) for n in fields.get(rec, "depth.whole.notes") or []),
                 "mode": str(c.get("mode") or ""),
                 "dtype": str(c.get("dtype") or ""),
                 "attn": str(c.get("attn_implementation") or ""),
@@ -205,8 +206,9 @@ def shown_columns(frame: pd.DataFrame) -> list[str]:
     if "moe_max_over_mean" in frame and not frame["moe_max_over_mean"].notna().any():
         drop.add("moe_max_over_mean")
     # the depth columns only where some row measured fewer layers than its model has
-    if "depth" in frame and not (frame["depth"] != "").any():
-        drop |= {"depth"}
+    for column in ("depth", "whole_notes"):
+        if column in frame and not (frame[column] != "").any():
+            drop.add(column)
     for column in ("whole_median", "whole_ci_low", "whole_ci_high"):
         if column in frame and not frame[column].notna().any():
             drop.add(column)
