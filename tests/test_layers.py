@@ -123,6 +123,17 @@ def test_gemma3_layer_types_are_cut_with_the_layers() -> None:
     assert config.layer_types == ["sliding_attention"] * 3 + ["full_attention"]
 
 
+def test_per_layer_flags_are_cut_not_renumbered() -> None:
+    """Llama 4 keeps one 0/1 flag per layer (no_rope_layers) beside a list of its expert
+    layers' indices (moe_layers): the flags are cut to the kept layers, the indices renumbered."""
+    config = config_of("llama4_text", **SMALL, num_hidden_layers=8, num_local_experts=4, intermediate_size_mlp=128)
+    full = layers.layer_kinds(meta(config))
+    assert full == (["chunked attention + moe"] * 3 + ["attention + moe"]) * 2
+    depth = layers.reduce_depth(config, 3, meta)
+    assert len(config.no_rope_layers) == 3 and config.moe_layers == [0, 1, 2]
+    assert layers.layer_kinds(meta(config)) == [full[i] for i in depth.chosen]
+
+
 def test_window_alone_makes_a_kind() -> None:
     """Same classes and shapes, different windows: different kinds."""
     kinds = kinds_of("qwen2", **SMALL, num_hidden_layers=4, use_sliding_window=True, sliding_window=16,

@@ -266,6 +266,12 @@ def choose_layers(kinds: list[str], n: int, what: str = "the model") -> list[int
 # --- cutting a config ---------------------------------------------------------------------
 
 
+def _index_list(value: Any) -> bool:
+    """A list of layer indices (ascending, each once), not one value per layer: a list of
+    0/1 flags as long as the model is deep (``no_rope_layers``) is cut, not renumbered."""
+    return all(is_int(v) for v in value) and all(a < b for a, b in zip(value, value[1:]))
+
+
 def cut_layers(config: Any, chosen: list[int], old_layers: int) -> None:
     """Keep layers ``chosen`` of ``old_layers``: every layer-count name set, per-layer lists
     cut to them, lists of layer indices renumbered (indices of dropped layers removed)."""
@@ -275,7 +281,7 @@ def cut_layers(config: Any, chosen: list[int], old_layers: int) -> None:
         if not isinstance(value, (list, tuple, str)) or "layer" not in name and not name.endswith(
                 _INDEX_SUFFIXES):
             continue
-        if len(value) == old_layers and not all(is_int(v) for v in value):
+        if len(value) == old_layers and not _index_list(value):
             cut = [value[i] for i in chosen]
             setattr(config, name, "".join(cut) if isinstance(value, str) else type(value)(cut))
         elif value and all(is_int(v) and 0 <= v < old_layers for v in value):
