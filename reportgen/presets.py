@@ -51,6 +51,15 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+# Presets that keep some of their checkpoint's layers (at its widths): the checkpoint's own
+# layer count (num_hidden_layers of its config.json, named above each preset), so a page
+# says "4 of 24 layers" and never calls the preset the full-size model.
+PRESET_FULL_LAYERS: dict[str, int] = {
+    "granitemoe-1b-a400m-4l": 24,  # ibm-granite/granite-3.0-1b-a400m-base config.json
+    "falcon-h1-0.5b-4l": 36,  # tiiuae/Falcon-H1-0.5B-Base config.json
+}
+
+
 def preset_names() -> tuple[str, ...]:
     """The preset names (any transformers model type, config.json path or Hub id also resolves)."""
     return tuple(PRESETS)

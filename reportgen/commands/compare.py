@@ -21,7 +21,7 @@ BASE and NEW are each a run directory (runs/<hardware>/<run>) or a filter over t
 tree given by --runs: KEY=VALUE[,KEY=VALUE...], values may be globs (5.*).
 Run keys: hardware, suite, run (run id), commit, python, or any library of the
 environment record (transformers, torch, numpy, ...). Combination keys: model, scale,
-mode, dtype, attn, batch, seq, device. Combinations are paired by their settings and
+mode, dtype, attn, batch, seq, device, layers. Combinations are paired by their settings and
 hardware, except the keys both sides set to different values.
 
 examples:
@@ -111,11 +111,13 @@ def text(data: dict[str, Any]) -> str:
                  f"{ci_heading(shared):<{ci_width}}  {'p':>9}  change")
     for r in data["rows"]:
         if r["ratio"] is None:
-            lines.append(f"{r['id']:<{width}}  not comparable: {r['reason']}")
+            lines.append(f"{r['id']:<{width}}  not comparable: {r['reason']}"
+                         + (f" ({r['depth']})" if r.get("depth") else ""))
             continue
         ci = _ci(r, shared)
         change = (r["change"] + rests_on(r.get("verdict_level")) + (" (over threshold)" if r.get("regression") else "")
-                  + (f" (unstable: {r['unstable']})" if r.get("unstable") else ""))
+                  + (f" (unstable: {r['unstable']})" if r.get("unstable") else "")
+                  + (f" ({r['depth']})" if r.get("depth") else ""))
         lines.append(f"{r['id']:<{width}}  {_num(r['base_median']):>9}  {_num(r['new_median']):>9}  "
                      f"{_num(r['ratio']):>7}  {ci:<{ci_width}}  {_num(r['p_value']):>9}  {change}")
     counts = data["counts"]

@@ -38,6 +38,9 @@ _OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
      f"torch.compile modes: {', '.join(COMPILE_MODES)} (none: eager; default: none)"),
     ("--device", "device", "DEVICE", f"device: {' | '.join(DEVICES)} (default: the suite's)"),
     ("--budget-s", "budget_s", "SECONDS", "timing budget per combination"),
+    ("--layers", "layers", "N",
+     ("measure N of each model's layers at its full width (every kind of layer it has, in its "
+      "proportions; embeddings and head once) and extrapolate the whole model's figures by kind")),
     ("--studies", "studies", "LIST",
      f"studies run in each combination's profiled round: {', '.join(STUDIES)} (replaces the suite's)"),
 )
@@ -184,6 +187,10 @@ def run(args: argparse.Namespace) -> int:
     if args.executor != "slurm":  # a Slurm job's device is its nodes': slurm.main settles it
         suite = suite.with_device(runner.resolve_device(suite.settings.device))
     combos = suite.combinations()
+    if any(c.layers is not None for c in combos):
+        from reportgen.profile.models import check_layers
+
+        check_layers(combos)  # before anything is written
 
     if args.list:
         for combo in combos:

@@ -24,6 +24,7 @@ from reportgen.render.runtable import (
     COMBINATION_FIELDS,
     LATENCY_FIELDS,
     MOE_LOAD,
+    WHOLE_FIELDS,
     has_moe_load,
     ordered_categories,
     run_rows,
@@ -86,6 +87,8 @@ def csv_columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
         + [f"latency_ms.{f}" for f in LATENCY_FIELDS]
         + ["profiler_overhead", "compile_s"]
         + (["unstable"] if any(row.get("unstable") for row in rows) else [])
+        + (["depth"] if any(row.get("depth") for row in rows) else [])
+        + ([f"whole_ms.{f}" for f in WHOLE_FIELDS] if any(row.get("whole_ms") for row in rows) else [])
         + ([MOE_LOAD] if has_moe_load(rows) else [])
         + [f"shares.{c}" for c in categories]
     )
@@ -132,6 +135,14 @@ def table_console() -> Console:
     return console if console.is_terminal else Console(width=200)
 
 
+def depth_text(row: Mapping[str, Any]) -> str:
+    """A depth-reduced row's label, with the whole model's extrapolated median and interval."""
+    whole = row.get("whole_ms") or {}
+    if whole.get("median") is None:
+        return str(row["depth"])
+    return f"{row['depth']}: whole model {whole['median']:.4g} ms {_ci_text(whole, None)}"
+
+
 def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
     from rich.table import Table
     from rich.text import Text
@@ -159,6 +170,8 @@ def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
         )
         if row.get("unstable"):
             detail = f"unstable: {row['unstable']}" + (f"; {detail}" if detail else "")
+        if row.get("depth"):
+            detail = f"{depth_text(row)}; {detail}" if detail else depth_text(row)
         # Text cells: a reason like "shape [1, 2]" must not be read as rich markup.
         load = row.get(MOE_LOAD)
         table.add_row(

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from reportgen import stats
+from reportgen.depth import finish as finish_depth
 from reportgen.records.status import OK
 from reportgen.records.store import atomic_write_json
 
@@ -363,7 +364,7 @@ def merged_sections(rounds: Mapping[int, Mapping[str, Any]], policy: Policy | No
         if flops.get("peak_flops_per_s"):
             flops["percent_of_peak"] = 100.0 * flops["achieved_flops_per_s"] / flops["peak_flops_per_s"]
         sections["flops"] = flops
-    return sections
+    return finish_depth(sections)
 
 
 def _lower(text: str) -> str:
@@ -396,7 +397,7 @@ def single_round(sections: Mapping[str, Any]) -> dict[str, Any]:
     if (profile.get("contention") or {}).get("contended"):
         profile["unstable"] = _profile_unstable(profile)
         out["profile"] = profile
-    return out
+    return finish_depth(out)
 
 
 def _stop_reason(reasons: list[Any]) -> str | None:

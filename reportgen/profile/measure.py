@@ -116,6 +116,22 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
     }
 
 
+def _depth_section(facts: dict[str, Any], combo: Any) -> dict[str, Any]:
+    """``--layers``: the layers measured by kind, the whole model's, and its exact
+    parameter, weight and analytic FLOP counts (the whole-model timing figures follow
+    once the timing is final: `reportgen.depth.finish`)."""
+    out = {k: v for k, v in facts.items() if not k.startswith("_")}
+    info, hints = facts["_full_info"], facts["_full_hints"]
+    by_category = flops_mod.analytic(info, combo, hints)
+    by_category.pop("overhead", None)
+    width = traffic.DTYPE_BYTES[combo.dtype]
+    out["flops_analytic"] = float(sum(by_category.values()))
+    out["flops_by_category"] = by_category
+    out["weight_bytes"] = int(facts["parameters"]) * width
+    out["full_weight_bytes"] = int(out["full_parameters"]) * width
+    return out
+
+
 def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
              profile_iterations: int, holder: list[models.BuiltModel], profiled: bool = True,
              studies: Sequence[str] = (), study_budget_s: float | None = None,
@@ -203,6 +219,8 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         "memory": memory,
         "flops": _flops_section(built, combo, timing["median"], device),
     }
+    if built.depth is not None:
+        result["depth"] = _depth_section(built.depth, combo)
     if compiled is not None:
         result["compile"] = compiling.finish_record(compiled)
     else:

@@ -9,6 +9,7 @@ fetched alone by `reportgen.profile.hub`) and ``from_config``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import json
 import math
@@ -16,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 import torch
 from torch import nn
@@ -24,6 +25,16 @@ from torch import nn
 from reportgen.errors import Skip, UserError
 from reportgen.presets import PRESETS, preset_names
 from reportgen.profile.dtypes import TORCH_DTYPES
+from reportgen.profile.layers import LAYER_NAMES as _LAYER_NAMES
+from reportgen.profile.layers import TINY_LAYERS as TINY_LAYERS  # (the tiny depth, named here too)
+from reportgen.profile.layers import TINY_MAX_LAYERS as TINY_MAX_LAYERS
+from reportgen.profile.layers import Depth, layer_stack, reduce_depth
+from reportgen.profile.layers import first as _first
+from reportgen.profile.layers import get as _get
+from reportgen.profile.layers import has as _has
+from reportgen.profile.layers import is_int as _int
+from reportgen.profile.layers import set_ as _set
+from reportgen.profile.layers import tiny_layers as _shrink_layers
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import is_attention, is_projection
 from reportgen.vocabulary import (
@@ -45,7 +56,6 @@ MICRO = ATTENTION_MICRO
 # --scale tiny: attribute names (canonical or transformers aliases) -> tiny value. Set only
 # where the config has the attribute, so no model needs code of its own.
 TINY_HIDDEN = 64
-TINY_LAYERS = 2
 TINY_HEADS = 4
 TINY_KV_HEADS = 2
 TINY_FF = 128
@@ -53,8 +63,6 @@ TINY_HEAD_DIM = TINY_HIDDEN // TINY_HEADS
 TINY_VOCAB = 1024
 _HIDDEN_NAMES = ("hidden_size", "d_model", "n_embd", "embed_dim", "word_embed_proj_dim", "embedding_size",
                  "embedding_dim")
-_LAYER_NAMES = ("num_hidden_layers", "num_layers", "num_decoder_layers", "encoder_layers",
-                "decoder_layers", "n_layer", "num_blocks")
 _HEAD_NAMES = ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads", "n_head",
                "num_heads")
 _KV_HEAD_NAMES = ("num_key_value_heads", "num_kv_heads")
@@ -64,7 +72,6 @@ _POSITION_NAMES = ("max_position_embeddings", "n_positions", "n_ctx")
 # Mixtures of experts keep several experts and more than one per token, so routing runs.
 TINY_EXPERTS = 4
 TINY_TOP_K = 2
-TINY_MAX_LAYERS = 4  # a hybrid keeps one layer of each kind, up to this many
 _EXPERT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOP_K_NAMES = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k")
 # group-limited routing (experts in groups, top groups first): one group of all experts
@@ -107,9 +114,16 @@ class ModelSpec:
     def remote_code(self) -> bool:
         return bool(self.hub and self.hub.get("remote_code"))
 
-    def make_config(self, scale: str = "reference", min_positions: int = 0) -> Any:
+    def make_config(self, scale: str = "reference", min_positions: int = 0, layers: int | None = None) -> Any:
         """The transformers config at ``scale``; ``min_positions`` is the longest sequence
-        the model will see (tiny configs grow their position tables to fit it)."""
+        the model will see (tiny configs grow their position tables to fit it); ``layers``
+        keeps that many of the model's layers, chosen by kind (`depth_config`)."""
+        return self.depth_config(scale, min_positions, layers)[0]
+
+    def depth_config(self, scale: str = "reference", min_positions: int = 0,
+                     layers: int | None = None) -> tuple[Any, DepthPlan | None]:
+        """`make_config`, and with ``layers`` the plan of the cut: which layers of which
+        kinds, and the config of the whole model at the same widths."""
         if self.source == "micro":
             raise UserError(f"{MICRO} has no transformers config")
         if scale not in SCALES:
@@ -124,9 +138,80 @@ class ModelSpec:
             config = CONFIG_MAPPING[self.model_type].from_dict(dict(self.overrides))
         else:
             config = CONFIG_MAPPING[self.model_type](**dict(self.overrides))
+        if layers is not None:
+            return config, plan_depth(config, layers, self.name, scale, min_positions)
         if scale == "tiny":
             shrink_config(config, min_positions=min_positions)
-        return config
+        return config, None
+
+
+@dataclass(frozen=True)
+class DepthPlan:
+    """``--layers``: the layers kept (`layers.Depth`) and the whole model's config at the
+    widths measured (for its exact parameter and FLOP counts)."""
+
+    depth: Depth
+    full_config: Any
+
+
+def _meta_model(config: Any) -> nn.Module:
+    with torch.device("meta"):
+        return _auto_class(config, architecture(config)).from_config(config)
+
+
+def plan_depth(config: Any, n: int, name: str, scale: str, min_positions: int) -> DepthPlan:
+    """Cut ``config`` (in place) to ``n`` of its layers, chosen by kind and checked on the
+    meta device; at ``--scale tiny`` the widths shrink after the cut, the depth stays."""
+    if architecture(config) == "encoder-decoder":
+        raise UserError(f"--layers {n}: {name} is an encoder-decoder model; --layers measures models "
+                        "with one stack of layers")
+    full = copy.deepcopy(config)
+    depth = reduce_depth(config, n, _meta_model, what=name)
+    if scale == "tiny":
+        for part in (config, full):
+            shrink_config(part, min_positions=min_positions, depth=False)
+    return DepthPlan(depth, full)
+
+
+def check_layers(combos: Any) -> None:
+    """Refuse, before anything runs, a ``--layers`` count a model cannot be measured at
+    (none, more than it has, fewer than its kinds of layer): one line, with the smallest
+    count that would do. Built on the meta device: no memory, no weights."""
+    seen: set[tuple[Any, ...]] = set()
+    for combo in combos:
+        n = getattr(combo, "layers", None)
+        key = (combo.model, combo.scale, n)
+        if n is None or key in seen:
+            continue
+        seen.add(key)
+        if combo.model == MICRO:
+            raise UserError(f"--layers {n}: {MICRO} is a single attention call, not a stack of layers")
+        try:
+            spec_of(combo).depth_config("reference", layers=n)
+        except UserError:
+            raise
+        except Exception:  # noqa: BLE001 - a config that does not build fails its combination, recorded
+            continue
+
+
+def depth_facts(plan: DepthPlan, model: nn.Module, name: str, arch: str) -> dict[str, Any]:
+    """The record's ``depth`` section as built (`reportgen.depth` adds the whole-model
+    figures once the timing is final), and the whole model's info and analytic hints
+    (``_full_info``, ``_full_hints``: for its FLOP count, not stored)."""
+    depth = plan.depth
+    full = _meta_model(plan.full_config)
+    fqns = layer_stack(model)
+    info = model_info(name, full, arch)
+    info.pop("config", None)
+    return {
+        "layers": len(depth.chosen), "full_layers": len(depth.kinds),
+        "measured": depth.measured, "full": depth.full,
+        "measured_layers": [{"index": i, "kind": depth.kinds[i], "layer": fqn}
+                            for i, fqn in zip(depth.chosen, fqns)],
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "full_parameters": info["parameters"],
+        "_full_info": info, "_full_hints": analytic_hints(full),
+    }
 
 
 def model_choices() -> list[str]:
@@ -183,93 +268,7 @@ def resolve(name: str, *, trust_remote_code: bool = False) -> ModelSpec:
 # --- configs -------------------------------------------------------------------------
 
 
-def _has(config: Any, name: str) -> bool:
-    return name in getattr(config, "attribute_map", {}) or name in vars(config)
-
-
-def _get(config: Any, name: str) -> Any:
-    """The attribute, or None where the config cannot answer for the whole model (a
-    per-layer attribute read globally raises)."""
-    try:
-        return getattr(config, name, None)
-    except Exception:  # noqa: BLE001 - transformers' per-layer attribute errors
-        return None
-
-
-def _first(config: Any, names: tuple[str, ...]) -> Any:
-    for name in names:
-        if _has(config, name):
-            value = _get(config, name)
-            if value is not None:
-                return value
-    return None
-
-
-def _set(config: Any, name: str, value: Any) -> None:
-    if _has(config, name):
-        try:
-            setattr(config, name, value)
-        except Exception:  # noqa: BLE001 - a derived (read-only) attribute keeps its value
-            pass
-
-
-def _int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _layer_selection(config: Any, old_layers: int) -> list[int]:
-    """Which of the reference model's layers the tiny one keeps: the first ones, plus the
-    first layer of every kind a per-layer list names (a hybrid keeps its attention, state-
-    space, dense and expert layers), at least TINY_LAYERS and at most TINY_MAX_LAYERS."""
-    lists = [value for name, value in vars(config).items()
-             if "layer" in name and isinstance(value, (list, tuple, str)) and len(value) == old_layers
-             and not all(_int(v) for v in value)]
-    chosen: list[int] = []
-    seen: list[set[Any]] = [set() for _ in lists]
-    for i in range(old_layers):
-        new = [str(values[i]) not in seen[k] for k, values in enumerate(lists)]
-        if any(new) and len(chosen) < TINY_MAX_LAYERS:
-            chosen.append(i)
-        for k, values in enumerate(lists):
-            seen[k].add(str(values[i]))
-    for i in range(old_layers):
-        if len(chosen) >= TINY_LAYERS:
-            break
-        if i not in chosen:
-            chosen.append(i)
-    return sorted(chosen)
-
-
-def _shrink_layers(config: Any, old_layers: Any) -> None:
-    """Depth: every layer-count name, per-layer lists cut to the chosen layers, lists of
-    layer indices renumbered, and layer periods and offsets that place a kind of layer
-    (every n-th layer is attention) brought within the tiny depth."""
-    if not _int(old_layers):
-        for name in _LAYER_NAMES:
-            _set(config, name, TINY_LAYERS)
-        return
-    chosen = _layer_selection(config, old_layers)
-    for name in _LAYER_NAMES:
-        _set(config, name, len(chosen))
-    for name, value in list(vars(config).items()):
-        if not isinstance(value, (list, tuple, str)) or "layer" not in name and not name.endswith(
-                ("_idxs", "_ids", "_indices")):
-            continue
-        if len(value) == old_layers and not all(_int(v) for v in value):
-            cut = [value[i] for i in chosen]
-            setattr(config, name, "".join(cut) if isinstance(value, str) else type(value)(cut))
-        elif value and all(_int(v) and 0 <= v < old_layers for v in value):
-            setattr(config, name, type(value)(chosen.index(v) for v in value if v in chosen))
-    for name, value in list(vars(config).items()):
-        if "shared_layers" in name and _int(value) and value >= len(chosen):
-            setattr(config, name, 0)  # layers that reuse an earlier layer's cache: none kept
-        elif name.endswith("_layer_period") and _int(value) and value > len(chosen):
-            setattr(config, name, len(chosen))
-        elif name.endswith("_layer_offset") and _int(value) and value >= len(chosen):
-            setattr(config, name, len(chosen) - 1)
-
-
-def _shrink_experts(config: Any) -> None:
+def _shrink_experts(config: Any, dense_prefix: bool = True) -> None:
     """Several experts, more than one per token, one routing group, one leading dense layer."""
     for name in _EXPERT_NAMES:
         value = _get(config, name) if _has(config, name) else None
@@ -281,7 +280,7 @@ def _shrink_experts(config: Any) -> None:
         if (_int(value) and value > TINY_TOP_K) or (value is None and has_experts):
             _set(config, name, TINY_TOP_K)  # (a config that leaves it unset cannot route)
     # the leading dense layers of a model whose other layers are experts: one is kept
-    for name in ("first_k_dense_replace", "first_k_dense"):
+    for name in ("first_k_dense_replace", "first_k_dense") if dense_prefix else ():
         value = _get(config, name) if _has(config, name) else None
         if _int(value) and value > 1:
             _set(config, name, 1)
@@ -291,7 +290,7 @@ def _shrink_experts(config: Any) -> None:
             _set(config, name, 1)
 
 
-def _shrink_mixtures(config: Any, old_hidden: Any) -> None:
+def _shrink_mixtures(config: Any, old_hidden: Any, dense_prefix: bool = True) -> None:
     """Experts, routing, latent attention and the inner widths of state-space and
     linear-attention mixers, by their standard names."""
     for name, value in list(vars(config).items()):
@@ -299,7 +298,7 @@ def _shrink_mixtures(config: Any, old_hidden: Any) -> None:
             setattr(config, name, TINY_FF)  # expert, shared-expert and dense-layer widths
         elif name.startswith("hidden_size_") and _int(value) and value > TINY_HIDDEN:
             setattr(config, name, TINY_HIDDEN)  # another part's width (a global model's)
-    _shrink_experts(config)
+    _shrink_experts(config, dense_prefix)
     if _has(config, "qk_rope_head_dim"):
         for name, value in _LATENT.items():
             if _int(_get(config, name)):
@@ -337,19 +336,20 @@ def _shrink_mixtures(config: Any, old_hidden: Any) -> None:
             _set(config, name, max(1, round(value / old_hidden)) * TINY_HIDDEN)
 
 
-def shrink_config(config: Any, *, min_positions: int = 0, widths: bool = True) -> Any:
+def shrink_config(config: Any, *, min_positions: int = 0, widths: bool = True, depth: bool = True) -> Any:
     """Shrink any transformers config in place to a tiny one of the same architecture,
     through the standard attribute names and their common aliases; a composite config
-    (a language model with a vision or audio encoder) shrinks each of its parts."""
-    _shrink_one(config, min_positions=min_positions, widths=widths)
+    (a language model with a vision or audio encoder) shrinks each of its parts. ``depth``
+    False keeps the layers (``--layers`` chose them)."""
+    _shrink_one(config, min_positions=min_positions, widths=widths, depth=depth)
     for name in getattr(config, "sub_configs", None) or {}:
         sub = _get(config, name)
         if sub is not None and sub is not config and hasattr(sub, "to_dict"):
-            shrink_config(sub, min_positions=min_positions, widths=widths)
+            shrink_config(sub, min_positions=min_positions, widths=widths, depth=depth)
     return config
 
 
-def _shrink_one(config: Any, *, min_positions: int = 0, widths: bool = True) -> Any:
+def _shrink_one(config: Any, *, min_positions: int = 0, widths: bool = True, depth: bool = True) -> Any:
     """One config's shrink; ``widths`` False keeps every width and head count (only the
     depth, the experts and the vocabulary shrink): the fallback for an architecture whose
     parts tie widths to each other in ways the names do not say."""
@@ -357,7 +357,8 @@ def _shrink_one(config: Any, *, min_positions: int = 0, widths: bool = True) -> 
     old_hidden = _first(config, _HIDDEN_NAMES)
     old_heads = _first(config, _HEAD_NAMES)
     old_kv = _first(config, _KV_HEAD_NAMES)
-    _shrink_layers(config, old_layers)
+    if depth:
+        _shrink_layers(config, old_layers)
     if not widths:
         _shrink_experts(config)
         _shrink_vocab(config, min_positions)
@@ -366,7 +367,7 @@ def _shrink_one(config: Any, *, min_positions: int = 0, widths: bool = True) -> 
                          (_FF_NAMES, TINY_FF), (_HEAD_DIM_NAMES, TINY_HEAD_DIM)):
         for name in names:
             _set(config, name, value)
-    _shrink_mixtures(config, old_hidden)
+    _shrink_mixtures(config, old_hidden, dense_prefix=depth)
     # a partial rotary width (gptj, codegen) may not exceed the new head width
     rotary = getattr(config, "rotary_dim", None) if _has(config, "rotary_dim") else None
     if isinstance(rotary, int) and rotary > TINY_HEAD_DIM:
@@ -829,6 +830,8 @@ class BuiltModel:
     # the build's trial iteration, host-clocked around the call and its sync (ms): the
     # timing pass counts it as its first warm-up sample
     trial_ms: float | None = None
+    # --layers: `depth_facts`
+    depth: dict[str, Any] | None = None
 
 
 def _json_safe(value: Any) -> Any:
@@ -1077,7 +1080,7 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     except (Skip, UserError, torch.OutOfMemoryError):
         raise
     except Exception as exc:
-        if scale != "tiny":
+        if scale != "tiny" or getattr(combo, "layers", None) is not None:
             raise
         first = exc
     # A tiny shrink that broke a width some part of the model ties to another: the same
@@ -1109,8 +1112,9 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
     if scale == "tiny-depth":
         config = spec.make_config("reference")
         shrink_config(config, min_positions=needed, widths=False)
+        plan = None
     else:
-        config = spec.make_config(scale, min_positions=needed)
+        config, plan = spec.depth_config(scale, min_positions=needed, layers=getattr(combo, "layers", None))
     arch = architecture(config)
     if combo.mode != "forward" and combo.mode not in TRAIN_MODES and arch != "decoder":
         raise Skip(f"{combo.mode} applies to causal LMs; {spec.name} is an {arch}")
@@ -1127,6 +1131,7 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
     info = model_info(spec.name, model, arch)
     if spec.hub is not None:
         info["source"] = _json_safe(spec.hub)
+    depth = depth_facts(plan, model, spec.name, arch) if plan is not None else None
     built_step: StepLike
     if main == "input_ids":
         _check_positions(model, needed, spec.name)
@@ -1143,7 +1148,7 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
     except BaseException:
         free(BuiltModel(model, info, built_step))
         raise
-    return BuiltModel(model, info, built_step, trial_ms)
+    return BuiltModel(model, info, built_step, trial_ms, depth)
 
 
 def free(result: BuiltModel | None) -> None:

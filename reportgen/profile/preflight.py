@@ -179,7 +179,8 @@ def _meta_model(combo: Any) -> tuple[torch.nn.Module, Any, str, str]:
     """(model on meta, config, architecture, spec name): `models.build`'s config path."""
     spec = models.spec_of(combo)
     needed = positions_needed(str(combo.mode), int(combo.seq_len))
-    config = spec.make_config(_field(combo, "scale", "reference"), min_positions=needed)
+    config = spec.make_config(_field(combo, "scale", "reference"), min_positions=needed,
+                              layers=_field(combo, "layers", None))
     arch = models.architecture(config)
     cls = models._auto_class(config, arch, str(combo.mode))
     dtype = models.torch_dtype(combo.dtype)

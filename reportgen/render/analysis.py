@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from reportgen import fmt, stats
+from reportgen import depth, fmt, stats
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.intervals import unstable_reason
 from reportgen.records import fields
@@ -21,7 +21,7 @@ from reportgen.records.status import OK, is_ok
 from reportgen.render.shown import shown_categories
 from reportgen.shares import disagreement
 
-SETTING = ["scale", "mode", "dtype", "attn", "batch", "compile"]
+SETTING = ["scale", "depth", "mode", "dtype", "attn", "batch", "compile"]
 """The columns that, with ``seq``, identify a measurement on one hardware for one model."""
 
 # Preferred order when choosing a page's reference setting (the one its charts show).
@@ -59,7 +59,15 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "trace_rel": (f"{run.rel}/{combo.trace.relative_to(run.path).as_posix()}"
                               if combo.trace is not None else None),
                 "model": str(c.get("model") or fields.get(rec, "model.name") or "unknown"),
-                "scale": str(c.get("scale") or ""), "mode": str(c.get("mode") or ""),
+                "scale": str(c.get("scale") or ""),
+                # what the figures are of where not the whole model ("measured 4 of 48
+                # layers; whole-model figures extrapolated"): "" for a whole model
+                "depth": depth.record_label(rec),
+                "whole_median": fields.number(rec, "depth.whole.median_ms"),
+                "whole_ci_low": fields.number(rec, "depth.whole.ci_low_ms"),
+                "whole_ci_high": fields.number(rec, "depth.whole.ci_high_ms"),
+                "whole_notes": "; ".join(str(n) for n in fields.get(rec, "depth.whole.notes") or []),
+                "mode": str(c.get("mode") or ""),
                 "dtype": str(c.get("dtype") or ""),
                 "attn": str(c.get("attn_implementation") or ""),
                 "batch": int(c.get("batch_size") or 0), "seq": int(c.get("seq_len") or 0),
@@ -196,6 +204,13 @@ def shown_columns(frame: pd.DataFrame) -> list[str]:
         drop |= {"input", "sequence"}
     if "moe_max_over_mean" in frame and not frame["moe_max_over_mean"].notna().any():
         drop.add("moe_max_over_mean")
+    # the depth columns only where some row measured fewer layers than its model has
+    for column in ("depth", "whole_notes"):
+        if column in frame and not (frame[column] != "").any():
+            drop.add(column)
+    for column in ("whole_median", "whole_ci_low", "whole_ci_high"):
+        if column in frame and not frame[column].notna().any():
+            drop.add(column)
     return [c for c in frame.columns
             if c not in drop and not (":" in c and c.split(":", 1)[1] in hidden)]
 

@@ -10,7 +10,7 @@ values may be shell-style globs):
 * run keys: ``hardware``, ``suite``, ``run`` (the run id), ``commit`` (git commit), ``python``
   and any library of the environment record (``transformers``, ``torch``, ``numpy``, ...);
 * combination keys: ``model``, ``scale``, ``mode``, ``dtype``, ``attn``, ``batch``, ``seq``,
-  ``device``.
+  ``device``, ``layers`` (``--layers``: None for a whole model).
 
 Combinations are paired by their settings and hardware, leaving out the keys the two
 sides filter on with different values (``attn=eager`` against ``attn=sdpa`` pairs each
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reportgen import stats
+from reportgen import depth, stats
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
 from reportgen.intervals import unstable_reason
@@ -40,6 +40,7 @@ from reportgen.render.shown import shown_categories
 COMBINATION_KEYS: dict[str, str] = {
     "model": "model", "scale": "scale", "mode": "mode", "dtype": "dtype",
     "attn": "attn_implementation", "batch": "batch_size", "seq": "seq_len", "device": "device",
+    "layers": "layers",  # absent (the whole model) in records of whole models
 }
 RUN_KEYS = ("hardware", "suite", "run", "commit", "python")
 DEFAULT_THRESHOLD = 0.05
@@ -198,6 +199,10 @@ def compare_records(base: Mapping[str, Any], new: Mapping[str, Any],
     """
     row: dict[str, Any] = {"id": str(fields.get(new, "id")), "base_id": str(fields.get(base, "id")),
                            "combination": dict(fields.get(new, "combination") or {})}
+    # a side measured with fewer layers than its model has: its figures are of those layers
+    labels = (depth.record_label(base), depth.record_label(new))
+    row["depth"] = (labels[0] if labels[0] == labels[1] else
+                    "; ".join(f"{side}: {label}" for side, label in zip(("base", "new"), labels) if label)) or None
     if not (_timed(base) and _timed(new)):
         why = [f"{side}: {fields.get(rec, 'status')}"
                + (f" ({fields.get(rec, 'reason')})" if fields.get(rec, "reason") else "")

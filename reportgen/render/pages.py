@@ -97,8 +97,12 @@ def run_command(record: Mapping[str, Any]) -> str | None:
 
 
 def setting_label(setting: Mapping[str, Any]) -> str:
-    scale = ("full-size model" if setting["scale"] == "reference"
-             else f"{setting['scale']} test-size model")
+    # a model measured with fewer layers than it has is full-width, never full-size
+    depth = str(setting.get("depth") or "")
+    if setting["scale"] == "reference":
+        scale = f"full-width model, {depth}" if depth else "full-size model"
+    else:
+        scale = f"{setting['scale']} test-size model" + (f", {depth}" if depth else "")
     compiled = setting.get("compile", "none")
     return (f"{setting['mode']}, {setting['dtype']}, {setting['attn']}, "
             f"batch {setting['batch']}, {scale}"

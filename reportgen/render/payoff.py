@@ -64,7 +64,7 @@ GAINS: tuple[Gain, ...] = (
     Gain("kv-cache", "KV cache", "mode", steps=((DECODE_NOCACHE, "decode"),), decoder_only=True),
     Gain("compile", "torch.compile", "compile", base=COMPILE_NONE),
 )
-PAIR_KEYS: tuple[str, ...] = ("hardware", "model", "scale", "mode", "dtype", "attn", "batch", "seq",
+PAIR_KEYS: tuple[str, ...] = ("hardware", "model", "scale", "depth", "mode", "dtype", "attn", "batch", "seq",
                               "compile")
 """What identifies a combination on one hardware: a pair agrees in all but one of these."""
 PART: tuple[str, ...] = ("attention.core",)
@@ -89,6 +89,8 @@ def _setting(row: Mapping[str, Any], column: str) -> str:
     parts.append(f"batch {int(row['batch'])}")
     if row["scale"] != "reference":
         parts.append(f"{row['scale']} scale")
+    if row.get("depth"):
+        parts.append(str(row["depth"]))
     if column != "compile" and row["compile"] != COMPILE_NONE:
         parts.append(f"torch.compile {row['compile']}")
     return ", ".join(parts)
@@ -123,7 +125,8 @@ def pairs(frame: pd.DataFrame, gains: Sequence[Gain] = GAINS) -> pd.DataFrame:
         others = [k for k in PAIR_KEYS if k != gain.column]
         groups: dict[tuple[Any, ...], dict[str, list[Mapping[str, Any]]]] = {}
         for row in records:
-            groups.setdefault(tuple(row[k] for k in others), {}).setdefault(
+            # (a frame made without the depth column holds whole models only)
+            groups.setdefault(tuple(row.get(k, "") for k in others), {}).setdefault(
                 str(row[gain.column]), []).append(row)
         for by_value in groups.values():
             for old, new in gain.switches(by_value):
@@ -208,7 +211,8 @@ def suite_pairs(suite_name: str) -> set[tuple[str, str]]:
                    for entry in raw.get("matrix") or ())
     combos = Suite(suite_name, f"builtin:{suite_name}", "", Settings(device=settings.get("device", "auto")),
                    matrix).combinations()
-    frame = pd.DataFrame([{"hardware": c.device, "model": c.model, "scale": c.scale, "mode": c.mode,
+    frame = pd.DataFrame([{"hardware": c.device, "model": c.model, "scale": c.scale,
+                           "depth": "" if c.layers is None else str(c.layers), "mode": c.mode,
                            "dtype": c.dtype, "attn": c.attn_implementation, "batch": c.batch_size,
                            "seq": c.seq_len, "compile": c.compile, "combo_id": c.id,
                            "run_id": suite_name} for c in combos])

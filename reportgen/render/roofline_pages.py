@@ -21,7 +21,7 @@ from reportgen.render.findings import FINDINGS_INDEX, claim_page_path
 PAGE = "findings/memory-traffic-and-roofline.md"
 # the claim whose quote speaks of attention consuming disproportionate GPU memory bandwidth
 CLAIM_ID = "bert-base-attention-over-60-percent"
-_GROUP = ["scale", "mode", "dtype", "attn", "batch"]
+_GROUP = ["scale", "depth", "mode", "dtype", "attn", "batch"]
 _TABLE_COLUMNS = ("combo_id", "category", "flops", "bytes", "bytes_source", "ms", "ms_low",
                   "ms_high", "interval", "confidence", "bandwidth", "bandwidth_low", "bandwidth_high",
                   "pct_peak_bandwidth", "pct_peak_bandwidth_low", "pct_peak_bandwidth_high",
@@ -35,13 +35,15 @@ def selected(rows: pd.DataFrame) -> pd.DataFrame:
     ok = rows[(rows["status"] == OK) & (rows["compile"] == "none")]
     if ok.empty:
         return ok
-    longest = ok.sort_values("seq", kind="mergesort").groupby(_GROUP, sort=True).tail(1)
+    group = [c for c in _GROUP if c in ok.columns]  # (frames of whole models may lack depth)
+    longest = ok.sort_values("seq", kind="mergesort").groupby(group, sort=True).tail(1)
     return longest.sort_values(["mode", "attn", "dtype", "batch"], kind="mergesort")
 
 
 def panel_label(row: Mapping[str, Any]) -> str:
     return (f"{row['mode']}, {row['dtype']}, {row['attn']}, batch {row['batch']}, "
-            f"{row['seq']} {fmt.sequence_unit(row.get('sequence'))}")
+            f"{row['seq']} {fmt.sequence_unit(row.get('sequence'))}"
+            + (f", {row['depth']}" if row.get("depth") else ""))
 
 
 def _roof_entry(panel: str, roof: roofline.Roof) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from reportgen import depth
 from reportgen.categories import CATEGORIES
 from reportgen.intervals import unstable_reason
 from reportgen.records import fields
@@ -28,6 +29,7 @@ COMBINATION_FIELDS: tuple[str, ...] = (
     "compile",
 )
 LATENCY_FIELDS: tuple[str, ...] = ("median", "ci_low", "ci_high", "confidence", "n")
+WHOLE_FIELDS: tuple[str, ...] = ("median", "ci_low", "ci_high", "confidence")
 
 _TO_MS = {"ms": 1.0, "s": 1e3, "us": 1e-3, "ns": 1e-6}
 MOE_LOAD = "moe_max_over_mean"
@@ -72,6 +74,15 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
     unstable = unstable_reason(record) if is_ok(record) else None
     if unstable:
         row["unstable"] = unstable  # a key only where it applies: clean runs' CSVs stay as they were
+    label = depth.record_label(record)
+    if label:  # fewer layers measured than the model has: keys only where that applies
+        row["depth"] = label
+        if fields.get(record, "depth.whole") is not None:
+            row["whole_ms"] = {"median": ms(fields.get(record, "depth.whole.median_ms")),
+                               "ci_low": ms(fields.get(record, "depth.whole.ci_low_ms")),
+                               "ci_high": ms(fields.get(record, "depth.whole.ci_high_ms")),
+                               # the measured median's interval stands at this level inside it
+                               "confidence": fields.get(record, "timing.confidence")}
     load = moe_load(record)
     if load is None:
         return row  # dense models and records made before routing was recorded: as before

@@ -1,0 +1,208 @@
+"""Whole-model figures of a combination measured with fewer layers than its model has
+(``--layers N``): extrapolated by layer kind from the layers measured.
+
+The profiled pass times each measured layer (the attribution's ``per_layer``: each
+layer's milliseconds per category, the profiler method's means over its iterations,
+beside that method's categories and forward, which the whole-model categories therefore
+follow). A layer's busy time is the sum of its categories (the ``overhead`` of idle and
+launch gaps is the forward's, not a layer's). For each kind, the
+mean over its measured layers stands for each of its layers the model has and the
+measurement lacks:
+
+    whole busy  = measured busy + sum over kinds (full count - measured count) x mean layer time
+    g           = whole busy / measured busy
+    whole       = measured median x g           (embeddings and head counted once, as measured)
+
+Each category scales the same way (its measured time plus the missing layers' mean time in
+it), the forward's overhead grows with the busy time (g), and shares are the categories'
+whole times over the whole. Intervals carry the layer-to-layer spread: a percentile
+bootstrap over the measured layers, resampled within each kind, gives g's interval, and
+the whole median's interval is the measured median's interval times it (both ends).
+A kind measured in one layer has no spread to resample: its layer's time stands with no
+interval of its own, and ``notes`` says so. Parameters, weight bytes and analytic FLOPs of
+the whole model are counted exactly (built on the meta device), not extrapolated.
+
+Pure: both sides import it (the executor finishes a record's ``depth`` section here once
+its timing is final; the render side only reads it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reportgen.presets import PRESET_FULL_LAYERS, PRESETS
+from reportgen.records import fields
+from reportgen.stats.basic import percentiles
+from reportgen.stats.bootstrap import CONFIDENCE, SHARE_REPLICATES, draws
+
+OVERHEAD = "overhead"
+PROFILER_SLOWDOWN = 1.5  # a profiled pass slower than this many unprofiled forwards is noted
+SEED = 0
+METHOD = ("per-kind mean of the measured layers' profiled time, times the layers of that kind the "
+          "measurement lacks; interval: the measured median's, times a bootstrap over the measured "
+          "layers within each kind")
+
+
+def _layer_rows(depth: Mapping[str, Any], attribution: Mapping[str, Any]) -> dict[str, list[dict[str, float]]]:
+    """Each kind's measured layers' category times (ms per forward), from ``per_layer``."""
+    by_fqn = {str(row.get("layer")): row.get("categories") or {} for row in attribution.get("per_layer") or []}
+    rows: dict[str, list[dict[str, float]]] = {}
+    for layer in depth.get("measured_layers") or []:
+        cats = by_fqn.get(str(layer.get("layer")))
+        if cats is None:
+            continue
+        rows.setdefault(str(layer["kind"]), []).append(
+            {c: float(v) for c, v in cats.items() if c != OVERHEAD and isinstance(v, (int, float))})
+    return rows
+
+
+def _extra(rows: Mapping[str, list[dict[str, float]]], missing: Mapping[str, int],
+           picks: Mapping[str, Sequence[int]]) -> dict[str, float]:
+    """Per category: the missing layers' time, each kind's at the mean of its picked layers."""
+    out: dict[str, float] = {}
+    for kind, count in missing.items():
+        chosen = [rows[kind][i] for i in picks[kind]]
+        for row in chosen:
+            for cat, ms in row.items():
+                out[cat] = out.get(cat, 0.0) + count * ms / len(chosen)
+    return out
+
+
+def _memory(depth: Mapping[str, Any], memory: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The whole model's weights (counted exactly) and the measured peak with the missing
+    layers' weights added (a forward frees each layer's activations as it returns, so the
+    weights are what more layers add; a decode's cache grows with them too, and is not
+    counted)."""
+    weights, full_weights = depth.get("weight_bytes"), depth.get("full_weight_bytes")
+    peak = (memory or {}).get("peak_allocated_bytes")
+    out: dict[str, Any] = {"weight_bytes": full_weights, "peak_allocated_bytes": None}
+    if isinstance(peak, int) and isinstance(weights, int) and isinstance(full_weights, int):
+        out["peak_allocated_bytes"] = peak + full_weights - weights
+    return out
+
+
+def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
+                attribution: Mapping[str, Any] | None,
+                memory: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The ``whole`` figures of a ``depth`` section, or None where the record has no
+    median or no per-layer times to extrapolate from."""
+    median = (timing or {}).get("median")
+    if not median or attribution is None:
+        return None
+    # the per-layer times are the profiler's (means over its iterations): the categories
+    # and forward they are parts of are the profiler method's too, whatever the headline
+    basis = (attribution.get("methods") or {}).get("profiler") or attribution
+    forward = basis.get("forward_ms")
+    if not forward:
+        return None
+    rows = _layer_rows(depth, attribution)
+    full = {str(k): int(v) for k, v in (depth.get("full") or {}).items()}
+    measured = {str(k): int(v) for k, v in (depth.get("measured") or {}).items()}
+    if set(rows) != set(full) or any(len(rows[k]) != measured.get(k) for k in rows):
+        return None  # a measured layer without its time: nothing honest to say
+    missing = {k: full[k] - measured[k] for k in full}
+    categories = {str(c): float(v.get("ms") or 0.0) for c, v in (basis.get("categories") or {}).items()}
+    busy = sum(v for c, v in categories.items() if c != OVERHEAD)
+    if busy <= 0:
+        return None
+    scale = float(median) / float(forward)  # profiled milliseconds -> the timed forward's
+    kinds = sorted(rows)
+
+    def figures(picks: Mapping[str, Sequence[int]]) -> tuple[float, dict[str, float]]:
+        extra = _extra(rows, missing, picks)
+        g = (busy + sum(extra.values())) / busy
+        whole = {c: (ms + extra.get(c, 0.0)) if c != OVERHEAD else ms * g for c, ms in categories.items()}
+        return g, whole
+
+    g, whole = figures({k: range(len(rows[k])) for k in kinds})
+    reps = draws(lambda *idx: figures(dict(zip(kinds, idx))), [len(rows[k]) for k in kinds],
+                 reps=SHARE_REPLICATES, seed=SEED)
+    g_low, g_high = percentiles([d[0] for d in reps], CONFIDENCE)
+    low = float(timing.get("ci_low") or median) if timing else float(median)
+    high = float(timing.get("ci_high") or median) if timing else float(median)
+    total = sum(whole.values())
+    by_category: dict[str, Any] = {}
+    for cat, ms in whole.items():
+        ms_draws = [d[1][cat] * scale for d in reps]
+        share_draws = [d[1][cat] / sum(d[1].values()) for d in reps]
+        ms_low, ms_high = percentiles(ms_draws, CONFIDENCE)
+        share_low, share_high = percentiles(share_draws, CONFIDENCE)
+        by_category[cat] = {"ms": ms * scale, "ms_low": ms_low * low / median, "ms_high": ms_high * high / median,
+                            "share": ms / total if total else None, "share_low": share_low, "share_high": share_high}
+    single = [k for k in kinds if len(rows[k]) == 1 and missing[k] > 0]
+    notes = [f"{k}: one layer measured, so its layer-to-layer spread is not in the intervals" for k in single]
+    return {
+        "method": METHOD,
+        "factor": g, "factor_low": g_low, "factor_high": g_high,
+        "median_ms": float(median) * g, "ci_low_ms": low * g_low, "ci_high_ms": high * g_high,
+        "categories": by_category,
+        "layer_ms": {k: sum(sum(r.values()) for r in rows[k]) / len(rows[k]) * scale for k in kinds},
+        "memory": _memory(depth, memory),
+        "notes": notes,
+    }
+
+
+def finish(sections: Mapping[str, Any]) -> dict[str, Any]:
+    """``sections`` with its ``depth`` section's ``whole`` figures from its final timing
+    (unchanged where there is no depth section)."""
+    depth = fields.get(sections, "depth")
+    if not isinstance(depth, Mapping):
+        return dict(sections)
+    out = dict(sections)
+    finished = dict(depth)
+    finished["whole"] = extrapolate(depth, fields.get(sections, "timing"), fields.get(sections, "attribution"),
+                                    fields.get(sections, "memory"))
+    ratio = fields.get(sections, "profile.overhead_ratio")
+    if finished["whole"] is not None and isinstance(ratio, (int, float)) and ratio > PROFILER_SLOWDOWN:
+        # the layers' proportions come from the profiled pass: where the profiler's own cost
+        # per op dominates, they need not be the unprofiled forward's
+        finished["whole"]["notes"] = [*finished["whole"]["notes"],
+                                      f"the profiled pass took {ratio:.1f}x the unprofiled forward, so the "
+                                      "layers' share of it, which the extrapolation scales by, may differ from "
+                                      "the unprofiled forward's"]
+    out["depth"] = finished
+    return out
+
+
+def record_label(record: Mapping[str, Any]) -> str:
+    """What a record's figures are of, where that is not the whole model: the ``depth``
+    section's layers ("measured 4 of 48 layers; whole-model figures extrapolated", or
+    "reduced depth: ..." where nothing could be extrapolated), or for a record made before
+    the section existed, a preset that keeps some of its checkpoint's layers
+    (``PRESET_FULL_LAYERS``: "reduced depth: 4 of 24 layers"); "" for a whole model."""
+    section = fields.get(record, "depth")
+    if isinstance(section, Mapping) and section.get("layers") and section.get("full_layers"):
+        return label(int(section["layers"]), int(section["full_layers"]),
+                     extrapolated=section.get("whole") is not None)
+    model = str(fields.get(record, "combination.model") or "")
+    full = PRESET_FULL_LAYERS.get(model)
+    layers = fields.get(record, "model.num_layers")
+    if full is None or fields.get(record, "combination.scale") == "tiny":
+        return ""
+    if not isinstance(layers, int):  # a record without a model section: the preset's own count
+        layers = PRESETS[model][1].get("num_hidden_layers")
+    return label(layers, full, extrapolated=False) if isinstance(layers, int) and layers < full else ""
+
+
+def label(measured: int, full: int, *, extrapolated: bool = True) -> str:
+    """The words every figure of a depth-reduced combination carries."""
+    if extrapolated:
+        return f"measured {measured} of {full} layers; whole-model figures extrapolated"
+    return f"reduced depth: {measured} of {full} layers"
+
+
+def check(whole: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A reduced record's extrapolated whole-model median against the same combination
+    measured whole: their ratio, and whether the measured median lies in the extrapolated
+    interval (the check METHOD.md rule 10c asks of the method); None where either lacks
+    its figure."""
+    measured = fields.get(whole, "timing.median")
+    section = fields.get(reduced, "depth.whole")
+    if not isinstance(measured, (int, float)) or not measured or not isinstance(section, Mapping):
+        return None
+    low, high = float(section["ci_low_ms"]), float(section["ci_high_ms"])
+    return {"layers": fields.get(reduced, "depth.layers"), "full_layers": fields.get(reduced, "depth.full_layers"),
+            "measured_ms": float(measured), "extrapolated_ms": float(section["median_ms"]),
+            "ci_low_ms": low, "ci_high_ms": high, "ratio": float(section["median_ms"]) / float(measured),
+            "within": low <= float(measured) <= high}
