@@ -4,6 +4,7 @@
 ``record``      the records written under runs/ (combination envelope, run.json)
 ``worker``      the measuring process: one per device, a fresh interpreter, never forked
 ``supervisor``  starts a worker, hands it one combination at a time, survives its death
+``job``         what one invocation measures; a unit's outcome written as a round or record
 ``devices``     which devices get a worker (``--devices``)
 ``local``       the default executor: one supervised worker per device on this host
 ``inline``      measuring in this process, without isolation (for the isolation-cost bench)

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 
 class Job(Protocol):
-    """What a unit's task needs of the executors' job (``execute.local.Job``)."""
+    """What a unit's task needs of the executors' job (``execute.job.Job``)."""
 
     settings: Settings
 
