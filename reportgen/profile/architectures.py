@@ -10,7 +10,7 @@ one line the build gave, or ``failed`` with the error. ``sweep`` runs each type 
 forked process with a memory limit and a time limit, so a type that crashes, hangs or
 allocates without end is a ``failed`` row, not a lost sweep.
 
-    python -m reportgen.profile.catalog [--types mixtral,mamba] [--seq-len 32] [--mode forward]
+    python -m reportgen.profile.architectures [--types mixtral,mamba] [--seq-len 32] [--mode forward]
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def line(row: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reportgen.profile.catalog",
+    parser = argparse.ArgumentParser(prog="python -m reportgen.profile.architectures",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--types", help="comma-separated model types (default: every text type)")
     parser.add_argument("--encoders", action="store_true",
