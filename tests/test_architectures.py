@@ -4,9 +4,9 @@ families (mixtures of experts, latent attention, state-space and hybrid models) 
 their experts, routers and token mixers in categories of their own.
 
 The model types are read from transformers (``reportgen.profile.architectures``), so a
-transformers release that adds an architecture adds it here. The sweep forks one
-process per type under a memory and a time limit, two at a time (one beside other
-pytest-xdist workers).
+transformers release that adds an architecture adds it here. The sweep runs each type in
+a fresh process (forked from a fork server) under a memory and a time limit, two at a
+time (one beside other pytest-xdist workers).
 """
 
 from __future__ import annotations
@@ -113,4 +113,6 @@ def test_a_crashing_or_hungry_type_is_a_failed_row_not_a_lost_sweep() -> None:
     assert by["no_such_type"]["status"] in ("failed", "skipped")
     assert by["bert"]["status"] == "ok"
     hungry = architectures.sweep(["bert"], workers=1, memory_gib=0.05)
-    assert hungry[0]["status"] == "failed"
+    assert hungry[0]["status"] == "failed" and "memory" in hungry[0]["reason"].lower(), hungry
+    late = architectures.sweep(["bert"], workers=1, timeout_s=0.5)
+    assert late[0]["status"] == "failed" and late[0]["reason"] == "timed out after 0 s"

@@ -449,17 +449,15 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
     combination at resolution has an interval no wider than ``precision`` either side, or
     ``max_rounds`` are done: a noisy hour costs time rather than a verdict the noise
     decided. The rule reads the intervals' widths only, never where they lie."""
-    import multiprocessing
     import random
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+
+    from reportgen.execute import fresh
 
     targets = [as_target(c) for c in combos]
     units: dict[str, list[dict[str, Any]]] = {t.key: [] for t in targets}
     if len(units) < len(targets):
         raise ValueError("the same combination and category twice")
     notes: list[str] = []
-    context = multiprocessing.get_context("spawn")
     limit = max(rounds, max_rounds or rounds)
 
     def rows_now() -> list[dict[str, Any]]:
@@ -487,13 +485,10 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
                 # one process per combination and round, as the profile gives each round
                 # its own worker: a model measured before it in the same process changed
                 # what removing a core saved (GPT-2 eager training, +27% to +72% against -4%)
-                try:
-                    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-                        got, lost = pool.submit(ablation_round, [target], profiled=index == 0,
-                                                min_pairs=min_pairs, budget_s=budget_s,
-                                                iterations=iterations).result()
-                except BrokenProcessPool as exc:
-                    got, lost = [], [f"{target.key}: its process died ({exc})"]
+                result = fresh.run(ablation_round, {"combos": [target], "profiled": index == 0,
+                                                    "min_pairs": min_pairs, "budget_s": budget_s,
+                                                    "iterations": iterations})
+                got, lost = result.value if result.ok else ([], [f"{target.key}: {result.reason}"])
                 done += got
                 failed += lost
             notes += [f"round {index}: {n}" for n in failed]

@@ -7,8 +7,9 @@ speech encoders), never from a list typed here. ``check`` builds one type at
 ``--scale tiny`` with random weights, runs its trial forward and one forward under the
 hooks method's clocks, and says ``ok`` with the category shares, ``skipped`` with the
 one line the build gave, or ``failed`` with the error. ``sweep`` runs each type in a
-forked process with a memory limit and a time limit, so a type that crashes, hangs or
-allocates without end is a ``failed`` row, not a lost sweep.
+fresh process (``execute.fresh``, forked from a fork server that imported torch and
+transformers once) with a memory limit and a time limit, so a type that crashes, hangs or
+allocates without end is a ``failed`` row with the reason, not a lost sweep.
 
     python -m reportgen.profile.architectures [--types mixtral,mamba] [--seq-len 32] [--mode forward]
 """
@@ -16,18 +17,22 @@ allocates without end is a ``failed`` row, not a lost sweep.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
-import resource
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from reportgen.categories import CATEGORIES
+from reportgen.execute import fresh
+from reportgen.execute.forkserver import ForkServer
 from reportgen.records.status import COMBINATION_STATUSES, FAILED, OK, SKIPPED
 
 TIMEOUT_S = 120.0
+CHECK_ALONE = "reportgen.profile.architectures:check_alone"
 ITERATIONS = 7  # hooked forwards per type: shares of the tiny forward, not of its first call
 MEMORY_GIB = 10  # address space, not resident memory: torch alone maps several GiB
 
@@ -74,7 +79,12 @@ def check(model_type: str, *, seq_len: int = 32, mode: str = "forward",
                    model_class=built.info["class"], architecture=built.info["architecture"],
                    input=built.step.inputs_info.get("input", "input_ids"))
     except Skip as exc:
-        row.update(status=SKIPPED, reason=str(exc).strip().splitlines()[0])
+        reason = str(exc).strip().splitlines()[0]
+        if _ran_out_of_memory(exc):
+            # the build hit the process's memory limit: a type that allocates without end
+            row.update(status=FAILED, reason=f"out of memory: {reason}")
+        else:
+            row.update(status=SKIPPED, reason=reason)
     except Exception as exc:  # noqa: BLE001 - a failing architecture is the finding
         notes = " ".join(getattr(exc, "__notes__", []))
         row.update(status=FAILED,
@@ -83,6 +93,18 @@ def check(model_type: str, *, seq_len: int = 32, mode: str = "forward",
         models.free(built)
     row["seconds"] = round(time.perf_counter() - started, 2)
     return row
+
+
+def _ran_out_of_memory(exc: BaseException) -> bool:
+    """Whether an allocation failed on the way to ``exc`` (a MemoryError among its causes)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, MemoryError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def median_shares(section: dict[str, Any]) -> dict[str, float]:
@@ -102,64 +124,43 @@ def median_shares(section: dict[str, Any]) -> dict[str, float]:
     return {c: (m / total if total > 0 else 0.0) for c, m in medians.items()}
 
 
-def _child(model_type: str, kwargs: dict[str, Any], memory_gib: float, conn: Any) -> None:
-    limit = int(memory_gib * (1 << 30))
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+def check_alone(model_type: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``check`` as the sweep runs it, in a fresh process of its own: on one thread, so
+    two types at a time share a 2-core host without contending."""
     import torch
 
     torch.set_num_threads(1)
-    conn.send(check(model_type, **kwargs))
-    conn.close()
+    return check(model_type, **kwargs)
 
 
 def sweep(model_types: Iterable[str], *, workers: int = 2, timeout_s: float = TIMEOUT_S,
           memory_gib: float = MEMORY_GIB, log: Callable[[str], None] | None = None,
           **kwargs: Any) -> list[dict[str, Any]]:
-    """``check`` for each type in a forked process (``workers`` at a time), each under an
-    address-space limit of ``memory_gib`` and a wall-clock limit of ``timeout_s``."""
-    import transformers  # noqa: F401 - imported once here, not once per child
-
-    ctx = multiprocessing.get_context("fork")
-    pending = list(model_types)
-    running: list[tuple[str, Any, Any, float]] = []
+    """``check`` for each type in a fresh process (``workers`` at a time), each under an
+    address-space limit of ``memory_gib`` and a wall-clock limit of ``timeout_s``: a type
+    whose process dies, runs out of memory or time is a ``failed`` row with the reason."""
+    types = list(model_types)
     rows: dict[str, dict[str, Any]] = {}
-    while pending or running:
-        while pending and len(running) < workers:
-            name = pending.pop(0)
-            parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(name, kwargs, memory_gib, child), daemon=True)
-            proc.start()
-            child.close()
-            running.append((name, proc, parent, time.monotonic()))
-        for item in list(running):
-            name, proc, conn, started = item
-            row = None
-            if conn.poll(0.05):
-                try:
-                    row = conn.recv()
-                except EOFError:
-                    row = None
-                proc.join(5)
-                if row is None:
-                    row = {"model_type": name, "status": FAILED,
-                           "reason": f"the process died (exit code {proc.exitcode})"}
-            elif not proc.is_alive():
-                row = {"model_type": name, "status": FAILED,
-                       "reason": f"the process died (exit code {proc.exitcode})"}
-            elif time.monotonic() - started > timeout_s:
-                proc.kill()
-                proc.join()
-                row = {"model_type": name, "status": FAILED,
-                       "reason": f"no result within {timeout_s:.0f} s"}
-            if row is not None:
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join()
-                conn.close()
-                running.remove(item)
+    with tempfile.TemporaryDirectory(prefix="architectures-") as tmp:
+        # torch and transformers imported once, each type's process forked from there
+        server = ForkServer(log_dir=tmp, preload={"modules": [CHECK_ALONE.partition(":")[0]]})
+
+        def one(name: str) -> dict[str, Any]:
+            result = fresh.run(CHECK_ALONE, {"model_type": name, "kwargs": kwargs}, forkserver=server,
+                               timeout_s=timeout_s, memory_bytes=int(memory_gib * (1 << 30)),
+                               log_path=Path(tmp) / f"{name}.log")
+            row = result.value if result.ok else {"model_type": name, "status": FAILED, "reason": result.reason}
+            if log is not None:
+                log(line(row))
+            return dict(row)
+
+        pool = ThreadPoolExecutor(max_workers=max(1, workers))
+        try:
+            for name, row in zip(types, pool.map(one, types)):
                 rows[name] = row
-                if log is not None:
-                    log(line(row))
+        finally:
+            server.close()  # first: interrupted, the processes still running follow it at once
+            pool.shutdown(cancel_futures=True)
     return [rows[name] for name in sorted(rows)]
 
 
