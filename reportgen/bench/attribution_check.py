@@ -42,6 +42,7 @@ from reportgen.bench.common import (
     stopwatch,
 )
 from reportgen.bench.results import figure
+from reportgen.execute.rounds import Policy
 from reportgen.records import fields
 from reportgen.records.status import is_ok
 from reportgen.shares import METHODS
@@ -422,16 +423,30 @@ def _half_width(row: dict[str, Any]) -> float:
     return (high - low) / 2.0
 
 
+def ablation_policy(rounds: int, max_rounds: int | None = None, precision: float | None = None) -> Policy:
+    """The ablation's rounds in the suite's rule (``execute.rounds.Policy``): at least
+    ``rounds``, then more, up to ``max_rounds``, until the widest interval at resolution is
+    within ``precision`` either side; without a precision any interval will do once every
+    combination has one. A round is never measured again for contention."""
+    return Policy(rounds=max(rounds, max_rounds or rounds), min_rounds=rounds,
+                  target=math.inf if precision is None else precision, retries=0)
+
+
+def widths(rows: Sequence[dict[str, Any]], combinations: int) -> tuple[float | None, float]:
+    """(the half-width the rounds' rule reads: the widest among the combinations at
+    resolution, or None while a combination has no row; that widest half-width)."""
+    judged = [r for r in rows if r["verdict"] != "below resolution"]
+    widest = max((_half_width(r) for r in judged), default=0.0)
+    return (widest if len(rows) >= combinations else None), widest
+
+
 def precise(rows: Sequence[dict[str, Any]], combinations: int,
             precision: float | None) -> tuple[bool, float]:
     """Whether the rows are precise enough to stop adding rounds (pure), and the widest
     half-width among the combinations at resolution: every combination needs a row, and
     every row at resolution an interval within ``precision`` either side. Widths only."""
-    judged = [r for r in rows if r["verdict"] != "below resolution"]
-    widest = max((_half_width(r) for r in judged), default=0.0)
-    if len(rows) < combinations:
-        return False, widest
-    return precision is None or widest <= precision, widest
+    width, widest = widths(rows, combinations)
+    return ablation_policy(1, precision=precision).within(width), widest
 
 
 def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None = None,
@@ -458,22 +473,20 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
     if len(units) < len(targets):
         raise ValueError("the same combination and category twice")
     notes: list[str] = []
-    limit = max(rounds, max_rounds or rounds)
+    policy = ablation_policy(rounds, max_rounds, precision)
+    limit = policy.rounds
 
-    def rows_now() -> list[dict[str, Any]]:
-        return [ablation_row(m) for m in units.values() if any(u.get("profiler") for u in m)]
-
-    def precise_enough() -> bool:
-        rows = rows_now()
-        enough, widest = precise(rows, len(units), precision)
+    def width_now() -> float | None:
+        rows = [ablation_row(m) for m in units.values() if any(u.get("profiler") for u in m)]
+        width, widest = widths(rows, len(units))
         log(f"  ablation after {done_rounds} rounds: widest interval at resolution ±{widest:.1%}"
             + ("" if precision is None else f" (wanted ±{precision:.0%})"))
-        return enough
+        return width
 
     done_rounds = 0
     with stopwatch() as wall:
         for index in range(limit):
-            if index >= rounds and precise_enough():
+            if index >= policy.floor and policy.settled(index, width_now()):
                 break
             if stop():
                 notes.append(f"time limit reached after {index} rounds")
@@ -502,7 +515,7 @@ def ablation(combos: Sequence[Any], *, rounds: int = 5, max_rounds: int | None =
                 f"{_key(u)} {len(u['full_ms'])}+{len(u['hooked'])} pairs" for u in done)
                 + (f"; {len(failed)} failed" if failed else ""))
         else:
-            if precision is not None and limit > rounds and not precise_enough():
+            if precision is not None and limit > rounds and not policy.within(width_now()):
                 notes.append(f"{limit} rounds, the most allowed, left an interval at resolution "
                              f"wider than ±{precision:.0%}")
     rows = []
