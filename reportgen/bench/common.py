@@ -28,14 +28,28 @@ def build(combo: Any, device: str = "cpu") -> Any:
     return models.build(combo, device)
 
 
+def cpu_combo(model: str, *, scale: str, mode: str = "forward", attn: str = "sdpa",
+              seq_len: int = 32) -> Any:
+    """One fp32 CPU combination at batch 1."""
+    from reportgen.suite import Combination
+
+    return Combination(model=model, scale=scale, mode=mode, dtype="fp32",
+                       attn_implementation=attn, batch_size=1, seq_len=seq_len, device="cpu")
+
+
+def profile_pass(built: Any, iterations: int, trace_dir: Path, name: str) -> dict[str, Any]:
+    """reportgen's profiled pass over a built model, its trace to ``trace_dir/<name>``."""
+    from reportgen.profile import profiling
+
+    return profiling.profile_step(built.step, built.model, iterations=iterations,
+                                  trace_path=trace_dir / f"{name}.trace.json.gz")
+
+
 def build_frozen(model: str, *, scale: str, mode: str, attn: str, seq_len: int) -> tuple[Any, Any]:
     """(combination, built model) for one fp32 CPU combination at batch 1, with what
     outlives it frozen first (as in the suite's workers: a collection during a timed step
     then costs milliseconds, not 0.2 s): the diagnostic scripts' setup."""
-    from reportgen.suite import Combination
-
-    combo = Combination(model=model, scale=scale, mode=mode, dtype="fp32", attn_implementation=attn,
-                        batch_size=1, seq_len=seq_len, device="cpu")
+    combo = cpu_combo(model, scale=scale, mode=mode, attn=attn, seq_len=seq_len)
     gc.collect()
     gc.freeze()
     return combo, build(combo)
