@@ -353,8 +353,11 @@ def test_a_dead_worker_is_not_followed_to_the_root_cgroup(tmp_path: Path) -> Non
     assert memory.follow(job, 7, lambda: True, proc=proc, root=root) is job
     (proc / "7" / "stat").unlink()
     assert memory.follow(job, 7, lambda: True, proc=proc, root=root) is job
+    # killed and exiting, still running: its flags say PF_EXITING
+    (proc / "7" / "stat").write_text("7 (python (worker)) R 1 7 7 0 -1 4194308 0 0\n")
+    assert memory.follow(job, 7, lambda: True, proc=proc, root=root) is job
     # alive and moved: followed
-    (proc / "7" / "stat").write_text("7 (python (worker)) R 1 7 7 0 -1\n")
+    (proc / "7" / "stat").write_text("7 (python (worker)) R 1 7 7 0 -1 4194304 0 0\n")
     assert memory.follow(job, 7, lambda: True, proc=proc, root=root).path == root / "memory"
 
 
