@@ -114,5 +114,3 @@ def test_a_crashing_or_hungry_type_is_a_failed_row_not_a_lost_sweep() -> None:
     assert by["bert"]["status"] == "ok"
     hungry = architectures.sweep(["bert"], workers=1, memory_gib=0.05)
     assert hungry[0]["status"] == "failed" and "memory" in hungry[0]["reason"].lower(), hungry
-    late = architectures.sweep(["bert"], workers=1, timeout_s=0.5)
-    assert late[0]["status"] == "failed" and late[0]["reason"] == "timed out after 0 s"

@@ -48,9 +48,15 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.execute import worker
-from reportgen.execute.fresh import ForkServerError, child_env, close_quietly, enter, wait_ready
+from reportgen.execute.fresh import (
+    READY_TIMEOUT_S,
+    ForkServerError,
+    child_env,
+    close_quietly,
+    enter,
+    wait_ready,
+)
 
-READY_TIMEOUT_S = 300.0
 POLL_S = 0.5
 # always imported: what every CPU worker needs before its first combination
 BASE_MODULES = ("torch", "transformers", "transformers.modeling_utils")

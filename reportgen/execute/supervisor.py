@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.execute.forkserver import ForkServer
-from reportgen.execute.fresh import LOG_TAIL_LINES, READY_TIMEOUT_S, Child, Ended, StartError, death_reason
+from reportgen.execute.fresh import READY_TIMEOUT_S, Child, Ended, StartError, death_reason
 from reportgen.execute.worker import ENTRY, WorkerSpec
 from reportgen.records.status import FAILED
 
-__all__ = ["LOG_TAIL_LINES", "READY_TIMEOUT_S", "Outcome", "Supervisor", "WorkerStartError", "death_reason"]
+__all__ = ["READY_TIMEOUT_S", "Outcome", "Supervisor", "WorkerStartError", "death_reason"]
 
 
 class WorkerStartError(RuntimeError):
