@@ -8,17 +8,20 @@ one process: what the ablation's pairs cost the kernel besides the work itself.
 ``mmap`` pages, as they did before measurements kept them on the heap: then a bert-base
 s256 training step with its eager core takes 22,900 or 45,800 faults (its 94 MB embedding
 gradient, once or twice) and the same step with the stand-in 1 or 2.
+
+The steps run in a fresh process (``--python`` another interpreter, ``--timeout`` a limit);
+a process that dies says why in one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,8 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3, help="pairs run first, untimed (default 3)")
     parser.add_argument("--mmap", action="store_true",
                         help="blocks over 32 MiB from mmap, as before the steady heap kept them")
-    args = parser.parse_args(argv)
+    from reportgen.bench.common import measure_fresh, process_options
 
+    process_options(parser)
+    return measure_fresh(measure, parser.parse_args(argv))
+
+
+def measure(options: dict[str, Any]) -> dict[str, Any]:
+    """The pairs, in the fresh process: faults and time of each step."""
+    args = argparse.Namespace(**options)
     from reportgen.profile import heap
 
     held = heap.steady()
@@ -76,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                      "faults": [r[1] for r in runs[s]]}
               for name, s in (("full", False), ("stand_in", True))},
            "median_drop": median(drops)}
-    print(json.dumps(out))
-    return 0
+    return out
 
 
 if __name__ == "__main__":

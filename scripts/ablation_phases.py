@@ -20,13 +20,15 @@ On the 2-core Intel Xeon host, bert-base s256 with its SDPA core (``--attn sdpa 
 100``: 75 unprofiled pairs, 25 hooked): drop 137.6 ms against 131.0 ms removable (+5.0%);
 forward 98.5 against 95.5 ms, backward 35.2 against 35.3 ms, and 3.6 ms from the AdamW
 step, which holds no attention work but ran 1.4% faster after a step with the stand-in.
+
+The pairs run in a fresh process (``--python`` another interpreter, ``--timeout`` a limit);
+a process that dies says why in one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -47,10 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hooked-every", type=int, default=4,
                         help="every N-th pair runs under the hooks method's clocks (default 4)")
     parser.add_argument("--warmup", type=int, default=2, help="pairs run first, unrecorded (default 2)")
+    from reportgen.bench.common import measure_fresh, process_options
+
+    process_options(parser)
     args = parser.parse_args(argv)
     if args.pairs < 2 * args.hooked_every:
         parser.error(f"--pairs {args.pairs}: at least two hooked pairs need {2 * args.hooked_every}")
+    return measure_fresh(measure, args)
 
+
+def measure(options: dict[str, Any]) -> dict[str, Any]:
+    """The pairs, in the fresh process: each phase's drop, removable time and neighbours."""
+    args = argparse.Namespace(**options)
     from reportgen.profile import heap
 
     held = heap.steady()
@@ -141,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
            "pairs": len(plain), "hooked_pairs": len(hooked_pairs), "step_ms": step_ms,
            "drop_ms": drop, "removable_ms": removable,
            "rel_diff": drop / removable - 1.0 if removable > 0 else None, "phases": phases_out}
-    print(json.dumps(out))
-    return 0
+    return out
 
 
 if __name__ == "__main__":

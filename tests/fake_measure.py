@@ -9,6 +9,9 @@ the workers start:
   out-of-memory), ``poison`` (an illegal memory access), ``kill`` (SIGKILL to itself),
   ``segfault`` (SIGSEGV), ``hang`` (sleeps for an hour), ``alloc:<cgroup dir>`` (joins that memory
   cgroup, then allocates until the kernel's OOM killer ends it) or ``sleep:<seconds>``.
+
+The functions after ``preflight`` are calls for ``execute.fresh.run``, one per way a call
+in a fresh process can end.
 """
 
 from __future__ import annotations
@@ -59,14 +62,7 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
     elif what == "hang":
         time.sleep(3600)
     elif what.startswith("alloc"):
-        # alloc:<cgroup dir>: join that memory cgroup first (the test made it with a limit)
-        if ":" in what:
-            with open(Path(what.split(":", 1)[1]) / "cgroup.procs", "w") as handle:
-                handle.write(str(os.getpid()))
-            time.sleep(3.0)  # the supervisor sees the move before the kill
-        hoard = []
-        while True:
-            hoard.append(bytearray(256 * 1024 * 1024))
+        hoard(what.split(":", 1)[1] if ":" in what else None)
     sections = {name: GOLDEN[name] for name in SECTIONS}
     sections["timing"] = {**GOLDEN["timing"], "budget_s": budget_s}
     if not converge:
@@ -85,3 +81,40 @@ def preflight(combo: Any, device: str, reusable_bytes: int = 0) -> dict[str, Any
         exc.preflight = {**section, "estimate_bytes": 27 * 1024**3, "fits": False}  # type: ignore[attr-defined]
         raise exc
     return section
+
+
+def add(a: int, b: int) -> dict[str, int]:
+    return {"sum": a + b, "pid": os.getpid()}
+
+
+def fail() -> None:
+    raise ValueError("a bug in the measurement\nsecond line")
+
+
+def die(signum: int) -> None:
+    os.kill(os.getpid(), signum)
+    time.sleep(60)
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def allocate(gib: float) -> int:
+    return len(bytearray(int(gib * 1024**3)))
+
+
+def hoard(cgroup: str | None = None) -> None:
+    """Allocate until killed; in ``cgroup`` (a memory cgroup the test made with a limit) if given."""
+    if cgroup is not None:
+        with open(Path(cgroup) / "cgroup.procs", "w") as handle:
+            handle.write(str(os.getpid()))
+        time.sleep(3.0)  # the parent sees the move before the kill
+    held = []
+    while True:
+        held.append(bytearray(256 * 1024 * 1024))
+
+
+def measure_and_die() -> None:
+    print("about to die", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)

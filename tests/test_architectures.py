@@ -3,10 +3,10 @@ scale and attributed: ``ok`` or ``skipped`` with one line, never a crash; today'
 families (mixtures of experts, latent attention, state-space and hybrid models) put
 their experts, routers and token mixers in categories of their own.
 
-The model types are read from transformers (``reportgen.profile.catalog``), so a
-transformers release that adds an architecture adds it here. The sweep forks one
-process per type under a memory and a time limit, two at a time (one beside other
-pytest-xdist workers).
+The model types are read from transformers (``reportgen.profile.architectures``), so a
+transformers release that adds an architecture adds it here. The sweep runs each type in
+a fresh process (forked from a fork server) under a memory and a time limit, two at a
+time (one beside other pytest-xdist workers).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from reportgen.profile import catalog  # noqa: E402
+from reportgen.execute import sweep  # noqa: E402
+from reportgen.profile import architectures  # noqa: E402
 
 # Families a reader asks "attention or experts?" of, and the state-space and hybrid ones.
 MOE = ("mixtral", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "ernie4_5_moe", "gpt_oss",
@@ -40,23 +41,23 @@ SWEEP_WORKERS = 1 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 e
 
 @pytest.fixture(scope="module")
 def rows() -> dict[str, dict[str, Any]]:
-    types = sorted(set(catalog.text_model_types()) | set(ENCODERS))
-    swept = catalog.sweep(types, workers=SWEEP_WORKERS, seq_len=64)
+    types = sorted(set(architectures.text_model_types()) | set(ENCODERS))
+    swept = sweep.sweep(types, workers=SWEEP_WORKERS, seq_len=64)
     return {row["model_type"]: row for row in swept}
 
 
 def test_the_list_is_transformers_own() -> None:
-    types = catalog.text_model_types()
+    types = architectures.text_model_types()
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     assert set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) <= set(types)
     assert {"bert", "t5", "mixtral", "mamba", "qwen3_next"} <= set(types)
-    assert "vit" in catalog.encoder_model_types() and "whisper" in catalog.encoder_model_types()
+    assert "vit" in architectures.encoder_model_types() and "whisper" in architectures.encoder_model_types()
 
 
 @pytest.mark.slow
 def test_every_architecture_measures_or_says_why_not(rows: dict[str, dict[str, Any]]) -> None:
-    failed = [catalog.line(r) for r in rows.values() if r["status"] == "failed"]
+    failed = [architectures.line(r) for r in rows.values() if r["status"] == "failed"]
     assert not failed, f"{len(failed)} of {len(rows)} failed:\n" + "\n".join(failed)
     for row in rows.values():
         if row["status"] == "skipped":
@@ -71,46 +72,46 @@ def test_every_architecture_measures_or_says_why_not(rows: dict[str, dict[str, A
 def test_experts_and_router_have_their_own_categories(rows: dict[str, dict[str, Any]],
                                                       model_type: str) -> None:
     row = rows[model_type]
-    assert row["status"] == "ok", catalog.line(row)
+    assert row["status"] == "ok", architectures.line(row)
     shares = row["shares"]
-    assert shares["moe.experts"] > 0.05, catalog.line(row)
-    assert shares["moe.router"] > 0, catalog.line(row)
-    assert shares["other"] <= OTHER_LIMIT, catalog.line(row)
+    assert shares["moe.experts"] > 0.05, architectures.line(row)
+    assert shares["moe.router"] > 0, architectures.line(row)
+    assert shares["other"] <= OTHER_LIMIT, architectures.line(row)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", STATE_SPACE + HYBRID)
 def test_token_mixers_are_not_mlp(rows: dict[str, dict[str, Any]], model_type: str) -> None:
     row = rows[model_type]
-    assert row["status"] == "ok", catalog.line(row)
+    assert row["status"] == "ok", architectures.line(row)
     shares = row["shares"]
-    assert shares["mixer"] > 0.1, catalog.line(row)
-    assert shares["other"] <= OTHER_LIMIT, catalog.line(row)
+    assert shares["mixer"] > 0.1, architectures.line(row)
+    assert shares["other"] <= OTHER_LIMIT, architectures.line(row)
     if model_type in STATE_SPACE:
-        assert shares["attention.core"] == 0, catalog.line(row)
+        assert shares["attention.core"] == 0, architectures.line(row)
     else:  # a hybrid keeps a softmax-attention layer at tiny scale
-        assert shares["attention.core"] > 0, catalog.line(row)
+        assert shares["attention.core"] > 0, architectures.line(row)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", ENCODERS)
 def test_vision_and_speech_encoders_measure(rows: dict[str, dict[str, Any]], model_type: str) -> None:
     row = rows[model_type]
-    assert row["status"] == "ok", catalog.line(row)
+    assert row["status"] == "ok", architectures.line(row)
     assert row["input"] in ("pixel_values", "input_features")
     assert row["shares"]["attention.core"] > 0
 
 
 def test_a_vision_encoder_needs_a_square_grid_of_patches() -> None:
-    row = catalog.check("vit", seq_len=50)
+    row = architectures.check("vit", seq_len=50)
     assert row["status"] == "skipped"
     assert "50 patches" in row["reason"] and "square" in row["reason"]
 
 
 def test_a_crashing_or_hungry_type_is_a_failed_row_not_a_lost_sweep() -> None:
-    rows = catalog.sweep(["no_such_type", "bert"], workers=2, timeout_s=60)
+    rows = sweep.sweep(["no_such_type", "bert"], workers=2, timeout_s=60)
     by = {r["model_type"]: r for r in rows}
     assert by["no_such_type"]["status"] in ("failed", "skipped")
     assert by["bert"]["status"] == "ok"
-    hungry = catalog.sweep(["bert"], workers=1, memory_gib=0.05)
-    assert hungry[0]["status"] == "failed"
+    hungry = sweep.sweep(["bert"], workers=1, memory_gib=0.05)
+    assert hungry[0]["status"] == "failed" and "memory" in hungry[0]["reason"].lower(), hungry

@@ -467,6 +467,25 @@ def test_ablation_adds_rounds_until_the_intervals_are_narrow(rows, combinations,
     assert precise(rows, combinations, None)[0] is (len(rows) >= combinations)
 
 
+def test_the_ablation_stops_by_the_suites_rounds_rule() -> None:
+    from reportgen.bench.attribution_check import ablation_policy
+    from reportgen.execute.rounds import Policy
+
+    # the suite's combinations: six rounds at least, then until the interval is within 2%
+    suite = Policy(rounds=8)
+    assert suite.settled(6, 0.01) and not suite.settled(6, 0.03) and not suite.settled(5, 0.0)
+    assert suite.settled(8, 0.03) and not Policy(rounds=8, target=None).settled(6, 0.0)
+    # the ablation's: at least `rounds`, then up to `max_rounds` until within `precision`
+    policy = ablation_policy(1, 2, 0.05)
+    assert (policy.rounds, policy.floor, policy.target, policy.retry_cap) == (2, 1, 0.05, 0)
+    assert policy.settled(1, 0.04) and not policy.settled(1, 0.06) and policy.settled(2, 0.06)
+    assert not policy.settled(1, None)  # a combination without a row yet
+    # without a precision any interval will do, once every combination has one
+    loose = ablation_policy(5)
+    assert loose.rounds == 5 and loose.settled(5, None) and not loose.settled(4, 1e9)
+    assert ablation_policy(3, 6).settled(3, math.inf) and not ablation_policy(3, 6).settled(3, None)
+
+
 def test_stand_in_output_is_cached_zeros() -> None:
     import torch
 

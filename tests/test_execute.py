@@ -3,6 +3,7 @@ combination only, and every other combination of the suite ends ``ok``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -180,16 +181,30 @@ def _memory_cgroup_parent() -> tuple[Path | None, str]:
     return None, "no writable cgroup v1 memory hierarchy on this host"
 
 
-@pytest.mark.slow
-def test_real_out_of_memory_kill_in_a_memory_cgroup(
-        use_fake: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+# the kernel's OOM-kill counter sometimes stays still under load; the limit hit does not
+CGROUP_OOM = re.compile(r"; its memory cgroup \(limit 0\.2 GiB\) (recorded an OOM kill|hit its limit): "
+                        r"out of memory$")
+
+
+@contextlib.contextmanager
+def limited_memory_cgroup(name: str) -> Iterator[Path]:
+    """A memory cgroup of its own with a 256 MiB limit (the test is skipped where none can be made)."""
     parent, why = _memory_cgroup_parent()
     if parent is None:
         pytest.skip(why)
-    group = parent / f"reportgen-test-{os.getpid()}"
+    group = parent / f"{name}-{os.getpid()}"
     group.mkdir()
     try:
         (group / "memory.limit_in_bytes").write_text(str(256 * 1024**2))
+        yield group
+    finally:
+        group.rmdir()
+
+
+@pytest.mark.slow
+def test_real_out_of_memory_kill_in_a_memory_cgroup(
+        use_fake: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with limited_memory_cgroup("reportgen-test") as group:
         bad = IDS[1]
         _plan(monkeypatch, {bad: f"alloc:{group}"})
         assert _profile(tmp_path / "runs") == 0
@@ -197,11 +212,7 @@ def test_real_out_of_memory_kill_in_a_memory_cgroup(
         _others_ok(records, bad)
         reason = records[bad]["reason"]
         assert reason.startswith("worker killed by SIGKILL (9) after ")
-        # the kernel's OOM-kill counter sometimes stays still under load; the limit hit does not
-        assert re.search(r"; its memory cgroup \(limit 0\.2 GiB\) (recorded an OOM kill|hit its limit): "
-                         r"out of memory$", reason), reason
-    finally:
-        group.rmdir()
+        assert CGROUP_OOM.search(reason), reason
 
 
 # --- the parent ------------------------------------------------------------------------------
@@ -342,8 +353,11 @@ def test_a_dead_worker_is_not_followed_to_the_root_cgroup(tmp_path: Path) -> Non
     assert memory.follow(job, 7, lambda: True, proc=proc, root=root) is job
     (proc / "7" / "stat").unlink()
     assert memory.follow(job, 7, lambda: True, proc=proc, root=root) is job
+    # killed and exiting, still running: its flags say PF_EXITING
+    (proc / "7" / "stat").write_text("7 (python (worker)) R 1 7 7 0 -1 4194308 0 0\n")
+    assert memory.follow(job, 7, lambda: True, proc=proc, root=root) is job
     # alive and moved: followed
-    (proc / "7" / "stat").write_text("7 (python (worker)) R 1 7 7 0 -1\n")
+    (proc / "7" / "stat").write_text("7 (python (worker)) R 1 7 7 0 -1 4194304 0 0\n")
     assert memory.follow(job, 7, lambda: True, proc=proc, root=root).path == root / "memory"
 
 

@@ -96,7 +96,7 @@ def test_bad_studies_flag_exits_2_naming_the_flag(tmp_path: Path, capsys: pytest
 
 def test_tasks_carry_studies_only_when_asked(tmp_path: Path) -> None:
     from reportgen.execute import rounds
-    from reportgen.execute.local import Job
+    from reportgen.execute.job import Job
     from reportgen.records.store import RunStore
 
     suite = load_suite(_suite(tmp_path, 'studies = ["instrumentation"]'))

@@ -18,7 +18,7 @@ with the time reportgen attributes to that category. Targets (``TARGETS``):
   (a shared expert).
 - ``mixer``: every module with the role ``mixer`` returns cached zeros of the structure its
   original returned, recorded by calling the original once per input shapes (the first
-  call, which ``attribution_check`` makes before any timed or profiled forward).
+  call, which ``ablation_rounds`` makes before any timed or profiled forward).
 
 Generic, no model names: the targets are found from the module structure alone.
 """
@@ -52,6 +52,7 @@ VERDICTS = ("pass", "fail", "below resolution")
 TARGETS: tuple[str, ...] = ("attention.core", "moe.experts", "mixer")
 DEFAULT_TARGET = "attention.core"
 TARGET_ROLES: dict[str, str] = {"moe.experts": "experts", "mixer": "mixer"}
+HOOKED_EVERY = 8  # every eighth pair of the ablation runs under the hooks method's clocks
 
 
 @dataclass

@@ -7,10 +7,14 @@ alike; the rounds stay paired for the bootstrap in ``stats.bootstrap_ratio``.
 
 from __future__ import annotations
 
+import argparse
 import gc
+import json
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from reportgen.stats import median
@@ -24,17 +28,55 @@ def build(combo: Any, device: str = "cpu") -> Any:
     return models.build(combo, device)
 
 
+def cpu_combo(model: str, *, scale: str, mode: str = "forward", attn: str = "sdpa",
+              seq_len: int = 32) -> Any:
+    """One fp32 CPU combination at batch 1."""
+    from reportgen.suite import Combination
+
+    return Combination(model=model, scale=scale, mode=mode, dtype="fp32",
+                       attn_implementation=attn, batch_size=1, seq_len=seq_len, device="cpu")
+
+
+def profile_pass(built: Any, iterations: int, trace_dir: Path, name: str) -> dict[str, Any]:
+    """reportgen's profiled pass over a built model, its trace to ``trace_dir/<name>``."""
+    from reportgen.profile import profiling
+
+    return profiling.profile_step(built.step, built.model, iterations=iterations,
+                                  trace_path=trace_dir / f"{name}.trace.json.gz")
+
+
 def build_frozen(model: str, *, scale: str, mode: str, attn: str, seq_len: int) -> tuple[Any, Any]:
     """(combination, built model) for one fp32 CPU combination at batch 1, with what
     outlives it frozen first (as in the suite's workers: a collection during a timed step
     then costs milliseconds, not 0.2 s): the diagnostic scripts' setup."""
-    from reportgen.suite import Combination
-
-    combo = Combination(model=model, scale=scale, mode=mode, dtype="fp32", attn_implementation=attn,
-                        batch_size=1, seq_len=seq_len, device="cpu")
+    combo = cpu_combo(model, scale=scale, mode=mode, attn=attn, seq_len=seq_len)
     gc.collect()
     gc.freeze()
     return combo, build(combo)
+
+
+def process_options(parser: argparse.ArgumentParser) -> None:
+    """A diagnostic script's options for the fresh process it measures in."""
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter to measure with (default: this one); another "
+                             "environment's measures with its own torch and transformers")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds after which the measurement is stopped (default: none)")
+
+
+def measure_fresh(function: Callable[[dict[str, Any]], dict[str, Any]], args: argparse.Namespace) -> int:
+    """A diagnostic script's measurement, ``function(options)``, in a fresh process
+    (``execute.fresh.run``): its result as JSON on stdout, or why there is none in one
+    line on stderr (exit 1)."""
+    from reportgen.execute import fresh
+
+    options = {k: v for k, v in vars(args).items() if k not in ("python", "timeout")}
+    result = fresh.run(function, {"options": options}, python=args.python, timeout_s=args.timeout)
+    if not result.ok:
+        print(f"{Path(sys.argv[0]).name}: {result.reason}", file=sys.stderr)
+        return 1
+    print(json.dumps(result.value))
+    return 0
 
 
 def time_median(step: Any, budget_s: float, **kwargs: Any) -> tuple[float, dict[str, Any]]:

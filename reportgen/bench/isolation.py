@@ -43,20 +43,15 @@ def fresh_run(suite: Any, out: Path, executor: str) -> SuiteRun:
     ``workers`` (supervised worker processes, the default) or ``inline`` (measured in that
     process itself, as before workers existed). Both pay the same interpreter start and
     imports, so the difference is what isolation costs. The wall time includes them."""
-    import pickle
-    import subprocess
-    import sys
-    import tempfile
+    from reportgen.execute import fresh
 
-    with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as handle:
-        pickle.dump(suite, handle)
-    try:
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "reportgen.bench.isolation", executor, handle.name, str(out)],
-                       check=True, stdout=subprocess.DEVNULL)
-        wall = time.perf_counter() - t0
-    finally:
-        Path(handle.name).unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    # its output to a log beside the runs, as the console of a run nobody watches
+    result = fresh.run(suite_in_process, {"executor": executor, "suite": suite, "out": str(out)},
+                       log_path=out.parent / f"isolation-{executor}.log")
+    wall = time.perf_counter() - t0
+    if not result.ok:
+        raise RuntimeError(f"the suite's process ({executor}): {result.reason}\n{result.log_tail}")
     from reportgen.records.schema import iter_runs
 
     (run,) = list(iter_runs(out))
@@ -64,13 +59,10 @@ def fresh_run(suite: Any, out: Path, executor: str) -> SuiteRun:
     return SuiteRun(suite=suite, records=records, run_dir=run.path, wall_s=wall)
 
 
-def _child(executor: str, suite_path: str, out: str) -> None:
-    import pickle
-
+def suite_in_process(executor: str, suite: Any, out: str) -> None:
+    """The suite run by the fresh process ``fresh_run`` starts."""
     from reportgen.execute.runner import run_suite
 
-    with open(suite_path, "rb") as handle:
-        suite = pickle.load(handle)
     if executor == "inline":
         from reportgen.execute.inline import InlineExecutor
         from reportgen.profile.measure import measure
@@ -165,9 +157,3 @@ def run(suite: Any, scratch: Path, log: Callable[[str], None]) -> dict[str, dict
         log(f"isolation: {kind} {runs[kind].wall_s:.1f} s")
     return {"isolation_cost": isolation_cost(runs["workers"], runs["inline"]),
             "memory_estimate": memory_estimate(runs["workers"].records)}
-
-
-if __name__ == "__main__":
-    import sys
-
-    _child(*sys.argv[1:4])

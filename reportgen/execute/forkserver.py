@@ -15,8 +15,9 @@ inherited.
 
 Protocol over a ``multiprocessing.connection`` socket, one request at a time:
 
-* ``("fork", spec_json, log_path)`` followed by the worker's socket (passed as a file
-  descriptor) -> ``("forked", pid)`` or ``("error", text)``;
+* ``("fork", entry, arg, log_path, memory_bytes)`` followed by the child's socket (passed
+  as a file descriptor) -> ``("forked", pid)`` or ``("error", text)``; the child enters
+  ``entry`` as a spawned one would (``execute.fresh.enter``: a worker's loop, or one call);
 * ``("poll", pid)`` -> the worker's exit code as ``subprocess.Popen.returncode`` has it
   (negative for a signal), or None while it runs;
 * ``None`` -> the server exits (its workers, watching it, follow).
@@ -46,16 +47,22 @@ from multiprocessing.reduction import recv_handle, send_handle
 from pathlib import Path
 from typing import Any
 
-from reportgen.execute.worker import child_env, close_quietly, wait_ready
+from reportgen.execute import worker
+from reportgen.execute.fresh import (
+    READY_TIMEOUT_S,
+    ForkServerError,
+    child_env,
+    close_quietly,
+    enter,
+    wait_ready,
+)
 
-READY_TIMEOUT_S = 300.0
 POLL_S = 0.5
 # always imported: what every CPU worker needs before its first combination
 BASE_MODULES = ("torch", "transformers", "transformers.modeling_utils")
 
 
-class ForkServerError(RuntimeError):
-    """The fork server could not start or stopped answering."""
+__all__ = ["ForkServer", "ForkServerError", "ForkedProcess", "modeling_modules", "preload_for"]
 
 
 # --- which modules a run's workers will import ------------------------------------------
@@ -114,21 +121,20 @@ def _import_all(modules: Sequence[str]) -> list[str]:
     return failed
 
 
-def _child(fd: int, spec_json: str, log_path: str, control: Connection) -> None:
-    """The forked worker: its own log, its own parent watch, then the worker's loop."""
+def _child(fd: int, entry: str, arg: str, log_path: str | None, memory_bytes: int | None,
+           control: Connection) -> None:
+    """The forked child: its own log, then what a spawned one runs (``fresh.enter``)."""
     code = 1
     try:
-        control.close()  # the server's channel to the supervisor is not the worker's
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a worker ends on SIGTERM, as a spawned one does
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        from reportgen.execute import worker
-
-        worker.watch_parent(os.getppid())
+        control.close()  # the server's channel to its client is not the child's
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a child ends on SIGTERM, as a spawned one does
+        if log_path is not None:
+            log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(log)
         print(f"--- forked from the fork server (pid {os.getppid()})", flush=True)
-        code = worker.serve(Connection(fd), worker.WorkerSpec.from_json(spec_json))
+        code = enter(fd, entry, arg, os.getppid(), memory_bytes)
     except BaseException:  # noqa: BLE001 - whatever happens, this process must never return to the server's loop
         traceback.print_exc()
     finally:
@@ -180,7 +186,7 @@ def serve(conn: Connection, parent: int, preload: Mapping[str, Any]) -> int:
             _reap(codes)
             conn.send(codes.pop(request[1], None))
         elif kind == "fork":
-            _, spec_json, log_path = request
+            _, entry, arg, log_path, memory_bytes = request
             fd = recv_handle(conn)
             sys.stdout.flush()
             sys.stderr.flush()
@@ -193,7 +199,7 @@ def serve(conn: Connection, parent: int, preload: Mapping[str, Any]) -> int:
                 conn.send(("error", f"fork failed: {exc}"))
                 continue
             if pid == 0:
-                _child(fd, spec_json, log_path, conn)
+                _child(fd, entry, arg, log_path, memory_bytes, conn)
             os.close(fd)
             conn.send(("forked", pid))
         else:
@@ -235,7 +241,7 @@ class ForkServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.log_dir / f"forkserver-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
         parent_sock, child_sock = socket.socketpair()
-        env = child_env(self.env)
+        env = child_env(self.env, self.python)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(  # spawned like a worker: no state of this process
                 [self.python, "-m", "reportgen.execute.forkserver", "--fd", str(child_sock.fileno()),
@@ -250,8 +256,10 @@ class ForkServer:
         self.close()
         raise ForkServerError(f"the fork server did not start; its log says why: {self.log_path}")
 
-    def fork(self, spec_json: str, log_path: str | Path, fd: int) -> ForkedProcess:
-        """A worker forked from the server, talking over ``fd`` (the caller's copy stays open)."""
+    def fork(self, arg: str, log_path: str | Path | None, fd: int, *, entry: str = worker.ENTRY,
+             memory_bytes: int | None = None) -> ForkedProcess:
+        """A child forked from the server, entering ``entry`` with ``arg`` (by default a
+        worker for the spec ``arg``) and talking over ``fd`` (the caller's copy stays open)."""
         with self._lock:
             if self.failed is not None:
                 raise ForkServerError(self.failed)
@@ -260,7 +268,7 @@ class ForkServer:
                     self.close()
                     self._start()
                 assert self.conn is not None and self.proc is not None
-                self.conn.send(("fork", spec_json, str(log_path)))
+                self.conn.send(("fork", entry, arg, None if log_path is None else str(log_path), memory_bytes))
                 send_handle(self.conn, fd, self.proc.pid)
                 reply = self.conn.recv()
             except (OSError, EOFError, ForkServerError) as exc:

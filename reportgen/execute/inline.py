@@ -17,7 +17,7 @@ from typing import Any
 from reportgen.errors import Skip
 from reportgen.execute import rounds
 from reportgen.execute.console import Progress
-from reportgen.execute.local import Job, rounds_combo
+from reportgen.execute.job import Job, rounds_combo
 from reportgen.execute.record import utc_now
 from reportgen.execute.supervisor import Outcome
 from reportgen.records.status import FAILED, OK, SKIPPED

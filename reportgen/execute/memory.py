@@ -134,15 +134,22 @@ def follow(current: MemoryCgroup | None, pid: int | str, alive: Callable[[], boo
     return seen
 
 
+PF_EXITING = 0x4  # the kernel's task flag, set before an exiting task leaves its cgroup
+
+
 def _running(pid: int | str, proc: Path) -> bool:
-    """Whether ``pid`` exists and has not exited (its state in /proc/<pid>/stat, the field
-    after the command name, is not Z or X)."""
+    """Whether ``pid`` exists and is not exiting: its state in /proc/<pid>/stat (the field
+    after the command name) is not Z or X, and its flags (the seventh field after it) lack
+    PF_EXITING. A task the OOM killer ended shows the hierarchy's root as its cgroup while
+    it exits, still in state R or D (seen on 6.18 with cgroup v1)."""
     try:
         stat = (proc / str(pid) / "stat").read_text()
     except OSError:
         return False
     fields = stat.rpartition(")")[2].split()
-    return bool(fields) and fields[0] not in ("Z", "X", "x")
+    if not fields or fields[0] in ("Z", "X", "x"):
+        return False
+    return not (len(fields) > 6 and fields[6].isdigit() and int(fields[6]) & PF_EXITING)
 
 
 def refresh(cgroup: MemoryCgroup) -> MemoryCgroup:

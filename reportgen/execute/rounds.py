@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 
 class Job(Protocol):
-    """What a unit's task needs of the executors' job (``execute.local.Job``)."""
+    """What a unit's task needs of the executors' job (``execute.job.Job``)."""
 
     settings: Settings
 
@@ -76,9 +76,11 @@ TARGET_REL_HALFWIDTH = 0.02
 
 @dataclass(frozen=True)
 class Policy:
-    """How many rounds a combination takes: at least ``min_rounds`` clean ones, then
+    """How many rounds a measurement takes: at least ``min_rounds`` clean ones, then
     more (up to ``rounds``) while the interval's half-width exceeds ``target`` of the
-    median; at most ``retries`` rounds measured again for contention."""
+    estimate; at most ``retries`` rounds measured again for contention. The suite's
+    combinations (``decide``) and the bench's ablation stop by the same rule
+    (``settled``); only what each calls its interval differs."""
 
     rounds: int
     min_rounds: int = MIN_ROUNDS
@@ -92,6 +94,17 @@ class Policy:
     @property
     def retry_cap(self) -> int:
         return self.retries if self.retries is not None else max(2, self.rounds // 2)
+
+    def within(self, half_width: float | None) -> bool:
+        """Whether an interval of this relative half-width (None: none yet) is within
+        the target (never, without a target)."""
+        return self.target is not None and half_width is not None and half_width <= self.target
+
+    def settled(self, taken: int, half_width: float | None) -> bool:
+        """Whether ``taken`` rounds are enough: the most allowed, or at least the floor
+        with an interval within the target. The rule reads the interval's width, never
+        where it lies."""
+        return taken >= self.rounds or (taken >= self.floor and self.within(half_width))
 
     @classmethod
     def of(cls, settings: Any) -> Policy:
@@ -280,18 +293,20 @@ def decide(unit: Unit, found: Mapping[int, Mapping[str, Any]], policy: Policy,
         return Decision(False)
     clean = _clean(ordered)
     profile_ok = any(_profiled(r) and not profile_contended(r) for r in ordered)
+    half_width = None
     if len(clean) >= policy.floor and policy.target is not None and profile_ok:
         groups = [list(r["sections"]["timing"]["samples"]) for r in clean]
         # the interval is never narrower than the round medians' range (intervals.py): a
         # range wider than the target needs no bootstrap to say so
         medians = sorted(stats.median(g) for g in groups)
         mid = stats.median(medians)
-        if mid and (medians[-1] - medians[0]) / 2 / abs(mid) <= policy.target \
-                and _interval_rel_halfwidth(groups) <= policy.target:
-            return Decision(True)
-        if mid and not reachable(medians, policy):
-            return Decision(True)
-    if len(clean) >= policy.rounds and profile_ok:
+        if mid:
+            half_width = (medians[-1] - medians[0]) / 2 / abs(mid)
+            if policy.within(half_width):
+                half_width = _interval_rel_halfwidth(groups)
+            if not policy.within(half_width) and not reachable(medians, policy):
+                return Decision(True)
+    if profile_ok and policy.settled(len(clean), half_width):
         return Decision(True)
     retries_used = sum(1 for i in set(found) | pending if i >= policy.rounds)
     last = found.get(unit.round)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from reportgen.execute import plan
 from reportgen.execute.console import Progress
 from reportgen.execute.devices import MEASURE, PREFLIGHT, worker_specs
-from reportgen.execute.local import Job
+from reportgen.execute.job import Job
 from reportgen.execute.record import environment_differences, git_of, run_record, utc_now
 from reportgen.records.status import FAILED, INTERRUPTED, RUNNING
 from reportgen.records.store import RunStore

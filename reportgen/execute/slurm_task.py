@@ -27,7 +27,8 @@ from typing import Any
 
 from reportgen.execute import plan
 from reportgen.execute.console import Progress
-from reportgen.execute.local import Job, LocalExecutor
+from reportgen.execute.job import Job
+from reportgen.execute.local import LocalExecutor
 from reportgen.execute.record import git_of, run_record, utc_now
 from reportgen.execute.supervisor import Outcome, Supervisor
 from reportgen.records.status import FAILED, RUNNING

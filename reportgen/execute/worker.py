@@ -1,29 +1,27 @@
-"""The measuring process: ``python -m reportgen.execute.worker --fd N --spec JSON``.
+"""The measuring process: the worker's loop, entered in a fresh process
+(``execute.fresh``: ``--entry reportgen.execute.worker:serve_spec --arg SPEC``).
 
 A fresh interpreter (spawned, or on the CPU forked from a fork server that has only
 imported modules, ``execute.forkserver``: never a process with a CUDA context, locks held
-or threads), one per device, that measures one combination at a time for its supervisor. It talks over
-the socket ``--fd`` (``multiprocessing.connection`` messages); its stdout and stderr are the
-worker's log in the run directory, so the profiler's own output never reaches the console.
+or threads), one per device, that measures one combination at a time for its supervisor.
+It talks over its socket (``multiprocessing.connection`` messages); its stdout and stderr
+are the worker's log in the run directory, so the profiler's own output never reaches the
+console.
 
 Messages: the worker sends ``("ready", pid)``; then for each task (a dict) it receives, it
 sends back one result (a dict); ``None`` asks it to exit. After an error that poisons the
 device (a CUDA error other than a clean out-of-memory) it sends the result and exits
 with ``POISONED_EXIT``, so the next combination gets a fresh process and CUDA context.
 
-It exits by itself when its parent dies (checked twice a second), so workers never
-outlive the ``profile`` process, even one killed with SIGKILL.
+It exits by itself when its parent dies (checked twice a second, ``fresh.watch_parent``),
+so workers never outlive the ``profile`` process, even one killed with SIGKILL.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import json
 import os
-import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -31,10 +29,11 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from reportgen.execute.fresh import load_callable
 from reportgen.records.status import FAILED, OK, SKIPPED
 
 POISONED_EXIT = 3
-PARENT_POLL_S = 0.5
+ENTRY = "reportgen.execute.worker:serve_spec"
 
 # Errors after which the CUDA context cannot be trusted (CUDA's "sticky" errors). A clean
 # out-of-memory is not one of them: the allocator frees and the next combination runs.
@@ -68,13 +67,6 @@ class WorkerSpec:
     @classmethod
     def from_json(cls, text: str) -> WorkerSpec:
         return cls(**json.loads(text))
-
-
-def load_callable(path: str) -> Callable[..., Any]:
-    module, _, name = path.partition(":")
-    if not module or not name:
-        raise ValueError(f"not a 'module:function' path: {path!r}")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
 def is_poisoning(exc: BaseException) -> bool:
@@ -242,51 +234,6 @@ def _gpu_snapshot(spec: WorkerSpec, index: int | None) -> dict[str, Any] | None:
 
 # --- the process ------------------------------------------------------------------------
 
-def child_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a process this one starts (a worker, the fork server): unbuffered
-    output, and this process's import path (as multiprocessing's spawn does)."""
-    out = dict(env)
-    out.setdefault("PYTHONUNBUFFERED", "1")
-    out["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, out.get("PYTHONPATH", "")] if p)
-    return out
-
-
-def wait_ready(conn: Connection, alive: Callable[[], bool], timeout_s: float, poll_s: float) -> bool:
-    """Whether a started process said ``("ready", pid)`` within ``timeout_s`` while alive."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if conn.poll(poll_s):
-            try:
-                message = conn.recv()
-            except EOFError:
-                return False
-            if isinstance(message, tuple) and message[:1] == ("ready",):
-                return True
-        if not alive():
-            return False
-    return False
-
-
-def close_quietly(conn: Connection | None) -> None:
-    if conn is not None:
-        try:
-            conn.close()
-        except OSError:
-            pass
-
-
-def watch_parent(parent: int) -> None:
-    """Exit at once when ``parent`` is no longer this process's parent (it died)."""
-
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent:
-                os._exit(0)  # orphaned: the profile process is gone, so is its supervisor
-            time.sleep(PARENT_POLL_S)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
 def serve(conn: Connection, spec: WorkerSpec) -> int:
     measure = load_callable(spec.measure)
     preflight = load_callable(spec.preflight) if spec.preflight else None
@@ -311,22 +258,6 @@ def serve(conn: Connection, spec: WorkerSpec) -> int:
             return POISONED_EXIT
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reportgen.execute.worker")
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--parent", type=int, required=True)
-    args = parser.parse_args(argv)
-    # Ctrl-C at a terminal reaches the whole process group; stopping is the parent's job.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    watch_parent(args.parent)
-    spec = WorkerSpec.from_json(args.spec)
-    conn = Connection(args.fd)
-    try:
-        return serve(conn, spec)
-    finally:
-        sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def serve_spec(conn: Connection, spec_json: str) -> int:
+    """The fresh process's entry (``ENTRY``): the worker's loop for the spec in JSON."""
+    return serve(conn, WorkerSpec.from_json(spec_json))

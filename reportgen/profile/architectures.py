@@ -6,28 +6,20 @@ LM, masked LM and sequence-to-sequence classes; ``encoder_model_types``: vision 
 speech encoders), never from a list typed here. ``check`` builds one type at
 ``--scale tiny`` with random weights, runs its trial forward and one forward under the
 hooks method's clocks, and says ``ok`` with the category shares, ``skipped`` with the
-one line the build gave, or ``failed`` with the error. ``sweep`` runs each type in a
-forked process with a memory limit and a time limit, so a type that crashes, hangs or
-allocates without end is a ``failed`` row, not a lost sweep.
-
-    python -m reportgen.profile.catalog [--types mixtral,mamba] [--seq-len 32] [--mode forward]
+one line the build gave, or ``failed`` with the error. The sweep that runs each type in
+a process of its own is ``execute/sweep.py``.
 """
 
 from __future__ import annotations
 
-import argparse
-import multiprocessing
-import os
-import resource
-import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from reportgen.categories import CATEGORIES
-from reportgen.records.status import COMBINATION_STATUSES, FAILED, OK, SKIPPED
+from reportgen.records.status import FAILED, OK, SKIPPED
 
 TIMEOUT_S = 120.0
+CHECK_ALONE = "reportgen.profile.architectures:check_alone"
 ITERATIONS = 7  # hooked forwards per type: shares of the tiny forward, not of its first call
 MEMORY_GIB = 10  # address space, not resident memory: torch alone maps several GiB
 
@@ -74,7 +66,12 @@ def check(model_type: str, *, seq_len: int = 32, mode: str = "forward",
                    model_class=built.info["class"], architecture=built.info["architecture"],
                    input=built.step.inputs_info.get("input", "input_ids"))
     except Skip as exc:
-        row.update(status=SKIPPED, reason=str(exc).strip().splitlines()[0])
+        reason = str(exc).strip().splitlines()[0]
+        if _ran_out_of_memory(exc):
+            # the build hit the process's memory limit: a type that allocates without end
+            row.update(status=FAILED, reason=f"out of memory: {reason}")
+        else:
+            row.update(status=SKIPPED, reason=reason)
     except Exception as exc:  # noqa: BLE001 - a failing architecture is the finding
         notes = " ".join(getattr(exc, "__notes__", []))
         row.update(status=FAILED,
@@ -83,6 +80,18 @@ def check(model_type: str, *, seq_len: int = 32, mode: str = "forward",
         models.free(built)
     row["seconds"] = round(time.perf_counter() - started, 2)
     return row
+
+
+def _ran_out_of_memory(exc: BaseException) -> bool:
+    """Whether an allocation failed on the way to ``exc`` (a MemoryError among its causes)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, MemoryError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def median_shares(section: dict[str, Any]) -> dict[str, float]:
@@ -102,65 +111,13 @@ def median_shares(section: dict[str, Any]) -> dict[str, float]:
     return {c: (m / total if total > 0 else 0.0) for c, m in medians.items()}
 
 
-def _child(model_type: str, kwargs: dict[str, Any], memory_gib: float, conn: Any) -> None:
-    limit = int(memory_gib * (1 << 30))
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+def check_alone(model_type: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``check`` as the sweep runs it, in a fresh process of its own: on one thread, so
+    two types at a time share a 2-core host without contending."""
     import torch
 
     torch.set_num_threads(1)
-    conn.send(check(model_type, **kwargs))
-    conn.close()
-
-
-def sweep(model_types: Iterable[str], *, workers: int = 2, timeout_s: float = TIMEOUT_S,
-          memory_gib: float = MEMORY_GIB, log: Callable[[str], None] | None = None,
-          **kwargs: Any) -> list[dict[str, Any]]:
-    """``check`` for each type in a forked process (``workers`` at a time), each under an
-    address-space limit of ``memory_gib`` and a wall-clock limit of ``timeout_s``."""
-    import transformers  # noqa: F401 - imported once here, not once per child
-
-    ctx = multiprocessing.get_context("fork")
-    pending = list(model_types)
-    running: list[tuple[str, Any, Any, float]] = []
-    rows: dict[str, dict[str, Any]] = {}
-    while pending or running:
-        while pending and len(running) < workers:
-            name = pending.pop(0)
-            parent, child = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(name, kwargs, memory_gib, child), daemon=True)
-            proc.start()
-            child.close()
-            running.append((name, proc, parent, time.monotonic()))
-        for item in list(running):
-            name, proc, conn, started = item
-            row = None
-            if conn.poll(0.05):
-                try:
-                    row = conn.recv()
-                except EOFError:
-                    row = None
-                proc.join(5)
-                if row is None:
-                    row = {"model_type": name, "status": FAILED,
-                           "reason": f"the process died (exit code {proc.exitcode})"}
-            elif not proc.is_alive():
-                row = {"model_type": name, "status": FAILED,
-                       "reason": f"the process died (exit code {proc.exitcode})"}
-            elif time.monotonic() - started > timeout_s:
-                proc.kill()
-                proc.join()
-                row = {"model_type": name, "status": FAILED,
-                       "reason": f"no result within {timeout_s:.0f} s"}
-            if row is not None:
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join()
-                conn.close()
-                running.remove(item)
-                rows[name] = row
-                if log is not None:
-                    log(line(row))
-    return [rows[name] for name in sorted(rows)]
+    return check(model_type, **kwargs)
 
 
 def line(row: dict[str, Any]) -> str:
@@ -171,27 +128,3 @@ def line(row: dict[str, Any]) -> str:
     shares = " ".join(f"{c} {row['shares'][c]:.1%}" for c in CATEGORIES
                       if row["shares"].get(c, 0.0) >= 0.005)
     return f"{head} {shares}"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reportgen.profile.catalog",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--types", help="comma-separated model types (default: every text type)")
-    parser.add_argument("--encoders", action="store_true",
-                        help="the vision and speech encoders instead of the text types")
-    parser.add_argument("--seq-len", type=int, default=32)
-    parser.add_argument("--mode", default="forward")
-    parser.add_argument("--attn", default="eager")
-    parser.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
-    args = parser.parse_args(argv)
-    types = (args.types.split(",") if args.types
-             else encoder_model_types() if args.encoders else text_model_types())
-    rows = sweep(types, workers=args.workers, seq_len=args.seq_len, mode=args.mode, attn=args.attn,
-                 log=lambda text: print(text, flush=True))
-    counts = {s: sum(r["status"] == s for r in rows) for s in COMBINATION_STATUSES}
-    print(", ".join(f"{counts[s]} {s}" for s in COMBINATION_STATUSES), flush=True)
-    return 1 if counts[FAILED] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
