@@ -1,13 +1,17 @@
-"""Sessions: `nox -s report` (profile, render, build the site), `nox -s tests`, `nox -s lint`
-and `nox -s typecheck`."""
+"""Sessions: `nox -s report` (profile, render, build the site), `nox -s tests` (what CI runs:
+ruff, mypy and pytest), `nox -s lint` and `nox -s typecheck`."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
 
 import nox
 
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["tests", "typecheck"]
+nox.options.sessions = ["tests"]  # mypy included
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
@@ -30,16 +34,26 @@ def install_groups(session: nox.Session, *groups: str) -> None:
 
 @nox.session(venv_params=VENV)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (CPU only; tiny models built in-process)."""
+    """Run ruff, mypy and the test suite (CPU only; tiny models built in-process)."""
     # tools: the tools study's HolisticTraceAnalysis is tested for real, not as missing
-    install(session, "test", "lint", extras="profile,tools")
-    # ruff takes about a second, so every test run checks the code first; mypy takes about
-    # a minute and has its own session
-    session.run("ruff", "check", ".")
-    # python -m: a pytest on the host (seen through the system site) would not see the venv.
-    # tests/conftest.py spreads the tests over the CPUs (pytest-xdist) and leaves the slow
-    # ones out unless CI is set or --slow is given.
-    session.run("python", "-m", "pytest", *session.posargs)
+    install(session, "test", "lint", "typecheck", extras="profile,tools")
+    session.run("ruff", "check", ".")  # about a second: every test run checks the code first
+    # mypy takes about a minute of one CPU: it runs beside pytest, whose workers leave a CPU
+    # idle while the last of them finishes, and its report follows pytest's
+    with tempfile.TemporaryFile() as report:
+        mypy = subprocess.Popen([os.path.join(session.bin, "mypy"), "reportgen"], stdout=report,
+                                stderr=subprocess.STDOUT)
+        try:
+            # python -m: a pytest on the host (seen through the system site) would not see the
+            # venv. tests/conftest.py spreads the tests over the CPUs (pytest-xdist) and leaves
+            # the slow ones out unless CI is set or --slow is given; --durations: where the time goes.
+            session.run("python", "-m", "pytest", "--durations=25", *session.posargs)
+        finally:
+            code = mypy.wait()
+            report.seek(0)
+            session.log("mypy reportgen:\n" + report.read().decode())
+    if code:
+        session.error(f"mypy reportgen exited {code}")
 
 
 @nox.session(venv_params=VENV)

@@ -22,7 +22,7 @@ from reportgen.render.site import VENDOR_BUNDLE
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the synthetic runs generator lives with the tests
-import synthetic  # noqa: E402
+from support import synthetic  # noqa: E402
 
 
 def bench(size: int, work: Path) -> dict[str, float]:

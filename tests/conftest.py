@@ -3,16 +3,21 @@
 The default loop spreads the tests over one process per CPU (when pytest-xdist is
 installed) and leaves out the tests marked ``slow`` (real worker processes, the Slurm
 cluster, the browser, the architectures sweep). Where ``CI`` is set, or with ``--slow``,
-every test runs; an explicit ``-m`` expression chooses for itself.
+every test runs; an explicit ``-m`` expression chooses for itself. ``-m torchfree`` (the
+Pages job, on the base install) imports only the modules marked ``torchfree``.
+
+Helpers the test modules share live in tests/support/, one module per concept.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, skip_reason
+from support.modules import module_marks
+from support.slurm import SlurmCluster, skip_reason
 
 from reportgen.records.schema import VALIDATE_ENV
 
@@ -41,6 +46,16 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.numprocesses = "auto"
         if option.dist == "no":
             option.dist = "loadgroup"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m torchfree`` alone, a test module that is not marked torchfree (with its
+    module-level ``pytestmark``) is not even imported: on the base install its top-level
+    ``import torch`` would fail the collection."""
+    if ((config.option.markexpr or "").strip() == "torchfree" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_") and "torchfree" not in module_marks(collection_path)):
+        return True
+    return None
 
 
 def run_slow(config: pytest.Config) -> bool:
@@ -83,7 +98,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """A real one-node Slurm cluster on this host (see tests/slurm_cluster.py), started
+    """A real one-node Slurm cluster on this host (see tests/support/slurm.py), started
     once per session (per xdist worker; every test that uses it is in the worker's
     ``slurm`` group); skips where Slurm/munge are not installed or we are not root.
 

@@ -512,25 +512,22 @@ def _tiny(model: str, batch_size: int = 2, seq_len: int = 16) -> Any:
                        device="cpu")
 
 
-def _hooked_ms(built: Any, category: str, stand_in: bool, forwards: int = 5) -> tuple[float, float]:
-    """Median over ``forwards`` hooked forwards of (category ms, moe.router ms), with or
-    without the category's stand-in."""
+def _hooked_ops(built: Any, category: str, stand_in: bool) -> tuple[float, float]:
+    """What the hooks method attributes to (the category, moe.router) in one forward, with
+    or without the category's stand-in, read with a clock that counts aten ops."""
     import contextlib
-    import statistics
+
+    from support.clocks import counting_ops
 
     from reportgen.bench.ablation import category_stand_in
     from reportgen.profile import regions
     from reportgen.profile.structure import module_categories
 
-    clock = regions.device_clock(built.step)
     proj = module_categories(built.model, built.step)
-    got = []
-    with category_stand_in(built.model, category) if stand_in else contextlib.nullcontext():
-        for _ in range(forwards):
-            _, cats = regions.hooked_forward(built.model, built.step, clock, proj)
-            built.step.reset()
-            got.append((cats.get(category, 0.0), cats.get("moe.router", 0.0)))
-    return (statistics.median(g[0] for g in got), statistics.median(g[1] for g in got))
+    with category_stand_in(built.model, category) if stand_in else contextlib.nullcontext(), counting_ops() as clock:
+        _, cats = regions.hooked_forward(built.model, built.step, clock, proj)
+    built.step.reset()
+    return cats.get(category, 0.0), cats.get("moe.router", 0.0)
 
 
 @pytest.mark.parametrize("model, category", [("mixtral", "moe.experts"), ("mamba", "mixer")])
@@ -548,8 +545,8 @@ def test_module_stand_in_replaces_the_category_and_is_put_back(model: str, categ
             ablated = built.step()[0]
             again = built.step()[0]
         after = built.step()[0]
-        full_ms, full_router = _hooked_ms(built, category, stand_in=False)
-        stub_ms, stub_router = _hooked_ms(built, category, stand_in=True)
+        full_ops, full_router = _hooked_ops(built, category, stand_in=False)
+        stub_ops, stub_router = _hooked_ops(built, category, stand_in=True)
         own_forwards = [n for n, m in built.model.named_modules() if "forward" in m.__dict__]
     finally:
         models.free(built)
@@ -559,22 +556,28 @@ def test_module_stand_in_replaces_the_category_and_is_put_back(model: str, categ
     assert not torch.equal(ablated, before)  # the work really was replaced
     assert torch.equal(again, ablated)  # by the same zeros every time
     assert torch.equal(after, before) and own_forwards == []  # and put back
-    # what the hooks method attributes to the category all but disappears with it in place
-    assert full_ms > 0 and stub_ms < 0.25 * full_ms
+    # what the hooks method attributes to the category all but disappears with it in place:
+    # the stand-in's few ops against the category's own
+    assert full_ops > 0 and stub_ops < 0.25 * full_ops
     if category == "moe.experts":
         assert full_router > 0 and stub_router > 0  # the router is kept
 
 
-def test_paired_forwards_read_the_target_category() -> None:
+def test_paired_forwards_read_the_target_category(monkeypatch: pytest.MonkeyPatch) -> None:
     import statistics
 
+    from support.clocks import counting_ops
+
     from reportgen.bench import attribution_check
-    from reportgen.profile import models
+    from reportgen.profile import models, regions
 
     built = models.build(_tiny("mixtral", batch_size=1), "cpu")
     try:
-        got = attribution_check.paired_forwards(built.step, built.model, budget_s=0.0, min_pairs=3,
-                                                hooked_every=2, category="moe.experts")
+        # the hooked pairs read aten op counts (the unprofiled ones still the host clock)
+        with counting_ops() as clock:
+            monkeypatch.setattr(regions, "device_clock", lambda step: clock)
+            got = attribution_check.paired_forwards(built.step, built.model, budget_s=0.0, min_pairs=3,
+                                                    hooked_every=2, category="moe.experts")
         layers = int(built.model.config.num_hidden_layers)
     finally:
         models.free(built)
@@ -582,11 +585,11 @@ def test_paired_forwards_read_the_target_category() -> None:
     assert len(got["full_ms"]) == 3 and len(got["hooked"]) == 2
     full_experts = [h[1] for h in got["hooked"]]
     left_experts = [h[3] for h in got["hooked"]]
-    # with the experts' stand-in in place little of what the clocks call moe.experts is
-    # left (read for attention.core, which the stand-in leaves alone, all of it would be);
-    # the least of the pairs, so one forward a busy host slowed cannot decide it
-    assert all(ms > 0 for ms in full_experts)
-    assert min(left_experts) < 0.5 * statistics.median(full_experts)
+    # with the experts' stand-in in place few of the ops the hooks count as moe.experts are
+    # left (read for attention.core, which the stand-in leaves alone, all of them would be)
+    assert all(ops > 0 for ops in full_experts)
+    assert len(set(full_experts)) == 1 and len(set(left_experts)) == 1  # counts: the same every pair
+    assert max(left_experts) < 0.5 * statistics.median(full_experts)
 
 
 def test_module_stand_in_for_a_list_of_experts_and_a_shared_one() -> None:

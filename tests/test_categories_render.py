@@ -16,9 +16,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import synthetic
+from support import synthetic
+from support.records import HW, MIXER, MOE, dense_zeros, synthetic_tree
 
-from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES, OPTIONAL_CATEGORIES
+from reportgen.categories import CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.commands.summary import csv_columns
 from reportgen.render import analysis, render, roofline
 from reportgen.render.compare import compare_records
@@ -26,7 +27,6 @@ from reportgen.render.runtable import combination_row
 from reportgen.render.shown import shown_categories
 
 DENSE = tuple(c for c in CATEGORIES if c not in OPTIONAL_CATEGORIES)
-HW = "cpu-synthetic-epyc-2c"
 # The home table's header row for dense models, as it was before these categories existed.
 DENSE_HEADER = ("| model (tokens) | embeddings | attention.<wbr>qkv | attention.<wbr>core | "
                 "attention.<wbr>out | mlp | norm | head | compiled | other | overhead | "
@@ -59,54 +59,9 @@ def test_shown_categories_reads_every_row_form() -> None:
 # --- a runs tree: an older dense record, a newer dense one, a mixture of experts -------
 
 
-def _edit_records(root: Path, model: str, edit: Any) -> None:
-    for path in root.rglob("combinations/*.json"):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if record["status"] == "ok" and record["combination"]["model"] == model:
-            edit(record)
-            path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def _zeros(record: dict[str, Any]) -> None:
-    """A dense model measured after the architecture categories existed: all at 0."""
-    cats = record["attribution"]["categories"]
-    for c in ARCHITECTURE_CATEGORIES:
-        cats[c] = {**cats["mlp"], "ms": 0.0, "share": 0.0, "share_low": 0.0, "share_high": 0.0}
-
-
-def _split(into: dict[str, float]) -> Any:
-    """The MLP's time (and FLOPs) moved into ``into`` (category -> fraction)."""
-    def edit(record: dict[str, Any]) -> None:
-        cats = record["attribution"]["categories"]
-        flops = record["flops"]["analytic"]
-        for c in ARCHITECTURE_CATEGORIES:
-            part = into.get(c, 0.0)
-            mlp = cats["mlp"]
-            cats[c] = {**mlp, "ms": mlp["ms"] * part, "share": mlp["share"] * part,
-                       **{k: mlp[k] * part for k in ("share_low", "share_high") if mlp.get(k) is not None}}
-            flops[c] = flops["mlp"] * part
-        cats["mlp"] = {**cats["mlp"], "ms": 0.0, "share": 0.0, "share_low": 0.0, "share_high": 0.0}
-        flops["mlp"] = 0.0
-    return edit
-
-
-MOE = _split({"moe.router": 0.1, "moe.experts": 0.9})
-MIXER = _split({"mixer": 1.0})
-
-
-def _tree(root: Path, edits: dict[str, Any]) -> Path:
-    """bert-base (older records), gpt2 and llama-tiny on one CPU, two lengths each;
-    ``edits`` (model -> record edit) make newer or other-architecture records of them."""
-    synthetic.generate(root, 6, models=synthetic.MODELS[:3], hardware=synthetic.HARDWARE[:1],
-                       attns=("sdpa",), seqs=(128, 256), skipped=0, failed=0, traces=False)
-    for model, edit in edits.items():
-        _edit_records(root, model, edit)
-    return root
-
-
 def _render(tmp_path: Path, edits: dict[str, Any]) -> Path:
     docs = tmp_path / "docs"
-    render(_tree(tmp_path / "runs", edits), docs, svg=False)
+    render(synthetic_tree(tmp_path / "runs", edits), docs, svg=False)
     return docs
 
 
@@ -137,7 +92,7 @@ def _category_domains(page: str) -> dict[str, list[tuple[str, ...]]]:
 
 
 def test_dense_models_keep_their_columns(tmp_path: Path) -> None:
-    docs = _render(tmp_path, {"gpt2": _zeros})  # bert-base, llama-tiny: older records
+    docs = _render(tmp_path, {"gpt2": dense_zeros})  # bert-base, llama-tiny: older records
     home = _read(docs, "index.md")
     assert _header(home) == DENSE_HEADER
     for model in ("bert-base", "gpt2"):
@@ -160,7 +115,7 @@ def test_dense_models_keep_their_columns(tmp_path: Path) -> None:
 
 
 def test_a_mixture_of_experts_gets_its_columns(tmp_path: Path) -> None:
-    docs = _render(tmp_path, {"gpt2": _zeros, "llama-tiny": MOE})
+    docs = _render(tmp_path, {"gpt2": dense_zeros, "llama-tiny": MOE})
     home = _read(docs, "index.md")
     assert _header(home) == DENSE_HEADER.replace(
         "| mlp |", "| mlp | moe.<wbr>router | moe.<wbr>experts |")
@@ -221,7 +176,7 @@ def _record(edit: Any | None = None) -> dict[str, Any]:
 
 
 def test_compare_lists_architecture_categories_only_where_a_side_has_them() -> None:
-    old, new = _record(), _record(_zeros)
+    old, new = _record(), _record(dense_zeros)
     assert set(compare_records(old, new)["shares"]) == set(DENSE) - {"compiled"}
     assert set(compare_records(new, new)["shares"]) == set(DENSE) - {"compiled"}
     shares = compare_records(_record(MOE), _record(MOE))["shares"]
@@ -230,7 +185,7 @@ def test_compare_lists_architecture_categories_only_where_a_side_has_them() -> N
 
 
 def test_summary_of_older_and_newer_records() -> None:
-    rows = [combination_row(_record()), combination_row(_record(_zeros))]
+    rows = [combination_row(_record()), combination_row(_record(dense_zeros))]
     assert not [c for c in csv_columns(rows) if "mixer" in c or "moe" in c]
     rows.append(combination_row(_record(MOE)))
     columns = csv_columns(rows)

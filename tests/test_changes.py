@@ -7,13 +7,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-from run_copies import RUN, scaled_copy
+from support.runs import RUN, scaled_copy
 
 from reportgen.records.load import load_runs
 from reportgen.records.schema import current_runs
 from reportgen.render.pages import site_model
 from reportgen.render.site import render_page
 from reportgen.render.templating import environment
+
+# needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
+pytestmark = pytest.mark.torchfree
 
 
 def _tree(tmp: Path) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.records import record, write_run
 
 from reportgen.claims import (
     INCONCLUSIVE,
@@ -25,55 +26,14 @@ from reportgen.cli import main
 from reportgen.records.schema import iter_runs
 from reportgen.render.findings import claims_for_combination, combination_section, pages
 
+# needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
+pytestmark = pytest.mark.torchfree
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "claims").glob("*.yaml"))
 BAD = ROOT / "tests" / "data" / "claims" / "bad"
 
 # -- hand-built runs -----------------------------------------------------------------------
-
-
-def record(model: str, attn: str, *, seq: int = 128, dtype: str = "fp32", device: str = "cpu",
-           status: str = "ok", reason: str | None = None, median: float = 10.0,
-           ci: tuple[float, float] | None = None, shares: dict[str, float] | None = None,
-           launches: dict[str, int] | None = None, scale: str = "reference") -> dict[str, Any]:
-    combo = {"model": model, "scale": scale, "mode": "forward", "dtype": dtype,
-             "attn_implementation": attn, "batch_size": 1, "seq_len": seq, "device": device}
-    combo_id = f"{model}--forward--{dtype}--{attn}--b1--s{seq}"
-    rec: dict[str, Any] = {"kind": "reportgen.combination", "schema_version": 1, "id": combo_id,
-                           "combination": combo, "status": status, "reason": reason}
-    if status != "ok":
-        rec.update(timing=None, attribution=None, memory=None, flops=None)
-        return rec
-    low, high = ci or (median * 0.99, median * 1.01)
-    shares = shares or {"attention.core": 0.3, "mlp": 0.7}
-    rec["timing"] = {"unit": "ms", "median": median, "ci_low": low, "ci_high": high,
-                     "confidence": 0.95, "ci_method": "order-statistic"}
-    rec["attribution"] = {
-        "basis": "device" if device.startswith("cuda") else "cpu",
-        "forward_ms": median,
-        "categories": {c: {"ms": s * median, "share": s,
-                           "launches": (launches or {}).get(c) if launches is not None else None}
-                       for c, s in shares.items()},
-        "launches_per_forward": sum(launches.values()) if launches else None,
-    }
-    rec["memory"] = {"peak_allocated_bytes": 1024}
-    rec["flops"] = {"total_analytic": 1e9}
-    return rec
-
-
-def write_run(root: Path, hardware: str, suite: str, records: list[dict[str, Any]],
-              gpu_name: str | None = None) -> str:
-    run_dir = root / hardware / f"{suite}-12345678"
-    (run_dir / "combinations").mkdir(parents=True)
-    run_id = f"{hardware}/{suite}-12345678"
-    env: dict[str, Any] = {"gpus": [{"name": gpu_name}]} if gpu_name else {}
-    (run_dir / "run.json").write_text(json.dumps({
-        "kind": "reportgen.run", "schema_version": 1, "run_id": run_id, "hardware": hardware,
-        "suite": {"name": suite}, "environment": env, "combinations": [r["id"] for r in records]}))
-    for rec in records:
-        rec["run_id"] = run_id
-        (run_dir / "combinations" / f"{rec['id']}.json").write_text(json.dumps(rec))
-    return run_id
 
 
 def write_claim(directory: Path, claim_id: str, body: str) -> Path:

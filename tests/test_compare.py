@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from run_copies import RUN
-from run_copies import scaled_copy as _scaled_copy
+from support.runs import RUN
+from support.runs import scaled_copy as _scaled_copy
 
 from reportgen import stats
 from reportgen.cli import main
 from reportgen.records.schema import iter_runs
+
+# needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
+pytestmark = pytest.mark.torchfree
 
 ROOT = Path(__file__).resolve().parents[1]
 

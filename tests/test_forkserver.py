@@ -43,7 +43,7 @@ def _task(tmp_path: Path) -> dict[str, Any]:
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[forkserver.ForkServer]:
     monkeypatch.setenv("REPORTGEN_FAKE_LOG", str(tmp_path / "calls.log"))
     monkeypatch.delenv("REPORTGEN_FAKE_PLAN", raising=False)
-    fs = forkserver.ForkServer(log_dir=tmp_path / "logs", preload={"modules": ["fake_measure"], "models": []})
+    fs = forkserver.ForkServer(log_dir=tmp_path / "logs", preload={"modules": ["support.fake_measure"], "models": []})
     yield fs
     fs.close()
 
@@ -88,7 +88,7 @@ def test_model_names_resolve_to_their_modeling_modules() -> None:
 @pytest.mark.slow
 def test_each_worker_is_a_fresh_process_forked_from_one_server(
         server: forkserver.ForkServer, tmp_path: Path) -> None:
-    spec = worker.WorkerSpec(device="cpu", slot="cpu", measure="fake_measure:measure")
+    spec = worker.WorkerSpec(device="cpu", slot="cpu", measure="support.fake_measure:measure")
     sup = supervisor.Supervisor(spec, log_dir=tmp_path / "logs", timeout_s=60, forkserver=server)
     pids = []
     for _ in range(3):
@@ -117,7 +117,7 @@ def test_each_worker_is_a_fresh_process_forked_from_one_server(
 def test_a_forked_worker_dies_as_a_spawned_one_does(
         server: forkserver.ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str, reason: str) -> None:
     server.env["REPORTGEN_FAKE_PLAN"] = json.dumps({"*": what})  # the server starts with it, its workers inherit it
-    spec = worker.WorkerSpec(device="cpu", slot="cpu", measure="fake_measure:measure")
+    spec = worker.WorkerSpec(device="cpu", slot="cpu", measure="support.fake_measure:measure")
     sup = supervisor.Supervisor(spec, log_dir=tmp_path / "logs", timeout_s=60, forkserver=server)
     outcome = sup.run(_task(tmp_path))
     sup.close()
@@ -134,7 +134,7 @@ def test_the_server_survives_sigterm_so_a_workers_sigterm_is_reported(
     # Slurm ends a task with SIGTERM to all its processes: a worker so ended must read as
     # killed by SIGTERM (the task then leaves its combination pending), not vanish
     server.env["REPORTGEN_FAKE_PLAN"] = json.dumps({"*": "hang"})
-    spec = worker.WorkerSpec(device="cpu", slot="cpu", measure="fake_measure:measure")
+    spec = worker.WorkerSpec(device="cpu", slot="cpu", measure="support.fake_measure:measure")
     (tmp_path / "logs").mkdir()
     log = tmp_path / "logs" / "w.log"
     ours, theirs = socket.socketpair()
@@ -158,7 +158,7 @@ def test_the_server_survives_sigterm_so_a_workers_sigterm_is_reported(
 def test_a_server_that_cannot_start_leaves_workers_spawned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REPORTGEN_FAKE_PLAN", raising=False)
     broken = forkserver.ForkServer(log_dir=tmp_path / "logs", python="/bin/false")
-    spec = worker.WorkerSpec(device="cpu", slot="cpu", measure="fake_measure:measure")
+    spec = worker.WorkerSpec(device="cpu", slot="cpu", measure="support.fake_measure:measure")
     sup = supervisor.Supervisor(spec, log_dir=tmp_path / "logs", timeout_s=60, forkserver=broken)
     for _ in range(2):
         outcome = sup.run(_task(tmp_path))
@@ -171,7 +171,7 @@ def test_a_server_that_cannot_start_leaves_workers_spawned(tmp_path: Path, monke
 
 def test_a_gpu_worker_is_never_forked(tmp_path: Path) -> None:
     fs = forkserver.ForkServer(log_dir=tmp_path)
-    spec = worker.WorkerSpec(device="cuda", slot="cuda:0", measure="fake_measure:measure")
+    spec = worker.WorkerSpec(device="cuda", slot="cuda:0", measure="support.fake_measure:measure")
     assert supervisor.Supervisor(spec, log_dir=tmp_path, timeout_s=1, forkserver=fs).forkserver is None
     assert fs.proc is None  # nothing started
 
@@ -180,8 +180,8 @@ def test_a_gpu_worker_is_never_forked(tmp_path: Path) -> None:
 def test_a_run_forks_its_rounds_and_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from reportgen.execute import runner
 
-    monkeypatch.setattr(runner, "MEASURE", "fake_measure:measure")
-    monkeypatch.setattr(runner, "PREFLIGHT", "fake_measure:preflight")
+    monkeypatch.setattr(runner, "MEASURE", "support.fake_measure:measure")
+    monkeypatch.setattr(runner, "PREFLIGHT", "support.fake_measure:preflight")
     monkeypatch.setenv("REPORTGEN_FAKE_LOG", str(tmp_path / "calls.log"))
     monkeypatch.delenv("REPORTGEN_FAKE_PLAN", raising=False)
     out = tmp_path / "runs"

@@ -2,7 +2,7 @@
 ``reportgen summary``: a record with a ``moe`` section gets "Where the router sent the
 tokens" (a sentence, a table per layer, a chart with its downloads); a dense record gets
 none; a vision or speech record's pages say patches or frames where they state a length.
-Records are built as in test_categories_render: the synthetic tree, edited."""
+Records are built as for the architecture categories: the synthetic tree, edited (support.records)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import synthetic
 from rich.console import Console
-from test_categories_render import HW, MOE, _tree
+from support import synthetic
+from support.records import HW, MOE, synthetic_tree
 
 from reportgen import fmt
 from reportgen.commands.summary import csv_columns, render_table
@@ -73,7 +73,7 @@ def _add_decode(root: Path) -> None:
 
 
 def _render(tmp_path: Path, edits: dict[str, Any], decode: bool = False) -> Path:
-    runs = _tree(tmp_path / "runs", edits)
+    runs = synthetic_tree(tmp_path / "runs", edits)
     if decode:
         _add_decode(runs)
     docs = tmp_path / "docs"

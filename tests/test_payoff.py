@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import synthetic
+from support import synthetic
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES

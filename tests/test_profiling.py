@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_structure import TINY, build
+from support.tiny_models import TINY, build, toy
 
 from reportgen.attribution import classify_ops
 from reportgen.categories import CATEGORIES
@@ -127,8 +127,6 @@ def test_write_gzip_atomic(tmp_path: Path) -> None:
 
 
 def test_unknown_architecture_profiles(tmp_path: Path) -> None:
-    from test_structure import toy
-
     model, step = toy()
     path = tmp_path / "traces" / "toy.trace.json.gz"
     result = profile_step(step, model, iterations=2, warmup=1, trace_path=path)

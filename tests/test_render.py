@@ -20,49 +20,22 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import synthetic
+from support import synthetic
+from support.site import BENCH, CLAIMS, FIXTURE, HOSTILE, make_project, mkdocs_build, render_fixture
 
 from reportgen import fmt
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
 from reportgen.render import analysis, render
 from reportgen.render.charts import Chart
-from reportgen.render.site import MANIFEST, MARKER, RenderResult
+from reportgen.render.site import MANIFEST, MARKER
+
+# needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
+pytestmark = pytest.mark.torchfree
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "data" / "runs_fixture"
-CLAIMS = ROOT / "tests" / "data" / "claims_fixture"
-BENCH = ROOT / "tests" / "data" / "bench_fixture"
 GOLDEN = ROOT / "tests" / "golden"
 UPDATE = os.environ.get("REPORTGEN_UPDATE_GOLDEN") == "1"
-HOSTILE = "<script>alert(1)</script>"
-
-
-def make_project(where: Path) -> Path:
-    """A copy of the site project (mkdocs.yml and the hand-written docs) to render into."""
-    where.mkdir(parents=True, exist_ok=True)
-    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    hooks = "reportgen/render/mkdocs_hooks.py"
-    assert hooks in config
-    (where / "mkdocs.yml").write_text(config.replace(hooks, str(ROOT / hooks)), encoding="utf-8")
-    (where / "docs").mkdir()
-    shutil.copy(ROOT / "docs" / "methodology.md", where / "docs" / "methodology.md")
-    return where
-
-
-def mkdocs_build(project: Path, site: Path, site_url: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    if site_url:
-        env["SITE_URL"] = site_url
-    return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f",
-         str(project / "mkdocs.yml"), "-d", str(site)],
-        capture_output=True, text=True, env=env, check=False)
-
-
-def render_fixture(docs: Path, *, svg: bool = True) -> RenderResult:
-    """The test site: the runs fixture with its claims and a bench results file."""
-    return render(FIXTURE, docs, svg=svg, claims=CLAIMS, bench=BENCH)
 
 
 def files_under(root: Path) -> dict[str, bytes]:
@@ -83,7 +56,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_committed_fixture_matches_its_generator(tmp_path: Path) -> None:
     synthetic.fixture(tmp_path)
     assert files_under(tmp_path) == files_under(FIXTURE), (
-        "tests/data/runs_fixture is stale: python tests/synthetic.py tests/data/runs_fixture --fixture")
+        "tests/data/runs_fixture is stale: python tests/support/synthetic.py tests/data/runs_fixture --fixture")
 
 
 def test_pages_match_golden(rendered: Path) -> None:

@@ -157,8 +157,8 @@ def _records(run_dir: Path) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture
 def use_fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setattr(runner, "MEASURE", "fake_measure:measure")
-    monkeypatch.setattr(runner, "PREFLIGHT", "fake_measure:preflight")
+    monkeypatch.setattr(runner, "MEASURE", "support.fake_measure:measure")
+    monkeypatch.setattr(runner, "PREFLIGHT", "support.fake_measure:preflight")
     log = tmp_path / "calls.log"
     monkeypatch.setenv("REPORTGEN_FAKE_LOG", str(log))
     return log
@@ -208,7 +208,7 @@ def test_rounds_survive_a_kill_and_the_rerun_measures_only_what_is_missing(tmp_p
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
            "REPORTGEN_FAKE_PLAN": json.dumps({"*": "sleep:0.4"})}
     code = ("import sys; from reportgen import cli; from reportgen.execute import runner; "
-            "runner.MEASURE = 'fake_measure:measure'; runner.PREFLIGHT = 'fake_measure:preflight'; "
+            "runner.MEASURE = 'support.fake_measure:measure'; runner.PREFLIGHT = 'support.fake_measure:preflight'; "
             "sys.exit(cli.main(sys.argv[1:]))")
     args = [sys.executable, "-c", code, "profile", "--suite", str(suite), "--out", str(out)]
     first = tmp_path / "first.log"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_runner import InProcessMeasure
+from support.runner import InProcessMeasure
 
 from reportgen.execute import runner
 from reportgen.records.schema import iter_runs

@@ -14,9 +14,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+from support.runner import GOLDEN, InProcessMeasure
 
 from reportgen import cli
-from reportgen.errors import Skip
 from reportgen.execute import runner
 from reportgen.records.schema import (
     COMBINATION_KIND,
@@ -25,10 +25,8 @@ from reportgen.records.schema import (
     iter_runs,
     json_schema,
 )
-from reportgen.suite import Combination
 
 ROOT = Path(__file__).parent.parent
-GOLDEN = json.loads((Path(__file__).parent / "data" / "schema" / "v1" / "combination-ok.json").read_text())
 # The tiny suite cut to sdpa; --models replaces both entries' models, so both models get
 # every mode: 2 models x 3 modes x 2 seq lens.
 SMALL = ["--suite", "tiny", "--models", "bert-base,gpt2", "--attn", "sdpa", "--device", "cpu"]
@@ -36,7 +34,7 @@ SMALL_COUNT = 12
 
 
 class FakeMeasure:
-    """The worker-side fake (tests/fake_measure.py) told to behave like the real measure
+    """The worker-side fake (tests/support/fake_measure.py) told to behave like the real measure
     would on SMALL: bert's decode-less modes are skipped, gpt2's decode at 32 fails like an
     out-of-memory; ``calls`` lists the combinations the workers were given, in order."""
 
@@ -48,8 +46,8 @@ class FakeMeasure:
             plan["gpt2--decode--fp32--sdpa--b1--s32--tiny"] = "oom"
         monkeypatch.setenv("REPORTGEN_FAKE_PLAN", json.dumps(plan))
         monkeypatch.setenv("REPORTGEN_FAKE_LOG", str(self.log))
-        monkeypatch.setattr(runner, "MEASURE", "fake_measure:measure")
-        monkeypatch.setattr(runner, "PREFLIGHT", "fake_measure:preflight")
+        monkeypatch.setattr(runner, "MEASURE", "support.fake_measure:measure")
+        monkeypatch.setattr(runner, "PREFLIGHT", "support.fake_measure:preflight")
 
     @property
     def calls(self) -> list[str]:
@@ -155,23 +153,6 @@ def test_rerun_resumes_and_force_remeasures(fake: FakeMeasure, tmp_path: Path) -
     assert json.loads((run_dir / "run.json").read_text())["started"] == started
 
 
-class InProcessMeasure:
-    """A measure callable for the inline executor (run_suite(measure=...))."""
-
-    def __init__(self, interrupt_at: int | None = None) -> None:
-        self.calls: list[str] = []
-        self.interrupt_at = interrupt_at
-
-    def __call__(self, combo: Combination, *, run_dir: Path, combo_id: str, budget_s: float,
-                 seed: int, profile_iterations: int) -> Mapping[str, Any]:
-        self.calls.append(combo_id)
-        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
-            raise KeyboardInterrupt
-        if combo.mode == "decode":
-            raise Skip("no decode here")
-        return {name: GOLDEN[name] for name in SECTIONS}
-
-
 def test_inline_executor_keyboard_interrupt_keeps_finished_records(tmp_path: Path) -> None:
     from reportgen.suite import load_suite, parse_overrides
 
@@ -245,8 +226,8 @@ sys.path.insert(0, sys.argv[1])  # tests/: the workers import fake_measure from 
 os.environ["REPORTGEN_FAKE_PLAN"] = json.dumps({"*": "sleep:" + sys.argv[2]})
 os.environ["REPORTGEN_FAKE_LOG"] = sys.argv[3]
 from reportgen.execute import runner
-runner.MEASURE = "fake_measure:measure"
-runner.PREFLIGHT = "fake_measure:preflight"
+runner.MEASURE = "support.fake_measure:measure"
+runner.PREFLIGHT = "support.fake_measure:preflight"
 from reportgen.cli import main
 raise SystemExit(main(sys.argv[4:]))
 """

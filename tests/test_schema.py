@@ -28,6 +28,9 @@ from reportgen.records.schema import (
 from reportgen.records.store import RunStore, atomic_write_bytes, atomic_write_json
 from reportgen.suite import load_suite
 
+# needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
+pytestmark = pytest.mark.torchfree
+
 DATA = Path(__file__).parent / "data" / "schema"
 GOLDEN = DATA / "v1" / "combination-ok.json"
 V0_RUN = DATA / "v0" / "cpu-amd-epyc-7b13-2c" / "cpu-default-0a0b0c0d"

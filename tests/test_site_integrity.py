@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_render import make_project, mkdocs_build
-from test_site_browser import _free_port, serve
+from support.browser import chromium, free_port, serve
+from support.site import make_project, mkdocs_build
 
 from reportgen.render import render
 from reportgen.render.cite import AUTHOR, NO_URL, page_url
 
-pytestmark = pytest.mark.slow
+# needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
+pytestmark = [pytest.mark.slow, pytest.mark.torchfree]
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE_URL = "https://example.org/reportgen/"
@@ -379,7 +380,7 @@ def served(built: tuple[Path, Path]) -> Iterator[str]:
     link = root / "reportgen"
     if not link.exists():
         link.symlink_to(site, target_is_directory=True)
-    port = _free_port()
+    port = free_port()
     with serve(root, port):
         yield f"http://127.0.0.1:{port}/reportgen/"
 
@@ -398,8 +399,6 @@ def test_deciding_columns_are_in_view_at_420_px(built: tuple[Path, Path], served
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail("chromium and websocket-client are required under CI")
         pytest.skip("chromium or websocket-client is not installed")
-    from test_site_browser import chromium
-
     _, site = built
     problems: list[str] = []
     tables = 0

@@ -1,5 +1,5 @@
 """The `slurm_cluster` fixture: a real one-node Slurm cluster runs jobs, arrays, cancellations
-and submitit jobs. Skipped where Slurm and munge are not installed (see tests/slurm_cluster.py)."""
+and submitit jobs. Skipped where Slurm and munge are not installed (see tests/support/slurm.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_cluster import SlurmCluster, wait_until
+from support.slurm import SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -53,10 +53,8 @@ def test_scancel_ends_a_running_job(slurm_cluster: SlurmCluster, tmp_path: Path)
                                "--wrap", "touch running; sleep 600")
     wait_until(lambda: slurm_cluster.job_states(job) == ["RUNNING"] and (tmp_path / "running").exists(),
                f"job {job} to run", timeout=60, cluster=slurm_cluster)
-    start = time.monotonic()
     slurm_cluster.run(["scancel", job])
     assert slurm_cluster.wait_job(job, timeout=60, states=["CANCELLED"]) == "CANCELLED"
-    assert time.monotonic() - start < 60
 
 
 def test_sacct_reports_job_states(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:

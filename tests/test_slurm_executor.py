@@ -1,4 +1,4 @@
-"""``reportgen profile --executor slurm`` on a real one-node Slurm cluster (tests/slurm_cluster.py):
+"""``reportgen profile --executor slurm`` on a real one-node Slurm cluster (tests/support/slurm.py):
 a job array end to end, a cancelled task and a resubmission, the real measure through one
 task; and bad input, which needs no cluster."""
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from slurm_cluster import SlurmCluster, wait_until
+from support.slurm import SlurmCluster, wait_until
 
 from reportgen import cli
 from reportgen.execute import runner
@@ -47,15 +47,15 @@ def run_cli(argv: list[str], cluster: SlurmCluster, timeout: float = CLI_TIMEOUT
 
 
 class Fake:
-    """tests/fake_measure.py in the Slurm tasks' workers: the tasks inherit this process's
+    """tests/support/fake_measure.py in the Slurm tasks' workers: the tasks inherit this process's
     environment (sbatch exports it), so the plan, the log and PYTHONPATH reach them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, log: Path, plan: dict[str, str]) -> None:
         self.monkeypatch = monkeypatch
         monkeypatch.setenv("REPORTGEN_FAKE_PLAN", json.dumps(plan))
         self.use_log(log)
-        monkeypatch.setattr(runner, "MEASURE", "fake_measure:measure")
-        monkeypatch.setattr(runner, "PREFLIGHT", "fake_measure:preflight")
+        monkeypatch.setattr(runner, "MEASURE", "support.fake_measure:measure")
+        monkeypatch.setattr(runner, "PREFLIGHT", "support.fake_measure:preflight")
 
     def use_log(self, log: Path) -> None:
         self.log = log

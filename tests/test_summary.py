@@ -15,6 +15,9 @@ from reportgen.categories import ARCHITECTURE_CATEGORIES, CATEGORIES, OPTIONAL_C
 from reportgen.commands.summary import csv_columns, flatten_row
 from reportgen.render.runtable import combination_row
 
+# needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
+pytestmark = pytest.mark.torchfree
+
 DATA = Path(__file__).parent / "data" / "schema"
 GOLDEN = json.loads((DATA / "v1" / "combination-ok.json").read_text())
 V0_RUN = DATA / "v0" / "cpu-amd-epyc-7b13-2c" / "cpu-default-0a0b0c0d"

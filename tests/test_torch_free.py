@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
+pytestmark = pytest.mark.torchfree
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN = "runs/cpu-amd-epyc-2c/cpu-default-c11f32ec"
 

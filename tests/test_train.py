@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.records import record, write_run
 
 torch = pytest.importorskip("torch")
 
@@ -314,9 +315,6 @@ def test_training_claims_read_not_tested_on_a_cpu(tmp_path: Path) -> None:
     from reportgen.claims import check
     from reportgen.claims.evaluate import NOT_TESTED_HARDWARE
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_claims import record, write_run
-
     records = []
     for model, seq in (("gpt2", 1024), ("bert-large", 512)):
         for attn in ("eager", "sdpa"):
@@ -468,12 +466,8 @@ def test_profile_command_writes_training_records(tmp_path: Path) -> None:
 
 def test_a_training_record_renders_its_training_step_section(tmp_path: Path) -> None:
     """The site built from a run holding a training record shows its "Training step"."""
-    import sys
 
     from reportgen.render import render
-
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_claims import record, write_run
 
     rec = record("gpt2", "sdpa", seq=128)
     rec["combination"]["mode"] = "train"

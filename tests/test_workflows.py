@@ -13,6 +13,9 @@ import pytest
 from reportgen.errors import UserError
 from reportgen.render.publish import check_site_url
 
+# needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
+pytestmark = pytest.mark.torchfree
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 

@@ -1,6 +1,6 @@
 """Figure 7: render plus strict site build for synthetic runs trees of growing size.
 
-Uses the source checkout's synthetic runs generator (``tests/synthetic.py``, ``generate``)
+Uses the source checkout's synthetic runs generator (``tests/support/synthetic.py``, ``generate``)
 for the trees and only public entry points besides: the ``reportgen render`` command and
 ``mkdocs build --strict`` as subprocesses, in a scratch copy of the site (mkdocs.yml and
 docs/), so the repository's docs/ are never touched.
@@ -33,8 +33,8 @@ _SYNTHETIC = "_reportgen_bench_synthetic"  # a name no installed module has
 
 
 def _synthetic(repo: Path) -> ModuleType:
-    """The checkout's synthetic runs generator, ``tests/synthetic.py`` (not installed)."""
-    path = repo / "tests" / "synthetic.py"
+    """The checkout's synthetic runs generator, ``tests/support/synthetic.py`` (not installed)."""
+    path = repo / "tests" / "support" / "synthetic.py"
     spec = importlib.util.spec_from_file_location(_SYNTHETIC, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
@@ -45,8 +45,8 @@ def _synthetic(repo: Path) -> ModuleType:
 
 
 def _unavailable(repo: Path) -> str | None:
-    if not (repo / "tests" / "synthetic.py").is_file():
-        return "the synthetic runs generator (tests/synthetic.py, in a source checkout) is not there"
+    if not (repo / "tests" / "support" / "synthetic.py").is_file():
+        return "the synthetic runs generator (tests/support/synthetic.py, in a source checkout) is not there"
     if not (repo / "mkdocs.yml").is_file():
         return "the repository has no mkdocs.yml yet"
     try:

@@ -1,4 +1,4 @@
-"""A measure function that workers can import (``fake_measure:measure``), for tests.
+"""A measure function that workers can import (``support.fake_measure:measure``), for tests.
 
 What it does for each combination comes from environment variables the test sets before
 the workers start:
@@ -26,7 +26,9 @@ from typing import Any
 from reportgen.errors import Skip
 from reportgen.records.schema import SECTIONS
 
-GOLDEN = json.loads((Path(__file__).parent / "data" / "schema" / "v1" / "combination-ok.json").read_text())
+# a complete ok record of the current schema (tests/data/schema/v1/)
+GOLDEN = json.loads((Path(__file__).resolve().parents[1] / "data" / "schema" / "v1" / "combination-ok.json")
+                    .read_text())
 
 
 def behaviour(combo_id: str) -> str:

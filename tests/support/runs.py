@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-RUN = Path(__file__).resolve().parents[1] / "runs" / "cpu-amd-epyc-2c" / "cpu-default-c11f32ec"
+RUN = Path(__file__).resolve().parents[2] / "runs" / "cpu-amd-epyc-2c" / "cpu-default-c11f32ec"
 
 
 def scaled_copy(tmp: Path, factor: float, *, name: str, transformers: str | None = None,

@@ -6,8 +6,8 @@ follow plausible scaling laws (attention core grows with s^2, projections and ML
 so that fits and crossovers on the rendered pages have something to find; they are not
 measurements and never go into runs/.
 
-    python tests/synthetic.py OUT_DIR --combinations 500
-    python tests/synthetic.py tests/data/runs_fixture --fixture
+    python tests/support/synthetic.py OUT_DIR --combinations 500
+    python tests/support/synthetic.py tests/data/runs_fixture --fixture
 """
 
 from __future__ import annotations
