@@ -371,11 +371,27 @@ def when(value: object) -> str:
     return escape(f"{m.group(1)} {m.group(2)} UTC" if m else value)
 
 
+def rerun(median: Any, low: Any, high: Any, runs: Any) -> str:
+    """What reruns of a measurement gave, against its own median: ``-12% to +3%, 4 runs``;
+    ``one run`` where no other run measured it (nothing to go on but its own interval)."""
+    m, lo, hi, n = _finite(median), _finite(low), _finite(high), _finite(runs)
+    if n is None or m is None or m <= 0:
+        return "–"
+    if n < 2 or lo is None or hi is None:
+        return "one run"
+    return f"{_signed_pct(lo / m - 1)} to {_signed_pct(hi / m - 1)}, {int(n)} runs"
+
+
+def _signed_pct(x: float) -> str:
+    text = f"{x * 100:+.0f}%"
+    return "0%" if text in ("+0%", "-0%") else text.replace("-", "−")
+
+
 FILTERS = {"breakable": breakable, "when": when, "front_matter_title": front_matter_title, "html_attr": html_attr,
            "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
            "fixed": fixed, "integer": integer, "seq_length": length, "nbytes": nbytes, "flops": flops,
            "bandwidth": bandwidth, "quantity": quantity, "sig": sig, "general": general,
            "ratio_sig": ratio_sig, "duration_ms": duration_ms, "nbytes_compact": nbytes_compact,
            "gib": gib, "level": level, "shared_level": shared_level, "ci_heading": ci_heading,
-           "ci_level": ci_level, "rests_on": rests_on, "count": count,
+           "ci_level": ci_level, "rests_on": rests_on, "count": count, "rerun": rerun,
            "code_block": code_block, "url": url, "raw": Raw}

@@ -52,6 +52,9 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
             flops_total = sum(_num(v) for v in flops_src.values() if _num(v) > 0)
             row: dict[str, Any] = {
                 "hardware": run.hardware, "run_id": run.run_id, "run_rel": run.rel,
+                # the releases the run measured under: reruns pool only within one pair
+                "torch": str(fields.run_get(run.record, "environment.libraries.torch") or ""),
+                "transformers": str(fields.run_get(run.record, "environment.libraries.transformers") or ""),
                 "run_updated": str(fields.run_get(run.record, "updated")
                                    or fields.run_get(run.record, "started") or ""),
                 "combo_id": str(fields.get(rec, "id") or combo.path.stem),
@@ -140,6 +143,72 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
         df = df.drop_duplicates(["hardware", "combo_id"], keep="last")
     return df.sort_values(["hardware", "model", *SETTING, "seq", "combo_id"],
                           kind="mergesort").reset_index(drop=True)
+
+
+RERUN_KEY = ["hardware", "model", *SETTING, "seq", "device", "torch", "transformers"]
+"""What makes two records the same measurement run again: one hardware kind, one
+combination, one pair of torch and transformers releases (runs of different releases
+are never pooled)."""
+
+
+def with_reruns(frame: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (the pages' rows) with what a rerun on the same kind of host has given:
+    ``rerun_runs`` (how many committed runs measured the combination, this one included),
+    ``rerun_low``/``rerun_high`` (the lowest and highest of their medians, in the row's
+    unit), ``rerun_first``/``rerun_last`` (the days of the first and last of them).
+
+    ``every`` is ``combinations_frame(runs, latest_only=False)`` over every committed run.
+    Only finished measurements count (status ok, a median); a row that only its own run
+    measured has ``rerun_runs`` 1 and no spread: the within-run interval is then all a
+    reader has, and the pages say so."""
+    out = frame.copy()
+    for column in ("rerun_runs", "rerun_low", "rerun_high"):
+        out[column] = math.nan
+    for column in ("rerun_first", "rerun_last"):
+        out[column] = ""
+    if frame.empty or every.empty:
+        return out
+    done = every[(every["status"] == OK) & every["median"].notna()].copy()
+    if done.empty:
+        return out
+    done["day"] = [_day(a, b) for a, b in zip(done["finished"], done["run_updated"])]
+    # one median per run: a run that holds the combination twice (two suites' ids) counts once
+    done = done.drop_duplicates([*RERUN_KEY, "run_id"], keep="last")
+    groups = {key if isinstance(key, tuple) else (key,): part
+              for key, part in done.groupby(RERUN_KEY, sort=False, dropna=False)}
+    for index, row in out.iterrows():
+        part = groups.get(tuple(row[c] for c in RERUN_KEY))
+        if part is None or row["status"] != OK:
+            continue
+        days = sorted(d for d in part["day"] if d)
+        out.at[index, "rerun_runs"] = float(part["run_id"].nunique())
+        out.at[index, "rerun_low"] = float(part["median"].min())
+        out.at[index, "rerun_high"] = float(part["median"].max())
+        out.at[index, "rerun_first"] = days[0] if days else ""
+        out.at[index, "rerun_last"] = days[-1] if days else ""
+    return out
+
+
+def _day(*stamps: Any) -> str:
+    """The UTC day (``YYYY-MM-DD``) of the first ISO 8601 time among ``stamps``."""
+    for stamp in stamps:
+        text = str(stamp or "")
+        if len(text) >= 10 and text[4] == "-" and text[7] == "-":
+            return text[:10]
+    return ""
+
+
+def rerun_summary(frame: pd.DataFrame) -> dict[str, Any]:
+    """How many of ``frame``'s measured rows some other run measured again, over which
+    days: the sentence above a table whose rows carry a rerun column."""
+    measured = frame[(frame["status"] == OK) & frame["median"].notna()] if not frame.empty else frame
+    if measured.empty or "rerun_runs" not in measured:
+        return {"rows": 0, "rerun": 0, "first": "", "last": "", "most": 0}
+    rerun = measured[measured["rerun_runs"] >= 2]
+    days = sorted({d for d in [*rerun["rerun_first"], *rerun["rerun_last"]] if d})
+    return {"rows": len(measured), "rerun": len(rerun), "first": days[0] if days else "",
+            "last": days[-1] if days else "",
+            "most": int(rerun["rerun_runs"].max()) if not rerun.empty else 0}
 
 
 def _fill_sequence(rows: list[dict[str, Any]]) -> None:

@@ -127,7 +127,10 @@ class Builder:
         self.other_benches = list(other_benches)  # other hosts' results, newest first
         self.embedded: dict[str, list[Chart]] = {}  # charts of pages written elsewhere
         self.files: dict[str, bytes] = {}  # CSV and JSON behind charts and tables
-        self.frame = analysis.combinations_frame(self.current)
+        # each row carries what reruns of it on the same kind of host gave (every
+        # committed run, not only the current ones)
+        self.frame = analysis.with_reruns(analysis.combinations_frame(self.current),
+                                          analysis.combinations_frame(self.runs, latest_only=False))
         self.records = {(run.hardware, str(fields.get(c.record, "id") or c.path.stem)): c.record
                         for run in self.current for c in run.combinations}
         self.runs_by_id = {run.run_id: run for run in self.runs}

@@ -61,7 +61,8 @@ _INTERNAL_COLUMNS = ("json_rel", "trace_rel", "run_rel")
 _COMBINATION_COLUMNS = ("run_id", "combo_id", "status", "reason", "median", "ci_low", "ci_high",
                         "confidence", "overhead_ratio", "unstable")
 _HEADLINE_COLUMNS = ("run_id", "combo_id", "seq", "median", "ci_low", "ci_high", "confidence", "p25", "p75",
-                     "n", "stop_reason", "attention_share", "overhead_ratio", "peak_alloc",
+                     "n", "rerun_runs", "rerun_low", "rerun_high", "rerun_first", "rerun_last",
+                     "stop_reason", "attention_share", "overhead_ratio", "peak_alloc",
                      "pct_peak")
 
 

@@ -8,9 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from support import synthetic
-
 from reportgen.categories import ARCHITECTURE_CATEGORIES
+from support import synthetic
 
 
 def record(model: str, attn: str, *, seq: int = 128, dtype: str = "fp32", device: str = "cpu",
