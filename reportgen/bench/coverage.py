@@ -25,6 +25,7 @@ from reportgen.bench.results import figure
 from reportgen.records import fields
 from reportgen.records.paths import combination_files
 from reportgen.records.status import is_ok
+from reportgen.reruns import agree
 
 GOAL = 0.90
 QUESTION = (
@@ -52,20 +53,6 @@ def rows(first: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]]
                     "agree": agree(timing["median"], low, high, median, other.get("ci_low"), other.get("ci_high")),
                     "rel_shift": median / timing["median"] - 1.0 if timing["median"] else None})
     return out
-
-
-def agree(first: float, low: float, high: float, second: float, second_low: float | None,
-          second_high: float | None) -> bool | None:
-    """Whether two runs' medians agree: their difference is within the half-widths of the
-    two intervals that face each other, combined in quadrature. None without the second
-    run's interval."""
-    if second_low is None or second_high is None:
-        return None
-    if second >= first:
-        reach = ((high - first) ** 2 + (second - second_low) ** 2) ** 0.5
-    else:
-        reach = ((first - low) ** 2 + (second_high - second) ** 2) ** 0.5
-    return abs(second - first) <= reach
 
 
 def common_shift(table: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

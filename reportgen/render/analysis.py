@@ -171,7 +171,7 @@ def with_reruns(frame: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
     done = every[(every["status"] == OK) & every["median"].notna()].copy()
     if done.empty:
         return out
-    done["day"] = [_day(a, b) for a, b in zip(done["finished"], done["run_updated"])]
+    done["day"] = [day_of(a, b) for a, b in zip(done["finished"], done["run_updated"])]
     # one median per run: a run that holds the combination twice (two suites' ids) counts once
     done = done.drop_duplicates([*RERUN_KEY, "run_id"], keep="last")
     groups = {key if isinstance(key, tuple) else (key,): part
@@ -189,7 +189,23 @@ def with_reruns(frame: pd.DataFrame, every: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _day(*stamps: Any) -> str:
+def reruns_measured(every: pd.DataFrame) -> list[dict[str, Any]]:
+    """One measurement per run and combination, in the shape
+    ``bench.coverage.across_days`` reads: every finished record of every committed run."""
+    if every.empty:
+        return []
+    done = every[(every["status"] == OK) & every["median"].notna()]
+    return [{"hardware": row["hardware"], "key": tuple(row[c] for c in RERUN_KEY[1:]),
+             "run_id": row["run_id"], "day": day_of(row["finished"], row["run_updated"]),
+             "median": row["median"], "ci_low": _finite(row["ci_low"]), "ci_high": _finite(row["ci_high"])}
+            for row in done.to_dict(orient="records")]
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def day_of(*stamps: Any) -> str:
     """The UTC day (``YYYY-MM-DD``) of the first ISO 8601 time among ``stamps``."""
     for stamp in stamps:
         text = str(stamp or "")

@@ -129,8 +129,8 @@ class Builder:
         self.files: dict[str, bytes] = {}  # CSV and JSON behind charts and tables
         # each row carries what reruns of it on the same kind of host gave (every
         # committed run, not only the current ones)
-        self.frame = analysis.with_reruns(analysis.combinations_frame(self.current),
-                                          analysis.combinations_frame(self.runs, latest_only=False))
+        self.every = analysis.combinations_frame(self.runs, latest_only=False)
+        self.frame = analysis.with_reruns(analysis.combinations_frame(self.current), self.every)
         self.records = {(run.hardware, str(fields.get(c.record, "id") or c.path.stem)): c.record
                         for run in self.current for c in run.combinations}
         self.runs_by_id = {run.run_id: run for run in self.runs}

@@ -18,9 +18,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from reportgen import fmt
+from reportgen import fmt, reruns
 from reportgen.records.bench import FIGURES, validate
-from reportgen.render import sections
+from reportgen.render import analysis, sections
 from reportgen.render.builder import Builder, Page
 from reportgen.render.charts import script_block
 from reportgen.render.templating import make_environment
@@ -47,16 +47,20 @@ def validation_page(b: Builder) -> list[Page]:
     """The site's Validation page from the builder's bench results (none without them)."""
     if b.bench is None:
         return []
+    across = reruns.across_days_summary(reruns.across_days(analysis.reruns_measured(b.every)))
     markdown = render_validation(b.bench, chart_block=b.embed_for(sections.VALIDATION),
-                                 others=b.other_benches)
+                                 others=b.other_benches, reruns=across)
     return sections.pages(b, [sections.generated(sections.VALIDATION, "Validation", markdown)])
 
 
 def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | None = None,
-                      title: str = "Validation", others: Sequence[Mapping[str, Any]] = ()) -> str:
+                      title: str = "Validation", others: Sequence[Mapping[str, Any]] = (),
+                      reruns: Sequence[Mapping[str, Any]] = ()) -> str:
     """The Validation page's Markdown from a results document (validated first), with a
     summary of ``others`` (other hosts' results documents, newest first): each figure's
-    verdict, value and interval on that host."""
+    verdict, value and interval on that host; and ``reruns``
+    (``bench.coverage.across_days_summary`` of the committed runs): how often a median
+    measured again on another day agreed with the earlier run's interval, per hardware."""
     doc = validate(results)
     other_docs = [validate(o) for o in others]
     charts = chart_specs(doc)
@@ -73,6 +77,7 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
         order=order,
         figures=figures,
         others=[(o, _display_order(o["figures"])) for o in other_docs],
+        reruns=list(reruns),
         charts={name: Markup(block(name, spec)) for name, spec in charts.items()},
         status_badge=STATUS_BADGE,
         columns=row_columns,
