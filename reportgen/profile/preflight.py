@@ -21,10 +21,15 @@ The estimate comes from the config alone:
   so building briefly holds the bytes of each duplicate too: the parameter bytes counted
   with duplicates (``named_parameters(remove_duplicate=False)``) less those without.
   Measured on this CPU: GPT-2 +147 MiB, T5-small +188 MiB, exactly this figure.
-* **kv_cache** (prefill, decode; a causal LM's only; decode-nocache keeps none) =
-  ``2 (K, V) x (layers + 1) x kv_heads x head_dim x (seq_len + 1) x batch x bytes``; the
-  extra layer is the transient copy while a layer's cache grows by concatenation. An
-  encoder-decoder's decoder adds its cross-attention cache, ``seq_len`` long.
+* **kv_cache** (prefill, decode; a causal LM's only; decode-nocache keeps none) = every
+  layer's cache after ``seq_len + 1`` tokens by the kind of its mixer (`kvcache`: keys and
+  values of full attention, a sliding window's capped at the window, MLA's latent, a
+  sparse attention's indexer keys, a state-space or linear-attention layer's constant
+  state), plus the largest layer's once more: the transient copy while a layer's cache
+  grows by concatenation; ``x batch x bytes``. For plain attention that is
+  ``2 (K, V) x (layers + 1) x kv_heads x head_dim x (seq_len + 1) x batch x bytes``. An
+  encoder-decoder's decoder keeps that formula and adds its cross-attention cache,
+  ``seq_len`` long.
 * **activations**: one forward under inference mode frees each layer's intermediates
   when the layer returns, so the working set is one layer's, not the sum over layers:
   ``batch x tokens x bytes x (ACT_HIDDEN_TENSORS x width + ACT_FF_TENSORS x ff)``, where
@@ -89,6 +94,7 @@ from typing import Any
 
 import torch
 
+from reportgen import kvcache
 from reportgen.errors import Skip, UserError
 from reportgen.profile import models
 from reportgen.vocabulary import ATTENTION_MICRO, DECODE_NOCACHE, TRAIN, TRAIN_MODES, positions_needed
@@ -211,6 +217,7 @@ class _Shape:
     keeps_last_logits: bool = False  # forward takes logits_to_keep (make_step passes 1)
     relative_bias: bool = False  # T5-style bias, computed once and passed through the stack
     logit_softcapping: bool = False  # logits / cap -> tanh -> * cap: two logits tensors live
+    cache: tuple[kvcache.LayerMemory, ...] = ()  # a decoder's layers' caches by kind
 
 
 def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]:
@@ -231,7 +238,10 @@ def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]
     encoder_decoder = shape.arch == "encoder-decoder"
 
     kv = 0
-    if mode in ("prefill", "decode"):
+    if mode in ("prefill", "decode") and shape.cache:
+        elements = [layer.elements(length + 1) for layer in shape.cache]
+        kv = (sum(elements) + max(elements)) * batch * nbytes
+    elif mode in ("prefill", "decode"):
         per_token_layer = 2 * kv_heads * head_dim * batch * nbytes
         layers = shape.dec_layers or shape.enc_layers
         kv = per_token_layer * (layers + 1) * (length + 1)
@@ -310,7 +320,8 @@ def estimate(combo: Any, *, device: str | None = None, profile_iterations: int =
                        lm_head=model.get_output_embeddings() is not None,  # type: ignore[operator]
                        keeps_last_logits="logits_to_keep" in models._forward_params(model),
                        relative_bias=bool(getattr(config, "relative_attention_num_buckets", None)),
-                       logit_softcapping=bool(getattr(config, "final_logit_softcapping", None)))
+                       logit_softcapping=bool(getattr(config, "final_logit_softcapping", None)),
+                       cache=tuple(kvcache.layer_memory(config)) if arch == "decoder" else ())
         del model
     parts: dict[str, int] = {"weights": int(weights), "build_transient": int(transient)}
     parts.update(_analytic(combo, info, shape))
