@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ RELATIVE_TOLERANCE = 0.01  # a computed count agrees within 1% of the stated one
 # what a publisher's figure counts: every parameter, all but the input embedding tables
 # (the head counted: a lookup is no compute), or all but the embeddings and the head
 CONVENTIONS = ("all", "without input embeddings", "without embeddings")
-_UNITS = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+_UNITS = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 _FIGURE = re.compile(r"^\s*(\d+(?:\.(\d+))?)\s*([KMBT])\s*$")
 
 
@@ -90,9 +91,9 @@ def parse_figure(text: str) -> tuple[float, float]:
     match = _FIGURE.match(text)
     if not match:
         raise ValueError(f"not a parameter figure: {text!r} (expected e.g. 8.2B, 149M)")
-    scale = _UNITS[match.group(3)]
+    scale = Decimal(_UNITS[match.group(3)])
     decimals = len(match.group(2) or "")
-    return float(match.group(1)) * scale, scale / 10**decimals
+    return float(Decimal(match.group(1)) * scale), float(scale / 10**decimals)
 
 
 def _stated(data: Any, where: str) -> Stated | None:
