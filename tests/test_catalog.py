@@ -191,3 +191,14 @@ def test_models_unknown_only_is_one_line_and_exit_2(capsys: pytest.CaptureFixtur
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and "--only: unknown catalog model 'llama-5'" in captured.err
+
+
+@pytest.mark.slow
+def test_the_readme_states_the_catalog_s_agreement() -> None:
+    """The README's agreement figure is the one `reportgen models` computes."""
+    from reportgen.commands.models import agreement, rows
+
+    agree, stated = agreement(rows(catalog.names()))
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"{agree} of {stated} stated figures agree." in readme
+    assert f"{len(ENTRIES)} models people run today" in readme
