@@ -77,6 +77,10 @@ The estimate comes from the config alone:
   CUDA context itself is not counted: `torch.cuda.mem_get_info` creates it before it
   answers, so its free figure is already net of the context.
 
+Where the whole model does not fit but some of its layers at full width would, the skip
+reason names the most that fit ("...; --layers 21 fits": `layers_that_fit`, every kind of
+layer kept, as ``--layers`` measures), so the model can be measured depth-reduced instead.
+
 The check compares the estimate with ``SAFETY_MARGIN`` (95%) of what is available: on
 the CPU ``MemAvailable`` from /proc/meminfo, or less where a cgroup memory limit leaves
 less; on CUDA the free bytes of `torch.cuda.mem_get_info`.
@@ -102,6 +106,8 @@ from reportgen.vocabulary import ATTENTION_MICRO, DECODE_NOCACHE, TRAIN, TRAIN_M
 __all__ = ["SAFETY_MARGIN", "available", "check", "estimate", "format_gib"]
 
 GIB = 1024**3
+_LAYER_COUNT_NAMES = ("num_hidden_layers", "num_layers", "n_layer")
+MAX_KINDS = 8  # layer kinds one model mixes, at most, tried when looking for the fewest layers
 MIB = 1024**2
 METHOD = "meta-device parameter count + analytic working set"
 
@@ -343,6 +349,48 @@ def estimate(combo: Any, *, device: str | None = None, profile_iterations: int =
             "method": METHOD}
 
 
+def layers_that_fit(combo: Any, budget: float, *, device: str | None = None,
+                    profile_iterations: int = PROFILE_ITERATIONS) -> int | None:
+    """The most layers of ``combo``'s model (``--layers``: every kind kept, at full width)
+    whose estimate is within ``budget`` bytes, or None where even the fewest do not fit,
+    the combination already names its layers, or its model cannot be cut. The estimate
+    grows with the layers kept, so a bisection over the counts finds it."""
+    if _field(combo, "layers", None) is not None or _field(combo, "model", None) == ATTENTION_MICRO:
+        return None
+    try:
+        config = models.spec_of(combo).make_config(_field(combo, "scale", "reference"))
+    except Exception:  # noqa: BLE001 - a config the estimate could read but not cut
+        return None
+    total = models._first(config, _LAYER_COUNT_NAMES)
+    if not isinstance(total, int) or total < 2:
+        return None
+
+    def fits(n: int) -> bool | None:
+        """Whether ``n`` layers fit; None where the cut is refused (fewer layers than kinds)."""
+        fields = {**_as_dict(combo), "layers": n}
+        try:
+            needed = estimate(SimpleNamespace(**fields), device=device, profile_iterations=profile_iterations)
+        except UserError:
+            return None
+        return int(needed["estimate_bytes"]) <= budget
+
+    fewest = 1
+    answer = fits(fewest)
+    while answer is None and fewest < min(total - 1, MAX_KINDS):
+        fewest += 1  # the fewest layers that keep one of every kind
+        answer = fits(fewest)
+    if not answer:
+        return None
+    best, low, high = fewest, fewest + 1, total - 1
+    while low <= high:
+        middle = (low + high) // 2
+        if fits(middle):
+            best, low = middle, middle + 1
+        else:
+            high = middle - 1
+    return best
+
+
 # --- what is available ----------------------------------------------------------------
 
 
@@ -495,8 +543,9 @@ def check(combo: Any, device: str | None = None, *, profile_iterations: int = PR
         "method": est["method"],
     }
     if fits is False:
+        fewer = layers_that_fit(combo, margin * avail, device=device, profile_iterations=profile_iterations)
         skip = Skip(f"needs ~{format_gib(est['estimate_bytes'])}, {format_gib(avail)} available "
-                    f"({_where(device)})")
+                    f"({_where(device)})" + (f"; --layers {fewer} fits" if fewer else ""))
         skip.preflight = section  # type: ignore[attr-defined]
         raise skip
     return section
