@@ -39,7 +39,8 @@ def test_every_entry_names_its_sources(name: str) -> None:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     assert entry.model_type in CONFIG_MAPPING_NAMES
-    assert "/" in entry.hub_id and "huggingface.co" in entry.config_source or "transformers" in entry.config_source
+    assert "/" in entry.hub_id
+    assert "huggingface.co" in entry.config_source or "transformers" in entry.config_source
     stated = [s for s in (entry.total, entry.active) if s is not None]
     assert stated or entry.stated_missing, "a stated total, or why there is none"
     for figure in stated:
