@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reportgen import catalog
 from reportgen.errors import UserError
 from reportgen.presets import preset_names
 from reportgen.vocabulary import (
@@ -496,7 +497,7 @@ def check_model(name: str, label: str, *, base_dir: Path | None = None) -> str:
     from reportgen import hub
 
     presets = preset_names()
-    if name in presets or name == ATTENTION_MICRO:
+    if name in presets or name == ATTENTION_MICRO or catalog.is_catalog_name(name):
         return name
     if "/" in name or name.endswith(".json"):
         for candidate in [Path(name)] + ([base_dir / name] if base_dir is not None else []):
@@ -510,11 +511,11 @@ def check_model(name: str, label: str, *, base_dir: Path | None = None) -> str:
     model_types = _transformers_model_types()
     if name in model_types:
         return name
-    close = difflib.get_close_matches(name, list(presets) + list(model_types), n=3)
+    close = difflib.get_close_matches(name, list(presets) + list(catalog.names()) + list(model_types), n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise UserError(
         f"{label}: unknown model {name!r}{hint}; valid: {', '.join(presets)}, {ATTENTION_MICRO}, "
-        "a transformers model type (bert, llama, ...), a path to a config.json "
+        "a catalog model (reportgen models), a transformers model type (bert, llama, ...), a path to a config.json "
         "or a Hugging Face Hub id (org/name[@revision])"
     )
 

@@ -382,7 +382,8 @@ def test_todays_hub_model_is_skipped_before_building_at_reference_scale(repo: st
         preflight.check(combo, "cpu", meminfo_path=meminfo, cgroup_root=tmp_path / "cgroup",
                         self_cgroup_path=tmp_path / "no-such-file")
     message = str(caught.value)
-    match = re.fullmatch(r"needs ~(\d+\.\d) GiB, 21\.2 GiB available \(host memory\)", message)
+    # and, where some of its layers at full width would fit, the most that do
+    match = re.fullmatch(r"needs ~(\d+\.\d) GiB, 21\.2 GiB available \(host memory\)(; --layers \d+ fits)?", message)
     assert match, message
     needed = float(match.group(1))
     assert needed == round(est["estimate_bytes"] / GIB, 1)

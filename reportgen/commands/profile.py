@@ -26,7 +26,8 @@ from reportgen.suite import (
 # (flag, dest = the suite key it overrides, metavar, help); lists are comma-separated.
 _OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
     ("--models", "models", "LIST",
-     ("models: presets, transformers model types, config.json paths, Hugging Face Hub ids (org/name[@revision]; "
+     ("models: presets, catalog models (reportgen models), transformers model types, config.json paths, "
+      "Hugging Face Hub ids (org/name[@revision]; "
       "the config only is fetched, never weights; HF_HOME, HF_HUB_OFFLINE and HF_TOKEN apply)")),
     ("--scale", "scale", "SCALE", f"model size: {' | '.join(SCALES)}"),
     ("--seq-lens", "seq_lens", "LIST", "sequence lengths, e.g. 128,512"),

@@ -101,7 +101,7 @@ class ModelSpec:
 
     name: str
     model_type: str
-    source: str  # "preset" | "model_type" | "config_file" | "hub" | "micro"
+    source: str  # "preset" | "catalog" | "model_type" | "config_file" | "hub" | "micro"
     overrides: Mapping[str, Any] = field(default_factory=dict)
     hub: Mapping[str, Any] | None = None  # source="hub": what `hub.resolve` returned
 
@@ -134,7 +134,7 @@ class ModelSpec:
             from reportgen import hub
 
             config = hub.load_remote_config(dict(self.hub or {}))
-        elif self.source in ("config_file", "hub"):
+        elif self.source in ("config_file", "hub", "catalog"):
             config = CONFIG_MAPPING[self.model_type].from_dict(dict(self.overrides))
         else:
             config = CONFIG_MAPPING[self.model_type](**dict(self.overrides))
@@ -236,6 +236,11 @@ def resolve(name: str, *, trust_remote_code: bool = False) -> ModelSpec:
     if name in PRESETS:
         model_type, overrides = PRESETS[name]
         return ModelSpec(name=name, model_type=model_type, source="preset", overrides=dict(overrides))
+    from reportgen import catalog
+
+    if catalog.is_catalog_name(name):  # a catalog model: its published config.json values
+        found = catalog.entry(name)
+        return ModelSpec(name=name, model_type=found.model_type, source="catalog", overrides=found.overrides())
     from transformers import CONFIG_MAPPING
 
     if name in CONFIG_MAPPING:  # before paths: a folder named like a type must not shadow it

@@ -21,10 +21,15 @@ The estimate comes from the config alone:
   so building briefly holds the bytes of each duplicate too: the parameter bytes counted
   with duplicates (``named_parameters(remove_duplicate=False)``) less those without.
   Measured on this CPU: GPT-2 +147 MiB, T5-small +188 MiB, exactly this figure.
-* **kv_cache** (prefill, decode; a causal LM's only; decode-nocache keeps none) =
-  ``2 (K, V) x (layers + 1) x kv_heads x head_dim x (seq_len + 1) x batch x bytes``; the
-  extra layer is the transient copy while a layer's cache grows by concatenation. An
-  encoder-decoder's decoder adds its cross-attention cache, ``seq_len`` long.
+* **kv_cache** (prefill, decode; a causal LM's only; decode-nocache keeps none) = every
+  layer's cache after ``seq_len + 1`` tokens by the kind of its mixer (`kvcache`: keys and
+  values of full attention, a sliding window's capped at the window, MLA's latent, a
+  sparse attention's indexer keys, a state-space or linear-attention layer's constant
+  state), plus the largest layer's once more: the transient copy while a layer's cache
+  grows by concatenation; ``x batch x bytes``. For plain attention that is
+  ``2 (K, V) x (layers + 1) x kv_heads x head_dim x (seq_len + 1) x batch x bytes``. An
+  encoder-decoder's decoder keeps that formula and adds its cross-attention cache,
+  ``seq_len`` long.
 * **activations**: one forward under inference mode frees each layer's intermediates
   when the layer returns, so the working set is one layer's, not the sum over layers:
   ``batch x tokens x bytes x (ACT_HIDDEN_TENSORS x width + ACT_FF_TENSORS x ff)``, where
@@ -72,6 +77,10 @@ The estimate comes from the config alone:
   CUDA context itself is not counted: `torch.cuda.mem_get_info` creates it before it
   answers, so its free figure is already net of the context.
 
+Where the whole model does not fit but some of its layers at full width would, the skip
+reason names the most that fit ("...; --layers 21 fits": `layers_that_fit`, every kind of
+layer kept, as ``--layers`` measures), so the model can be measured depth-reduced instead.
+
 The check compares the estimate with ``SAFETY_MARGIN`` (95%) of what is available: on
 the CPU ``MemAvailable`` from /proc/meminfo, or less where a cgroup memory limit leaves
 less; on CUDA the free bytes of `torch.cuda.mem_get_info`.
@@ -89,6 +98,7 @@ from typing import Any
 
 import torch
 
+from reportgen import kvcache
 from reportgen.errors import Skip, UserError
 from reportgen.profile import models
 from reportgen.vocabulary import ATTENTION_MICRO, DECODE_NOCACHE, TRAIN, TRAIN_MODES, positions_needed
@@ -96,6 +106,8 @@ from reportgen.vocabulary import ATTENTION_MICRO, DECODE_NOCACHE, TRAIN, TRAIN_M
 __all__ = ["SAFETY_MARGIN", "available", "check", "estimate", "format_gib"]
 
 GIB = 1024**3
+_LAYER_COUNT_NAMES = ("num_hidden_layers", "num_layers", "n_layer")
+MAX_KINDS = 8  # layer kinds one model mixes, at most, tried when looking for the fewest layers
 MIB = 1024**2
 METHOD = "meta-device parameter count + analytic working set"
 
@@ -211,6 +223,7 @@ class _Shape:
     keeps_last_logits: bool = False  # forward takes logits_to_keep (make_step passes 1)
     relative_bias: bool = False  # T5-style bias, computed once and passed through the stack
     logit_softcapping: bool = False  # logits / cap -> tanh -> * cap: two logits tensors live
+    cache: tuple[kvcache.LayerMemory, ...] = ()  # a decoder's layers' caches by kind
 
 
 def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]:
@@ -231,7 +244,10 @@ def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]
     encoder_decoder = shape.arch == "encoder-decoder"
 
     kv = 0
-    if mode in ("prefill", "decode"):
+    if mode in ("prefill", "decode") and shape.cache:
+        elements = [layer.elements(length + 1) for layer in shape.cache]
+        kv = (sum(elements) + max(elements)) * batch * nbytes
+    elif mode in ("prefill", "decode"):
         per_token_layer = 2 * kv_heads * head_dim * batch * nbytes
         layers = shape.dec_layers or shape.enc_layers
         kv = per_token_layer * (layers + 1) * (length + 1)
@@ -310,7 +326,8 @@ def estimate(combo: Any, *, device: str | None = None, profile_iterations: int =
                        lm_head=model.get_output_embeddings() is not None,  # type: ignore[operator]
                        keeps_last_logits="logits_to_keep" in models._forward_params(model),
                        relative_bias=bool(getattr(config, "relative_attention_num_buckets", None)),
-                       logit_softcapping=bool(getattr(config, "final_logit_softcapping", None)))
+                       logit_softcapping=bool(getattr(config, "final_logit_softcapping", None)),
+                       cache=tuple(kvcache.layer_memory(config)) if arch == "decoder" else ())
         del model
     parts: dict[str, int] = {"weights": int(weights), "build_transient": int(transient)}
     parts.update(_analytic(combo, info, shape))
@@ -330,6 +347,48 @@ def estimate(combo: Any, *, device: str | None = None, profile_iterations: int =
         parts["runtime"] = RUNTIME_CPU_BYTES
     return {"estimate_bytes": int(sum(parts.values())), "parts": parts, "parameters": int(params),
             "method": METHOD}
+
+
+def layers_that_fit(combo: Any, budget: float, *, device: str | None = None,
+                    profile_iterations: int = PROFILE_ITERATIONS) -> int | None:
+    """The most layers of ``combo``'s model (``--layers``: every kind kept, at full width)
+    whose estimate is within ``budget`` bytes, or None where even the fewest do not fit,
+    the combination already names its layers, or its model cannot be cut. The estimate
+    grows with the layers kept, so a bisection over the counts finds it."""
+    if _field(combo, "layers", None) is not None or _field(combo, "model", None) == ATTENTION_MICRO:
+        return None
+    try:
+        config = models.spec_of(combo).make_config(_field(combo, "scale", "reference"))
+    except Exception:  # noqa: BLE001 - a config the estimate could read but not cut
+        return None
+    total = models._first(config, _LAYER_COUNT_NAMES)
+    if not isinstance(total, int) or total < 2:
+        return None
+
+    def fits(n: int) -> bool | None:
+        """Whether ``n`` layers fit; None where the cut is refused (fewer layers than kinds)."""
+        fields = {**_as_dict(combo), "layers": n}
+        try:
+            needed = estimate(SimpleNamespace(**fields), device=device, profile_iterations=profile_iterations)
+        except UserError:
+            return None
+        return int(needed["estimate_bytes"]) <= budget
+
+    fewest = 1
+    answer = fits(fewest)
+    while answer is None and fewest < min(total - 1, MAX_KINDS):
+        fewest += 1  # the fewest layers that keep one of every kind
+        answer = fits(fewest)
+    if not answer:
+        return None
+    best, low, high = fewest, fewest + 1, total - 1
+    while low <= high:
+        middle = (low + high) // 2
+        if fits(middle):
+            best, low = middle, middle + 1
+        else:
+            high = middle - 1
+    return best
 
 
 # --- what is available ----------------------------------------------------------------
@@ -484,8 +543,9 @@ def check(combo: Any, device: str | None = None, *, profile_iterations: int = PR
         "method": est["method"],
     }
     if fits is False:
+        fewer = layers_that_fit(combo, margin * avail, device=device, profile_iterations=profile_iterations)
         skip = Skip(f"needs ~{format_gib(est['estimate_bytes'])}, {format_gib(avail)} available "
-                    f"({_where(device)})")
+                    f"({_where(device)})" + (f"; --layers {fewer} fits" if fewer else ""))
         skip.preflight = section  # type: ignore[attr-defined]
         raise skip
     return section
