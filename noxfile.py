@@ -22,14 +22,17 @@ VENV = ["--system-site-packages"]
 
 
 def install(session: nox.Session, *groups: str, extras: str = "") -> None:
-    """The package (with ``extras``, e.g. "profile") and the dependency groups."""
-    session.install("-e", f".[{extras}]" if extras else ".")
-    install_groups(session, *groups)
+    """The package (with ``extras``, e.g. "profile") and the dependency groups, in one pip
+    call (one resolution instead of one per group)."""
+    session.install("-e", f".[{extras}]" if extras else ".", *group_requirements(*groups))
 
 
 def install_groups(session: nox.Session, *groups: str) -> None:
-    for group in groups:
-        session.install(*nox.project.dependency_groups(PYPROJECT, group))
+    session.install(*group_requirements(*groups))
+
+
+def group_requirements(*groups: str) -> list[str]:
+    return [req for group in groups for req in nox.project.dependency_groups(PYPROJECT, group)]
 
 
 @nox.session(venv_params=VENV)

@@ -68,26 +68,45 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "slow tests: left out (run them with --slow, or CI=true)"
 
 
-def shared_group(item: pytest.Item) -> str | None:
-    """The xdist group of a test that uses a module or session fixture of ours (a built
-    site, a sweep, the Slurm cluster): every test sharing it runs in one worker, so it is
-    built once. A test module's fixture groups by its module, a conftest's by its name."""
+def shared_fixtures(item: pytest.Item) -> list[str]:
+    """The module or session fixtures of ours that ``item`` uses (a built site, a sweep, the
+    Slurm cluster), each named as a group: a test module's by its module, a conftest's by
+    its name."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
-        return None
+        return []
+    names = []
     for name, defs in sorted(info.name2fixturedefs.items()):
         fixture = defs[-1]
-        if fixture.scope not in ("module", "package", "session") or not fixture.baseid.startswith("tests"):
-            continue
-        return fixture.baseid if fixture.baseid.endswith(".py") else name
-    return None
+        if fixture.scope in ("module", "package", "session") and fixture.baseid.startswith("tests"):
+            names.append(fixture.baseid if fixture.baseid.endswith(".py") else name)
+    return names
+
+
+def shared_groups(items: list[pytest.Item]) -> dict[str, str]:
+    """The xdist group of each test that uses a shared fixture: the tests that share one,
+    directly or through another (a module's site built on the session's render), run in one
+    worker, so each is built once. A group is named by its first fixture in sorted order."""
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent.setdefault(name, name) != name:
+            name = parent[name]
+        return name
+
+    uses = {item.nodeid: shared_fixtures(item) for item in items}
+    for names in uses.values():
+        for name in names[1:]:
+            a, b = sorted((root(names[0]), root(name)))
+            parent[b] = a
+    return {nodeid: root(names[0]) for nodeid, names in uses.items() if names}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups = shared_groups(items)
     for item in items:
-        group = shared_group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if item.nodeid in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
     if run_slow(config):
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
@@ -110,3 +129,27 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         pytest.skip(reason)
     with SlurmCluster() as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def committed_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site project with the committed runs/, claims/ and bench/ rendered into it, for
+    the public address ``support.site.SITE_URL``: rendered once per session (its tests share
+    one xdist worker), read by the site checks and the depth checks, written by none."""
+    from support.site import make_project, render_committed
+
+    project = make_project(tmp_path_factory.mktemp("committed") / "project")
+    render_committed(project)
+    return project
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site project with the test site rendered into it (the runs fixture, its claims
+    and bench results, with SVG fallbacks), once per session: the render tests read it, the
+    browser tests build and serve it; none writes to it."""
+    from support.site import make_project, render_fixture
+
+    project = make_project(tmp_path_factory.mktemp("site") / "project")
+    render_fixture(project / "docs")
+    return project

@@ -231,11 +231,8 @@ def test_committed_reduced_presets_read_as_reduced_depth() -> None:
 
 
 @pytest.mark.slow
-def test_no_rendered_page_calls_a_reduced_model_full_size(tmp_path: Path) -> None:
-    from reportgen.render import render
-
-    docs = tmp_path / "docs"
-    render(ROOT / "runs", docs, claims=ROOT / "claims", bench=ROOT / "bench", svg=False)
+def test_no_rendered_page_calls_a_reduced_model_full_size(committed_project: Path) -> None:
+    docs = committed_project / "docs"  # the committed runs, claims and bench results, rendered
     pages = {p: p.read_text(encoding="utf-8") for p in docs.rglob("*.md")}
     for model, words in REDUCED.items():
         own = [text for p, text in pages.items() if p.stem == model]

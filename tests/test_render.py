@@ -43,13 +43,6 @@ def files_under(root: Path) -> dict[str, bytes]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="session")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    project = make_project(tmp_path_factory.mktemp("site") / "project")
-    render_fixture(project / "docs")
-    return project
-
-
 # --- fixture and golden pages --------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.browser import CDP, chromium, free_port, serve
-from support.site import HOSTILE, make_project, mkdocs_build, render_fixture
+from support.site import HOSTILE, mkdocs_build
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -31,7 +31,7 @@ def _require(ok: bool, why: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def site(rendered: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     _require(CHROMIUM is not None, "chromium is not installed")
     try:
         import websocket  # noqa: F401
@@ -40,9 +40,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]
     port = free_port()
     base = f"http://127.0.0.1:{port}/"
     root = tmp_path_factory.mktemp("browser")
-    project = make_project(root / "project")
-    render_fixture(project / "docs")
-    result = mkdocs_build(project, root / "site", site_url=base)
+    result = mkdocs_build(rendered, root / "site", site_url=base)
     assert result.returncode == 0, result.stdout + result.stderr
     with serve(root / "site", port):
         yield base, root / "site"

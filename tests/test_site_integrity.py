@@ -25,36 +25,31 @@ from typing import Any
 
 import pytest
 from support.browser import chromium, free_port, serve
-from support.site import make_project, mkdocs_build
+from support.site import SITE_URL, mkdocs_build
 
-from reportgen.render import render
 from reportgen.render.cite import AUTHOR, NO_URL, page_url
 
 # needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
 pytestmark = [pytest.mark.slow, pytest.mark.torchfree]
 
 ROOT = Path(__file__).resolve().parents[1]
-SITE_URL = "https://example.org/reportgen/"
 REPO_URL = "https://example.org/source/reportgen"
 LOCAL_PATH = re.compile(r"(?<![\w.])(/home/|/root/|/tmp/|/work/|/Users/|[A-Za-z]:\\\\Users\\\\)")
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def built(committed_project: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(docs, site) for the committed results, built for a public address."""
-    root = tmp_path_factory.mktemp("integrity")
-    project = make_project(root / "project")
-    render(ROOT / "runs", project / "docs", claims=ROOT / "claims", bench=ROOT / "bench",
-           site_url=SITE_URL)
     import os
 
+    site = tmp_path_factory.mktemp("integrity") / "site"
     os.environ["REPO_URL"] = REPO_URL
     try:
-        result = mkdocs_build(project, root / "site", site_url=SITE_URL)
+        result = mkdocs_build(committed_project, site, site_url=SITE_URL)
     finally:
         del os.environ["REPO_URL"]
     assert result.returncode == 0, result.stdout + result.stderr
-    return project / "docs", root / "site"
+    return committed_project / "docs", site
 
 
 def _pages(site: Path) -> list[Path]:

@@ -18,6 +18,7 @@ FIXTURE = ROOT / "tests" / "data" / "runs_fixture"
 CLAIMS = ROOT / "tests" / "data" / "claims_fixture"
 BENCH = ROOT / "tests" / "data" / "bench_fixture"
 HOSTILE = "<script>alert(1)</script>"  # the fixture's model and claim names that must stay text
+SITE_URL = "https://example.org/reportgen/"  # the public address the committed results are rendered for
 
 
 def make_project(where: Path) -> Path:
@@ -45,3 +46,8 @@ def mkdocs_build(project: Path, site: Path, site_url: str | None = None) -> subp
 def render_fixture(docs: Path, *, svg: bool = True) -> RenderResult:
     """The test site: the runs fixture with its claims and a bench results file."""
     return render(FIXTURE, docs, svg=svg, claims=CLAIMS, bench=BENCH)
+
+
+def render_committed(project: Path) -> RenderResult:
+    """The committed runs/, claims/ and bench/ rendered into ``project`` for SITE_URL."""
+    return render(ROOT / "runs", project / "docs", claims=ROOT / "claims", bench=ROOT / "bench", site_url=SITE_URL)
