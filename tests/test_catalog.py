@@ -84,6 +84,33 @@ def test_a_bad_entry_is_one_line_naming_file_and_field(tmp_path: Path) -> None:
         path.unlink()
 
 
+def test_a_verified_quote_says_where_it_was_found(tmp_path: Path) -> None:
+    good = json.loads((catalog.DATA_DIR / "qwen3-8b.json").read_text())
+    total = {k: v for k, v in good["stated"]["total"].items() if k not in ("verified", "checked")}
+    cases = [
+        ({**total, "verified": "yes", "checked": "card"}, "verified must be true or false"),
+        ({**total, "verified": True}, "says in checked where"),
+        ({**total, "verified": False, "checked": " "}, "non-empty text"),
+    ]
+    path = tmp_path / "qwen3-8b.json"
+    for stated, words in cases:
+        path.write_text(json.dumps({**good, "stated": {"total": stated}}))
+        with pytest.raises(UserError, match=words):
+            catalog.load_entry(path)
+    path.write_text(json.dumps({**good, "stated": {"total": total}}))
+    assert catalog.load_entry(path).total.verified is False  # an unmarked quote is not presented as verified
+    path.write_text(json.dumps({**good, "stated": {"total": {**total, "checked": "no copy of the card found"}}}))
+    assert catalog.load_entry(path).total.checked == "no copy of the card found"
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_every_stated_figure_says_how_its_words_were_checked(name: str) -> None:
+    entry = ENTRIES[name]
+    for figure in (entry.total, entry.active):
+        if figure is not None:
+            assert figure.checked, f"{name}: {figure.figure} says whether its words were found at {figure.source}"
+
+
 def test_reading_the_catalog_imports_no_torch() -> None:
     code = ("import sys, reportgen.catalog as c, reportgen.kvcache as k; c.catalog(); "
             "k.summary(c.entry('qwen3-8b').config); assert 'torch' not in sys.modules, 'torch imported'")
@@ -175,7 +202,8 @@ def test_models_json_lists_the_figures_with_their_sources(capsys: pytest.Capture
     assert mixtral["cache"]["per_token_bytes"] == 32 * 2 * 8 * 128 * 2  # layers x K,V x kv heads x width x bf16
     mamba = rows["mamba-2.8b"]
     assert mamba["cache"]["per_token_bytes"] == 0 and mamba["cache"]["bounded_bytes"] > 0
-    assert listed["agreement"] == {"agree": 3, "stated": 3}
+    assert listed["agreement"] == {"agree": 3, "stated": 3, "verified": 3}
+    assert mixtral["stated_active"]["verified"] and "abstract" in mixtral["stated_active"]["checked"]
 
 
 def test_models_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -185,6 +213,21 @@ def test_models_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "14B differs" in out and "86M agrees" in out
     assert "1 of 2 stated figures agree" in out
     assert "phi-4 total: 14B stated" in out  # the disagreement with its reason
+    assert "2 of 2 stated figures' words verified at their source" in out
+
+
+def test_models_table_lists_unverified_quotes(capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    phi = ENTRIES["phi-4"]
+    assert phi.total is not None
+    unverified = replace(phi, total=replace(phi.total, verified=False, checked="no copy of the card found"))
+    monkeypatch.setattr(catalog, "entry", lambda name: unverified)
+    assert main(["models", "--only", "phi-4"]) == 0
+    out = capsys.readouterr().out
+    assert "0 of 1 stated figures' words verified at their source" in out
+    assert "phi-4 total: 14B unverified: no copy of the card found" in out
 
 
 def test_models_unknown_only_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -197,9 +240,12 @@ def test_models_unknown_only_is_one_line_and_exit_2(capsys: pytest.CaptureFixtur
 @pytest.mark.slow
 def test_the_readme_states_the_catalog_s_agreement() -> None:
     """The README's agreement figure is the one `reportgen models` computes."""
-    from reportgen.commands.models import agreement, rows
+    from reportgen.commands.models import agreement, rows, verification
 
-    agree, stated = agreement(rows(catalog.names()))
+    listed = rows(catalog.names())
+    agree, stated = agreement(listed)
+    verified, _ = verification(listed)
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"{agree} of {stated} stated figures agree." in readme
+    assert f"{verified} of {stated} stated figures' words were found at their source" in readme
     assert f"{len(ENTRIES)} models people run today" in readme

@@ -2,7 +2,8 @@
 checkpoint's published config values (transformers ``model_type`` and the config.json
 fields that build it, the source named), its Hugging Face Hub id, and the publisher's
 stated total (and, for a mixture of experts, active) parameter counts, each with its
-exact words and address.
+exact words and address, and whether those words were found at that address (``verified``,
+with ``checked`` saying how; a quote not yet found there is listed as unverified).
 
 No torch here: suite validation and the render side read the catalog without it; the
 counting that builds each model on the meta device is ``profile/census.py``.
@@ -41,6 +42,8 @@ class Stated:
     source: str
     counts: str = "all"  # one of CONVENTIONS: the publisher's convention, from their own words
     disagreement: str | None = None  # where the computed count is outside the rule: why, in words
+    verified: bool = False  # the quote was found, word for word, at its source
+    checked: str | None = None  # how the quote was checked (or why it could not be), in words
 
     @property
     def value(self) -> float:
@@ -100,10 +103,16 @@ def _stated(data: Any, where: str) -> Stated | None:
     if data is None:
         return None
     if not isinstance(data, dict) or not {"figure", "quote", "source"} <= set(data) \
-            or set(data) - {"figure", "quote", "source", "counts", "disagreement"}:
-        raise UserError(f"{where}: a stated count has figure, quote and source (and counts, disagreement)")
-    if not all(isinstance(v, str) and v.strip() for v in data.values()):
-        raise UserError(f"{where}: figure, quote, source, counts and disagreement must be non-empty text")
+            or set(data) - {"figure", "quote", "source", "counts", "disagreement", "verified", "checked"}:
+        raise UserError(f"{where}: a stated count has figure, quote and source "
+                        "(and counts, disagreement, verified, checked)")
+    verified = data.get("verified", False)
+    if not isinstance(verified, bool):
+        raise UserError(f"{where}: verified must be true or false")
+    if not all(isinstance(v, str) and v.strip() for k, v in data.items() if k != "verified"):
+        raise UserError(f"{where}: figure, quote, source, counts, disagreement and checked must be non-empty text")
+    if verified and "checked" not in data:
+        raise UserError(f"{where}: a verified quote says in checked where its words were found")
     try:
         parse_figure(data["figure"])
     except ValueError as exc:
@@ -112,7 +121,7 @@ def _stated(data: Any, where: str) -> Stated | None:
     if counts not in CONVENTIONS:
         raise UserError(f"{where}: counts {counts!r} is not one of {', '.join(map(repr, CONVENTIONS))}")
     return Stated(figure=data["figure"], quote=data["quote"], source=data["source"], counts=counts,
-                  disagreement=data.get("disagreement"))
+                  disagreement=data.get("disagreement"), verified=verified, checked=data.get("checked"))
 
 
 _KEYS = {"name", "hub_id", "family", "config_source", "config", "stated", "stated_missing", "note"}

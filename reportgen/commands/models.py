@@ -51,7 +51,8 @@ def _figure(stated: Any, computed: int | None) -> dict[str, Any] | None:
     agrees = None if computed is None else stated.agrees(computed)
     return {"figure": stated.figure, "value": stated.value, "quote": stated.quote, "source": stated.source,
             "counts": stated.counts, "rule": stated.rule(), "computed_in_convention": computed,
-            "agrees": agrees, "disagreement": stated.disagreement}
+            "agrees": agrees, "disagreement": stated.disagreement, "verified": stated.verified,
+            "checked": stated.checked}
 
 
 def row(entry: Any, counted: Any, config: Any) -> dict[str, Any]:
@@ -109,6 +110,12 @@ def agreement(listed: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
     return sum(1 for f in figures if f["agrees"]), len(figures)
 
 
+def verification(listed: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+    """(stated figures whose words were found at their source, stated figures) over the rows."""
+    figures = [r[k] for r in listed for k in ("stated_total", "stated_active") if r[k] is not None]
+    return sum(1 for f in figures if f["verified"]), len(figures)
+
+
 def _params(n: int) -> str:
     return f"{fmt.general(n / 1e9, 4)}B" if n >= 1e9 else f"{fmt.general(n / 1e6, 4)}M"
 
@@ -157,6 +164,14 @@ def print_table(listed: list[dict[str, Any]]) -> None:
                 console.print(f"  {r['name']} {key.removeprefix('stated_')}: {figure['figure']} stated, "
                               f"{_params(figure['computed_in_convention'])} computed: "
                               f"{figure['disagreement'] or 'no reason recorded'}")
+    verified, stated = verification(listed)
+    console.print(f"{verified} of {stated} stated figures' words verified at their source")
+    for r in listed:
+        for key in ("stated_total", "stated_active"):
+            figure = r[key]
+            if figure is not None and not figure["verified"]:
+                console.print(f"  {r['name']} {key.removeprefix('stated_')}: {figure['figure']} unverified: "
+                              f"{figure['checked'] or 'not yet checked'}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,7 +182,9 @@ def run(args: argparse.Namespace) -> int:
     listed = rows(names)
     if args.format == "json":
         agree, stated = agreement(listed)
-        json.dump({"models": listed, "agreement": {"agree": agree, "stated": stated}}, sys.stdout, indent=2)
+        verified, _ = verification(listed)
+        json.dump({"models": listed, "agreement": {"agree": agree, "stated": stated, "verified": verified}},
+                  sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     print_table(listed)
