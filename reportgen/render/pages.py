@@ -45,6 +45,7 @@ from reportgen.render.builder import (
     clean,
     clean_row,
     clean_rows,
+    frame_csv,
     rel,
     slugify,
     unique_slugs,
@@ -123,7 +124,7 @@ def all_combinations(frame: pd.DataFrame) -> dict[str, bytes]:
     table = frame[[c for c in analysis.shown_columns(frame) if c not in _INTERNAL_COLUMNS]]
     buffer = io.BytesIO()
     table.to_parquet(buffer, index=False, engine="pyarrow")
-    return {".csv": table.to_csv(index=False, lineterminator="\n").encode("utf-8"),
+    return {".csv": frame_csv(table),
             ".parquet": buffer.getvalue()}
 
 
@@ -498,6 +499,7 @@ class SiteBuilder(Builder):
             "latest": self._run_rows(path, analysis.latest_runs(self.runs)),
             "counts": {s: int((f["status"] == s).sum()) if not f.empty else 0
                        for s in COMBINATION_STATUSES},
+            "shown": len(f),
             "findings_link": findings.FINDINGS_INDEX if self.report is not None else None,
             "validation_link": sections.VALIDATION if self.bench is not None else None,
             "instrumentation_link": studies.PATH if studies.studied(self.current) else None,
@@ -557,6 +559,7 @@ class SiteBuilder(Builder):
             for r in self._not_ok("status.md", f)] if not f.empty else []}))
         pages.append(Page("runs.md", "runs.md.j2", {
             "runs": self._run_rows("runs.md", sorted(self.runs, key=lambda r: r.run_id)),
+            "shown": len(f), "records": sum(len(run.combinations) for run in self.runs),
             "all_combinations": {ext: rel("runs.md", f"{ALL_COMBINATIONS}{ext}")
                                  for ext in (".csv", ".parquet")} if not f.empty else None}))
         for produce in PRODUCERS:

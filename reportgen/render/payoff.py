@@ -328,6 +328,20 @@ def iteration_series(record: Mapping[str, Any], trace: Path | None) -> Series | 
                   {c: tuple(float(cats.get(c, 0.0)) for _, cats in rows) for c in CATEGORIES})
 
 
+def share_intervals(record: Mapping[str, Any], trace: Path | None) -> dict[str, tuple[float, float]]:
+    """Each category's share interval from the record's attributed iterations
+    (``iteration_series``; the 95% percentile bootstrap the profile side stores with a
+    share), for a record that stores its shares without one; empty where it has no series."""
+    series = iteration_series(record, trace)
+    if series is None or series.n < 2:
+        return {}
+    out = {}
+    for category, per_iteration in series.categories.items():
+        _, low, high = stats.share_interval(per_iteration, series.iteration_ms)
+        out[category] = (low, high)
+    return out
+
+
 def amdahl(a: float, s: float) -> float:
     """End-to-end speedup when a share ``a`` of the time speeds up ``s`` times."""
     return 1.0 / ((1.0 - a) + a / s)
