@@ -14,7 +14,7 @@ import pandas as pd
 
 from reportgen import depth, fmt, stats
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES, OPTIONAL_CATEGORIES
-from reportgen.intervals import unstable_reason
+from reportgen.intervals import unstable_reason, wide_reason
 from reportgen.records import fields
 from reportgen.records.schema import Run
 from reportgen.records.status import OK, is_ok
@@ -93,6 +93,8 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "overhead_ratio": fields.number(rec, "profile.overhead_ratio"),
                 # measured under contention: why, in words (None when clean)
                 "unstable": unstable_reason(rec) if is_ok(rec) else None,
+                # an interval past twice its median: why, in words (None when not)
+                "wide": wide_reason(rec) if is_ok(rec) else None,
                 "forward_ms": fields.number(rec, "attribution.forward_ms"),
                 "basis": fields.get(rec, "attribution.basis"),
                 "headline_method": (fields.get(rec, "attribution.headline_method")
@@ -312,12 +314,13 @@ def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
             out.append({**dict(zip(keys, group_key)), "attn": row["attn"],
                         "median": row["median"], "ci_low": row["ci_low"],
                         "ci_high": row["ci_high"], "confidence": row.get("confidence"),
+                        "wide": row.get("wide"),
                         # the level the verdict against the fastest rests on
                         "fastest_confidence": fastest.get("confidence"), "fastest": bool(is_fastest),
                         "ratio": float(row["median"] / fastest["median"]),
                         "significant": (None if is_fastest
                                         else _slower(row, fastest))})
-    return pd.DataFrame(out, columns=[*keys, "attn", "median", "ci_low", "ci_high", "confidence",
+    return pd.DataFrame(out, columns=[*keys, "attn", "median", "ci_low", "ci_high", "confidence", "wide",
                                       "fastest_confidence", "fastest", "ratio", "significant"])
 
 
