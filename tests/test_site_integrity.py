@@ -333,6 +333,11 @@ def test_lists_render_as_lists(built: tuple[Path, Path]) -> None:
         for para in re.findall(r"<p>(.*?)</p>", html.read_text(encoding="utf-8"), re.DOTALL):
             if re.search(r"\n[-*] \S", para):
                 run_on.append(f"{html.relative_to(site)}: {para[:120]!r}")
+        # two items fused into one: the next item's "- " glued to the end of the last
+        for item in re.findall(r"<li>(.*?)</li>", html.read_text(encoding="utf-8"), re.DOTALL):
+            fused = re.search(r"[A-Za-z0-9)]- [A-Za-z]", re.sub(r"<[^>]+>", "", item))
+            if fused:
+                run_on.append(f"{html.relative_to(site)}: {item[:160]!r}")
     assert not run_on, "\n".join(run_on[:10])
 
 
