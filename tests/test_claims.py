@@ -892,3 +892,18 @@ predicate:
     assert row["measured"][0].startswith("share(attention.*): 10.0%")
     assert row["measured"][1] == "bounds: \u2265 20.0% refuted, \u2264 50.0% supported"
     assert row["setting"].startswith("bert-base, forward, fp32")
+
+
+def test_the_findings_index_counts_as_the_home_page_and_names_a_secondary_source() -> None:
+    from reportgen.records.load import load_runs
+    from reportgen.records.schema import current_runs
+    from reportgen.render import analysis
+    from reportgen.render.findings import FINDINGS_INDEX, pages
+
+    report = check(ROOT / "runs", ROOT / "claims")
+    shown = analysis.combinations_frame(current_runs(load_runs(ROOT / "runs")))
+    assert report.observations == len(shown)
+    index = pages(ROOT / "runs", ROOT / "claims", report=report)[FINDINGS_INDEX]
+    assert f"({len(shown)} combinations)" in index
+    row = next(line for line in index.splitlines() if "bert-base-attention-over-60-percent" in line)
+    assert "attributed to [Profiling in PyTorch (Part 3)" in row and "not found in it" in row

@@ -549,6 +549,7 @@ def check(runs_root: Path | str, claims_dir: Path | str) -> CheckReport:
     """Load the registry (a bad claim raises UserError) and evaluate every claim."""
     claims = load_claims(claims_dir)
     observations = load_observations(runs_root)
-    report = CheckReport(str(runs_root), observations=len(observations))
+    # a combination two current runs measured is one combination (as every page counts it)
+    report = CheckReport(str(runs_root), observations=len(latest_per_combination(observations)[0]))
     report.claims = [evaluate_claim(c, observations) for c in claims]
     return report
