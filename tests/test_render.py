@@ -680,3 +680,20 @@ def test_claims_index_agrees_with_claims_for_combination() -> None:
     for run_id, combo_id in combos:
         assert index.get((run_id, combo_id), []) == claims_for_combination(report, run_id,
                                                                            combo_id)
+
+
+def test_a_raw_exception_in_a_record_reads_as_a_sentence() -> None:
+    note = "flop_counter failed: AttributeError: 'NoneType' object has no attribute 'next_functions'"
+    text = analysis.reader_note(note)
+    assert "next_functions" not in text and "NoneType" not in text
+    assert text.startswith("PyTorch's FLOP counter could not count") and "in the record" in text
+    assert analysis.reader_note("embedding gathers are not counted") == "embedding gathers are not counted"
+
+
+def test_the_method_paragraphs_are_said_once_a_page(rendered: Path) -> None:
+    docs = rendered / "docs"
+    for page in docs.rglob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        assert text.count("A change is significant when a two-sided Mann") <= 1, page
+        # the attribution method's reason is folded into one line per method
+        assert not re.search(r"^Category shares.*attribution method: ", text, re.M), page

@@ -7,6 +7,7 @@ it returns (``charts.py``, ``pages.py``).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -423,3 +424,19 @@ def latest_runs(runs: Iterable[Run], limit: int = 10) -> list[Run]:
         when = fields.run_get(run.record, "updated") or fields.run_get(run.record, "started")
         return (str(when or ""), run.run_id)
     return sorted(runs, key=key, reverse=True)[:limit]
+
+
+_FAILED = re.compile(r"^(?P<what>[\w.]+) failed: (?P<kind>[A-Z]\w*(?:Error|Exception))\b")
+_WHAT_FAILED = {"flop_counter": "PyTorch's FLOP counter could not count this model's operators, "
+                                "so only the analytic FLOPs are given"}
+
+
+def reader_note(note: str) -> str:
+    """A record's note as a reader reads it: a raw exception ("flop_counter failed:
+    AttributeError: ...") becomes a sentence saying what could not be done; the exception
+    itself stays in the record, which the page links."""
+    m = _FAILED.match(note)
+    if m is None:
+        return note
+    what = _WHAT_FAILED.get(m.group("what"), f"{m.group('what')} could not run")
+    return f"{what} ({m.group('kind')}; the full message is in the record)"

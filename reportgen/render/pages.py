@@ -260,7 +260,7 @@ class SiteBuilder(Builder):
                              "unlinked_device_ms": fields.get(record, "attribution.unlinked_device_ms")},
                 "methods": analysis.attribution_methods(record),
                 "top_ops_data": self.table(path, "top-ops", analysis.top_ops(record)),
-                "flop_notes": list(fields.get(record, "flops.notes") or []),
+                "flop_notes": [analysis.reader_note(str(n)) for n in fields.get(record, "flops.notes") or []],
                 "has_peak": bool(sel["pct_peak"].notna().any()),
                 "has_launches": bool(sel["launches"].notna().any()),
                 "shares_chart": self.chart(path, "shares", "Category shares: time beside FLOPs",
