@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from reportgen.intervals import unstable_reason
 from reportgen.records import fields
 from reportgen.records.schema import Run, current_runs
 from reportgen.records.status import OK
@@ -240,6 +241,30 @@ class Builder:
             c = self.chart(page, slug, str(title or name), spec, out)
             return environment().get_template("_chart.md.j2").render(c=c).strip("\n")
         return embed
+
+    def provenance(self, run_id: str, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Where a figure comes from, for the sentence beside it: its run, when its record
+        was finished and the load it was measured under (the contention the record names,
+        or none recorded)."""
+        return {"run_id": run_id, "when": str(fields.get(record, "finished") or ""),
+                "load": unstable_reason(record) or "no contention recorded"}
+
+    def shown_latency(self, hw: str, combo_id: str) -> dict[str, Any] | None:
+        """The latency the combination's own page shows (its current record), with the
+        run and date it comes from; None where no page shows it."""
+        f = self.frame
+        if f.empty:
+            return None
+        rows = f[(f["hardware"] == hw) & (f["combo_id"] == combo_id)]
+        if rows.empty:
+            return None
+        row = rows.iloc[-1]
+        run = self.runs_by_id.get(str(row["run_id"]))
+        record = next((c.record for c in (run.combinations if run else [])
+                       if str(fields.get(c.record, "id") or c.path.stem) == combo_id), None)
+        return {"median": clean(row["median"]), "ci_low": clean(row["ci_low"]),
+                "ci_high": clean(row["ci_high"]), "confidence": clean(row.get("confidence")),
+                **self.provenance(str(row["run_id"]), record or {})}
 
     def combo_page_of(self, run_id: str, combo_id: str) -> str | None:
         """The page of a combination, for links from the Findings pages."""
