@@ -22,6 +22,7 @@ interval's exact coverage (``stats.coverage``) as the confidence.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -99,3 +100,45 @@ def unstable_reason(record: Mapping[str, Any]) -> str | None:
     reasons = [str(section["unstable"]) for section in sections
                if isinstance(section, Mapping) and section.get("unstable")]
     return "; ".join(reasons) or None
+
+
+WIDE = 2.0
+"""An interval reaching past twice its median (or below half of it) is flagged as wide."""
+
+TIMER_RESOLUTION_MS = {"cuda-events": 0.0005, "host-clock": 0.001}
+"""The clocks' resolution (CUDA events: 0.5 µs; the host's monotonic clock read through
+Python, conservatively 1 µs)."""
+
+
+def is_wide(median: Any, low: Any, high: Any) -> bool:
+    """Whether an interval reaches past ``WIDE`` times its median or below 1/``WIDE`` of it."""
+    values = (median, low, high)
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return False
+    m, lo, hi = (float(v) for v in values)
+    return m > 0 and (hi > WIDE * m or lo < m / WIDE)
+
+
+def wide_reason(record: Mapping[str, Any]) -> str | None:
+    """Why ``record``'s latency interval reaches past twice its median, in words (None
+    where it does not): the timer's resolution where the interval spans only a few ticks
+    of the clock, the variation between rounds where the rounds' medians themselves lie
+    that far apart, else the spread of the samples (which a loaded host, or none, gives)."""
+    median = fields.number(record, "timing.median")
+    low, high = fields.number(record, "timing.ci_low"), fields.number(record, "timing.ci_high")
+    if not is_wide(median, low, high):
+        return None
+    tick = TIMER_RESOLUTION_MS.get(str(fields.get(record, "timing.method") or ""), 0.001)
+    if high - low <= 20 * tick:
+        return (f"the timer's resolution: the interval spans {high - low:.3g} ms, "
+                f"a few ticks of a {tick * 1000:.2g} µs clock")
+    rounds = [r.get("median") for r in fields.get(record, "timing.rounds") or []
+              if isinstance(r, Mapping)]
+    medians = [float(m) for m in rounds if isinstance(m, int | float) and m > 0]
+    if len(medians) >= 2 and max(medians) > WIDE * min(medians):
+        return (f"the variation between rounds: the {len(medians)} rounds' medians run from "
+                f"{min(medians):.3g} to {max(medians):.3g} ms")
+    p5, p95 = fields.number(record, "timing.p5"), fields.number(record, "timing.p95")
+    spread = (f" (5th to 95th percentile {p5:.3g} to {p95:.3g} ms)"
+              if math.isfinite(p5) and math.isfinite(p95) else "")
+    return f"the variation between samples{spread}"

@@ -819,3 +819,51 @@ def test_combination_section_lists_claims(cpu_runs: Path) -> None:
     assert "context only: not measured (not the claim's hardware or conditions)" in text
     assert "verdict-not-tested-on-its-hardware" in text and "verdict-refuted" not in text
     assert combination_section(report, run_id, "no-such-combination", "x.md") == ""
+
+
+def test_a_combination_two_runs_measured_counts_once_from_the_latest(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    old = record("bert-base", "eager", shares={"attention.core": 0.7, "mlp": 0.3})
+    new = record("bert-base", "eager", shares={"attention.core": 0.4, "mlp": 0.6})
+    old["finished"], new["finished"] = "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"
+    first = write_run(runs, "cpu-x", "cpu-default", [old])
+    second = write_run(runs, "cpu-x", "cpu-payoff", [new])
+    result = evaluate(runs, share_claim(tmp_path / "claims").parent)
+    (row,) = result.evidence
+    assert row["run_id"] == second and row["also_measured_in"] == [first]
+    assert row["verdict"] == REFUTED and sum(result.counts.values()) == 1
+
+
+def test_a_range_claim_shows_its_value_once_and_names_each_bound(tmp_path: Path) -> None:
+    from reportgen.render.findings import page_model
+
+    runs = tmp_path / "runs"
+    write_run(runs, "cpu-x", "s", [record("bert-base", "eager", shares={"attention.core": 0.1, "mlp": 0.9})])
+    claims = write_claim(tmp_path / "claims", "range-claim", f"""title: Attention share in a range
+quote: Attention takes 20% to 50%.
+{SOURCE}conditions: {{model: bert-base, mode: forward, setting: inference, hardware: any}}
+predicate:
+  all:
+    - {{metric: "share(attention.*)", op: ">=", value: 0.2}}
+    - {{metric: "share(attention.*)", op: "<=", value: 0.5}}
+""").parent
+    model = page_model(evaluate(runs, claims))
+    (row,) = model["within"]
+    assert row["measured"][0].startswith("share(attention.*): 10.0%")
+    assert row["measured"][1] == "bounds: \u2265 20.0% refuted, \u2264 50.0% supported"
+    assert row["setting"].startswith("bert-base, forward, fp32")
+
+
+def test_the_findings_index_counts_as_the_home_page_and_names_a_secondary_source() -> None:
+    from reportgen.records.load import load_runs
+    from reportgen.records.schema import current_runs
+    from reportgen.render import analysis
+    from reportgen.render.findings import FINDINGS_INDEX, pages
+
+    report = check(ROOT / "runs", ROOT / "claims")
+    shown = analysis.combinations_frame(current_runs(load_runs(ROOT / "runs")))
+    assert report.observations == len(shown)
+    index = pages(ROOT / "runs", ROOT / "claims", report=report)[FINDINGS_INDEX]
+    assert f"({len(shown)} combinations)" in index
+    row = next(line for line in index.splitlines() if "bert-base-attention-over-60-percent" in line)
+    assert "attributed to [Profiling in PyTorch (Part 3)" in row and "not found in it" in row

@@ -90,3 +90,43 @@ def test_the_busy_process_runs_on_its_core_and_is_stopped_by_its_pid() -> None:
         assert _cpu_of(pid) == hog.cpu
         assert hog.proc.poll() is None
     assert hog.proc.poll() is not None and not Path(f"/proc/{pid}").exists()
+
+
+def test_a_relative_scratch_reaches_the_peer_as_an_absolute_path(tmp_path: Path, monkeypatch: Any) -> None:
+    """The peer runs with the scratch as its working directory: the interpreter and the
+    directories handed to it are absolute, whatever the command line gave."""
+    seen: list[Path] = []
+
+    def fake_run(suite_text: str, out: Path, **_: Any) -> effort.Measured:
+        seen.append(out)
+        return effort.Measured(1.0, [], None, 0)
+
+    def fake_python(scratch: Path, log: Any) -> tuple[Path | None, str]:
+        seen.append(scratch)
+        return scratch / "optimum-venv" / "bin" / "python", ""
+
+    def fake_optimum(python: Path, scratch: Path) -> tuple[float | None, str, dict[int, float]]:
+        seen.extend((python, scratch))
+        return None, "stopped here", {}
+
+    class NoHog:
+        proc = None
+        cpu = 0
+
+        def __enter__(self) -> NoHog:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(effort, "profile_run", fake_run)
+    monkeypatch.setattr(effort, "optimum_python", fake_python)
+    monkeypatch.setattr(effort, "optimum_run", fake_optimum)
+    monkeypatch.setattr(effort, "Hog", NoHog)
+    monkeypatch.setattr(effort, "tiny_effort", lambda m: {})
+    monkeypatch.setattr(effort, "reference_effort", lambda *a: {})
+    monkeypatch.setattr(effort, "contention_figure", lambda *a, **k: {})
+    monkeypatch.chdir(tmp_path)
+    effort.run(Path(".bench"), lambda m: None)
+    assert seen and all(p.is_absolute() for p in seen), seen
+    assert seen[0] == tmp_path.resolve() / ".bench" / "effort-tiny"

@@ -114,7 +114,8 @@ def test_a_mixture_of_experts_shows_where_the_router_sent_the_tokens(tmp_path: P
     assert ("In one forward of the headline combination (forward, fp32, sdpa, batch 1, "
             "full-size model, 256 tokens), the router sent 256 tokens each to 2 of the 4 "
             "experts per layer (2 layers): the busiest expert took **1.66x** the mean load "
-            "(1.58x averaged over the layers) and **1** expert got no token.") in section
+            "(1.58x averaged over the layers) and on average **0.5** of the 4 experts in a "
+            "layer got no token (1 over the 2 layers).") in section
     assert "Decode routes one token" not in section  # no decode combination here
     assert ("| model.<wbr>layers.<wbr>0.<wbr>mlp.<wbr>experts | 100, 100, 100, 212 | 1.66x | 0 |"
             in section)
@@ -122,8 +123,8 @@ def test_a_mixture_of_experts_shows_where_the_router_sent_the_tokens(tmp_path: P
     # the record it reads is linked
     assert "llama-tiny--forward--fp32--sdpa--b1--s256.json" in section
     # both forwards in the combinations table, each with its own figures
-    assert "b1--<wbr>s128 | 128 | 2 | 1.06x | 1.03x | 0 |" in section
-    assert "b1--<wbr>s256 | 256 | 2 | 1.66x | 1.58x | 1 |" in section
+    assert "b1--<wbr>s128 | 128 | 2 | 1.06x | 1.03x | 0 of 4 |" in section
+    assert "b1--<wbr>s256 | 256 | 2 | 1.66x | 1.58x | 0.5 of 4 |" in section
 
     # the chart: one bar per (layer, expert) with the layer's mean, in the page and its downloads
     spec = _spec(section, "routing")
@@ -174,7 +175,8 @@ def test_decode_figures_are_one_step(tmp_path: Path) -> None:
     assert "Decode routes one token per sequence, so a decode combination's figures describe one step" in section
     # the headline stays the s256 forward; the decode step is listed with its one token
     assert "In one forward of the headline combination" in section
-    assert "decode--<wbr>fp32--<wbr>sdpa--<wbr>b1--<wbr>s256 | 1 | 2 | 2.00x | 2.00x | 4 |" in section
+    # idle experts per layer, not summed over the layers (4 over 2 layers of 4 experts)
+    assert "decode--<wbr>fp32--<wbr>sdpa--<wbr>b1--<wbr>s256 | 1 | 2 | 2.00x | 2.00x | 2 of 4 |" in section
 
 
 # --- what a length counts -----------------------------------------------------------

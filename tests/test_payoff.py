@@ -113,6 +113,23 @@ def test_disagreement_names_the_category_the_time_moved_into() -> None:
     assert ok["agree"] is True and ok["moved"] == [] and ok["gap"] == 0.0
 
 
+def test_a_measured_interval_wider_than_the_predicted_effect_is_too_noisy_to_test() -> None:
+    # attention.core 1 -> 0.5 ms of a 100 ms forward: Amdahl predicts about 1.005x, while
+    # the measured latencies scatter by +-30%: their interval holds both 1x and 1.005x
+    base = _record("b", "eager", [{"attention.core": 1.0 + 0.01 * i, "mlp": 99.0} for i in range(6)],
+                   [100.0 * (1 + 0.3 * (((i * 7) % 11) - 5) / 5) for i in range(30)])
+    new = _record("n", "sdpa", [{"attention.core": 0.5, "mlp": 99.0 + 0.01 * i} for i in range(6)],
+                  [99.5 * (1 + 0.3 * (((i * 5) % 11) - 5) / 5) for i in range(30)])
+    row = payoff.amdahl_row({"hardware": "cpu-x", "model": "gpt2"}, base, new,
+                            iteration_series(base, None), iteration_series(new, None))
+    assert row["speedup_low"] < 1.0 < row["speedup_high"]
+    assert row["speedup_low"] < row["predicted"] < row["speedup_high"]
+    assert row["agree"] is None and row["why"] == payoff.TOO_NOISY
+    (summary,) = payoff.agreement([row])
+    assert summary["noisy"] == 1 and summary["agree"] == 0 and summary["undecided"] == 0
+    assert not payoff.too_noisy(1.5, 0.9, 1.2) and not payoff.too_noisy(1.1, 1.05, 1.2)
+
+
 def test_committed_records_read_from_their_traces() -> None:
     """Records written before per-iteration series were stored: the profiler method per
     iteration, read from the committed traces, reproduces the record's figures, and the

@@ -26,7 +26,7 @@ from support.site import BENCH, CLAIMS, FIXTURE, HOSTILE, make_project, mkdocs_b
 from reportgen import fmt
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
-from reportgen.render import analysis, render
+from reportgen.render import analysis, render, templating
 from reportgen.render.charts import Chart
 from reportgen.render.site import MANIFEST, MARKER
 
@@ -414,6 +414,23 @@ def test_crossover_outside_the_measured_range(att: list[float], status: str) -> 
     assert analysis.attention_crossover(_rows([100, 400], att, [4.0, 8.0]))["status"] == status
 
 
+def test_crossover_weighs_attention_against_the_models_largest_other_part() -> None:
+    """A mixture of experts has no MLP: attention is weighed against its experts; a
+    hybrid whose token mixers take more time than its MLP, against the mixers."""
+    moe = _rows([100, 400], [1.0, 16.0], [0.0, 0.0])
+    moe["ms:moe.experts"] = [4.0, 4.0]
+    out = analysis.attention_crossover(moe)
+    assert out["against"] == "the experts" and out["status"] == "crossover"
+    hybrid = _rows([100, 400], [1.0, 2.0], [1.0, 1.0])
+    hybrid["ms:mixer"] = [5.0, 10.0]
+    out = analysis.attention_crossover(hybrid)
+    assert out["against"] == "the token mixers" and out["status"] == "not-within-range"
+    assert analysis.attention_crossover(_rows([100, 400], [1.0, 2.0], [0.0, 0.0]))["against"] is None
+    env = templating.environment()
+    text = env.from_string('{% from "_macros.md.j2" import crossover %}{{ crossover(c) }}').render(c=out)
+    assert "overtake the token mixers" in text and "MLP" not in text
+
+
 def test_scaling_exponent_of_an_exact_power_law() -> None:
     fits = analysis.scaling_fits(_rows([128, 256, 512], [1.0, 4.0, 16.0], [1.0, 2.0, 4.0]))
     by_cat = dict(zip(fits["category"], fits["exponent"]))
@@ -629,3 +646,20 @@ def test_claims_index_agrees_with_claims_for_combination() -> None:
     for run_id, combo_id in combos:
         assert index.get((run_id, combo_id), []) == claims_for_combination(report, run_id,
                                                                            combo_id)
+
+
+def test_a_raw_exception_in_a_record_reads_as_a_sentence() -> None:
+    note = "flop_counter failed: AttributeError: 'NoneType' object has no attribute 'next_functions'"
+    text = analysis.reader_note(note)
+    assert "next_functions" not in text and "NoneType" not in text
+    assert text.startswith("PyTorch's FLOP counter could not count") and "in the record" in text
+    assert analysis.reader_note("embedding gathers are not counted") == "embedding gathers are not counted"
+
+
+def test_the_method_paragraphs_are_said_once_a_page(rendered: Path) -> None:
+    docs = rendered / "docs"
+    for page in docs.rglob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        assert text.count("A change is significant when a two-sided Mann") <= 1, page
+        # the attribution method's reason is folded into one line per method
+        assert not re.search(r"^Category shares.*attribution method: ", text, re.M), page

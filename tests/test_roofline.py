@@ -223,3 +223,23 @@ def test_without_a_probe_no_roof_is_drawn(tmp_path: Path) -> None:
     assert "No roof is drawn" in cpu
     text = (docs / PAGE).read_text(encoding="utf-8")
     assert "No run on this hardware recorded a CPU probe" in text
+
+
+def test_unmodelled_traffic_is_not_a_measured_zero() -> None:
+    """Experts and a router that take time but whose bytes the formula does not model read
+    "not modelled" (no bytes, no bandwidth, no fraction of peak); a dense MLP the
+    attribution gave no time is left out and named, not shown moving bytes in 0 ms."""
+    rec = record({"attention.core": 0.25, "mlp": 0.0, "moe.experts": 0.5, "moe.router": 0.05})
+    rec["flops"]["analytic"]["moe.experts"] = 512.0
+    roof = roofline.Roof("cpu", "cpu", 1e9, 1e6, "probe", "probe", "r")
+    rows = {r["category"]: r for r in roofline.category_rows(rec, roof)}
+    assert "mlp" not in rows and roofline.left_out(rec) == ["mlp"]
+    for cat in ("moe.experts", "moe.router"):
+        row = rows[cat]
+        assert row["modelled"] is False and row["bytes"] is None
+        assert row["bandwidth"] is None and row["pct_peak_bandwidth"] is None
+        assert row["ms"] == pytest.approx(10.0 * rec["attribution"]["categories"][cat]["share"])
+    assert rows["moe.experts"]["flops_per_s"] == pytest.approx(512.0 / 5e-3)
+    assert rows["attention.core"]["modelled"] is True and rows["attention.core"]["bytes"] > 0
+    points = roofline.chart_rows(list(rows.values()), {})
+    assert {p["category"] for p in points} == {"attention.core"}  # the chart places modelled ones only

@@ -27,6 +27,7 @@ import pytest
 from support.browser import chromium, free_port, serve
 from support.site import SITE_URL, mkdocs_build
 
+from reportgen.render import payoff
 from reportgen.render.cite import AUTHOR, NO_URL, page_url
 
 # needs no torch: the Pages job runs these on the base install (pytest -m torchfree)
@@ -108,18 +109,63 @@ def test_every_chart_offers_the_rows_it_draws(built: tuple[Path, Path]) -> None:
     assert checked > 50  # the site's charts, the Validation page's among them
 
 
+_WHOLE_AS_FLOAT = re.compile(r"^-?\d+\.0$")
+
+
+def test_no_download_is_empty_or_writes_counts_as_floats(built: tuple[Path, Path]) -> None:
+    """Every CSV the site offers holds rows, and a column of whole numbers (a count, a
+    length, bytes) reads 29, not 29.0."""
+    _, site = built
+    files = sorted(site.rglob("*.csv"))
+    assert len(files) > 100
+    for path in files:
+        where = str(path.relative_to(site))
+        rows = list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
+        assert rows, f"{where}: an empty download"
+        for column in rows[0]:
+            cells = [r[column] for r in rows if r[column] != ""]
+            assert not cells or not all(_WHOLE_AS_FLOAT.match(c) for c in cells), \
+                f"{where}: column {column} writes whole numbers as floats ({cells[0]})"
+    for path in sorted(site.rglob("*.json")):
+        if path.parent.name == "charts" and path.stat().st_size < 8:
+            raise AssertionError(f"{path.relative_to(site)}: an empty download")
+
+
+def test_a_table_download_follows_its_table(built: tuple[Path, Path]) -> None:
+    """"Download this table" sits right below a table; a download that spans several
+    tables says what it holds."""
+    _, site = built
+    checked = 0
+    for html in _pages(site):
+        text = html.read_text(encoding="utf-8")
+        for m in re.finditer(r"Download this table", text):
+            before = text[:m.start()]
+            last_table = before.rfind("</table>")
+            between = re.sub(r"<[^>]+>|\s", "", before[last_table:]) if last_table >= 0 else "x"
+            assert last_table >= 0 and between == "", \
+                f"{html.relative_to(site)}: 'Download this table' with no table above it"
+            checked += 1
+    assert checked > 20
+
+
 def _records() -> Iterator[tuple[str, str, dict[str, Any]]]:
     for path in sorted((ROOT / "runs").glob("*/*/combinations/*.json")):
         run = path.parent.parent
         yield f"{run.parent.name}/{run.name}", path.stem, json.loads(path.read_text(encoding="utf-8"))
 
 
-def _intervals(record: dict[str, Any]) -> dict[str, tuple[float, float]]:
+def _intervals(record: dict[str, Any], trace: Path | None = None) -> dict[str, tuple[float, float]]:
+    """The share intervals a record holds; for a record stored without them, those of its
+    attributed iterations (its trace), which the pages show in their place."""
     cats = (record.get("attribution") or {}).get("categories")
     if not isinstance(cats, dict):
         return {}
-    return {c: (float(v["share_low"]), float(v["share_high"])) for c, v in cats.items()
+    held = {c: (float(v["share_low"]), float(v["share_high"])) for c, v in cats.items()
             if isinstance(v, dict) and v.get("share_low") is not None}
+    if held or trace is None or not trace.exists():
+        return held
+    return {c: iv for c, iv in payoff.share_intervals(record, trace).items()
+            if isinstance(cats.get(c), dict) and cats[c].get("share") is not None}
 
 
 def _pct(x: float) -> str:
@@ -131,7 +177,8 @@ def test_every_share_interval_reaches_the_reader(built: tuple[Path, Path]) -> No
     table = list(csv.DictReader(io.StringIO(
         (docs / "data" / "combinations.csv").read_text(encoding="utf-8"))))
     by_key = {(r["run_id"], r["combo_id"]): r for r in table}
-    held = {(run, combo): _intervals(rec) for run, combo, rec in _records()}
+    held = {(run, combo): _intervals(rec, ROOT / "runs" / run / "traces" / f"{combo}.trace.json.gz")
+            for run, combo, rec in _records()}
     held = {k: v for k, v in held.items() if v}
     assert held, "the committed records hold share intervals"
     shown = 0
@@ -283,6 +330,11 @@ def test_lists_render_as_lists(built: tuple[Path, Path]) -> None:
         for para in re.findall(r"<p>(.*?)</p>", html.read_text(encoding="utf-8"), re.DOTALL):
             if re.search(r"\n[-*] \S", para):
                 run_on.append(f"{html.relative_to(site)}: {para[:120]!r}")
+        # two items fused into one: the next item's "- " glued to the end of the last
+        for item in re.findall(r"<li>(.*?)</li>", html.read_text(encoding="utf-8"), re.DOTALL):
+            fused = re.search(r"[A-Za-z0-9)]- [A-Za-z]", re.sub(r"<[^>]+>", "", item))
+            if fused:
+                run_on.append(f"{html.relative_to(site)}: {item[:160]!r}")
     assert not run_on, "\n".join(run_on[:10])
 
 

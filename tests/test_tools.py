@@ -402,3 +402,23 @@ def test_no_tools_page_without_a_study(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     render(DATA / "runs_fixture", docs, svg=False)
     assert not (docs / "tools.md").exists()
+
+
+def test_each_study_names_its_run_and_the_model_pages_figure_beside_it(tmp_path: Path) -> None:
+    """The tools page says which run, date and load its figures come from and, where the
+    model page shows the combination from another run, that figure with its own run and
+    date, flagged where the two disagree beyond their intervals."""
+    from reportgen.records.load import load_runs
+    from reportgen.render.pages import SiteBuilder
+    from reportgen.render.tools import page
+
+    root = Path(__file__).resolve().parents[1] / "runs"
+    b = SiteBuilder(load_runs(root))
+    (tools,) = page(b)
+    entries = [c for s in tools.context["sections"] for c in s["combinations"]]
+    assert entries and all(c["source"]["run_id"] and c["source"]["when"] for c in entries)
+    other = [c for c in entries if c["page"] is not None]
+    for c in other:
+        assert c["page"]["run_id"] != c["source"]["run_id"]
+        shown = b.shown_latency(c["page"]["run_id"].split("/")[0], c["combo_id"])
+        assert shown is not None and shown["when"] == c["page"]["when"]

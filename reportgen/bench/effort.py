@@ -288,7 +288,10 @@ def contention_figure(rows: Sequence[Mapping[str, Any]], *, wall_s: float, quiet
 
 
 def run(scratch: Path, log: Callable[[str], None], *, optimum: bool = True) -> dict[str, dict[str, Any]]:
-    """The three figures; the tiny run doubles as the contention figure's quiet run."""
+    """The three figures; the tiny run doubles as the contention figure's quiet run.
+    ``scratch`` is made absolute first: the peer benchmark runs with it as its working
+    directory, where a relative path to its interpreter would name nothing."""
+    scratch = scratch.resolve()
     figures: dict[str, dict[str, Any]] = {}
     log("  tiny combinations, quiet")
     quiet = profile_run(tiny_suite(), scratch / "effort-tiny")

@@ -485,9 +485,32 @@ def context_text(entry: dict[str, Any]) -> str:
     return f"on {entry['label']}: {what}; not the claim's hardware"
 
 
+def latest_per_combination(observations: list[Observation]) -> tuple[list[Observation], dict[int, list[str]]]:
+    """One observation of each combination on each hardware: where several current runs
+    (of different suites) measured the same combination, its latest record, so the
+    combination counts once; with, by position in the kept list, the other runs' ids."""
+    latest: dict[tuple[Any, ...], list[Observation]] = {}
+    for obs in observations:
+        key = (obs.hardware, *sorted((k, str(v)) for k, v in obs.combo.items()))
+        latest.setdefault(key, []).append(obs)
+    kept: list[Observation] = []
+    others: dict[int, list[str]] = {}
+    for group in latest.values():
+        group.sort(key=lambda o: (str(fields.get(o.record, "finished") or ""), o.run_id))
+        if len(group) > 1:
+            others[len(kept)] = [o.run_id for o in group[:-1]]
+        kept.append(group[-1])
+    return kept, others
+
+
 def evaluate_claim(claim: Claim, observations: list[Observation]) -> ClaimResult:
-    core = [o for o in observations if all(_matches(claim, o, k) for k in _CORE)]
-    rows = [_row(claim, group) for group in _groups(claim, core)]
+    core, others = latest_per_combination(
+        [o for o in observations if all(_matches(claim, o, k) for k in _CORE)])
+    also = {id(core[i]): runs for i, runs in others.items()}
+    groups = _groups(claim, core)
+    rows = [_row(claim, group) for group in groups]
+    for row, group in zip(rows, groups):
+        row["also_measured_in"] = sorted({r for o in group for r in also.get(id(o), [])})
     rows.sort(key=lambda r: (not r["within_conditions"], not r["on_claim_hardware"], r["hardware"],
                              r["run_id"], str(r["combination"].get("dtype")),
                              r["combination"].get("seq_len") or 0,
@@ -526,6 +549,7 @@ def check(runs_root: Path | str, claims_dir: Path | str) -> CheckReport:
     """Load the registry (a bad claim raises UserError) and evaluate every claim."""
     claims = load_claims(claims_dir)
     observations = load_observations(runs_root)
-    report = CheckReport(str(runs_root), observations=len(observations))
+    # a combination two current runs measured is one combination (as every page counts it)
+    report = CheckReport(str(runs_root), observations=len(latest_per_combination(observations)[0]))
     report.claims = [evaluate_claim(c, observations) for c in claims]
     return report

@@ -7,6 +7,7 @@ it returns (``charts.py``, ``pages.py``).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ import pandas as pd
 
 from reportgen import depth, fmt, stats
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES, OPTIONAL_CATEGORIES
-from reportgen.intervals import unstable_reason
+from reportgen.intervals import unstable_reason, wide_reason
 from reportgen.records import fields
 from reportgen.records.schema import Run
 from reportgen.records.status import OK, is_ok
@@ -96,6 +97,8 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "overhead_ratio": fields.number(rec, "profile.overhead_ratio"),
                 # measured under contention: why, in words (None when clean)
                 "unstable": unstable_reason(rec) if is_ok(rec) else None,
+                # an interval past twice its median: why, in words (None when not)
+                "wide": wide_reason(rec) if is_ok(rec) else None,
                 "forward_ms": fields.number(rec, "attribution.forward_ms"),
                 "basis": fields.get(rec, "attribution.basis"),
                 "headline_method": (fields.get(rec, "attribution.headline_method")
@@ -348,30 +351,58 @@ def scaling_fits(rows: pd.DataFrame) -> pd.DataFrame:
                                       "points", "seq_min", "seq_max"])
 
 
+# What attention is weighed against: the model's largest other part, by name
+COUNTERPARTS: dict[str, tuple[str, ...]] = {
+    "the MLP": ("mlp",), "the experts": ("moe.router", "moe.experts"), "the token mixers": ("mixer",)}
+
+
+def _part_ms(row: Mapping[str, Any], categories: Sequence[str]) -> float:
+    values = [row.get(f"ms:{c}") for c in categories]
+    return sum(float(v) for v in values if isinstance(v, int | float) and not math.isnan(v) and v > 0)
+
+
+def counterpart(rows: pd.DataFrame) -> str | None:
+    """The part attention is weighed against: the MLP, the experts (a mixture of
+    experts, whose MLP is its experts) or the token mixers (a hybrid's), whichever takes
+    the most time at the longest length; None where the model has none of them."""
+    if rows.empty:
+        return None
+    longest = rows.sort_values("seq", kind="mergesort").iloc[-1].to_dict()
+    times = {name: _part_ms(longest, cats) for name, cats in COUNTERPARTS.items()}
+    name, ms = max(times.items(), key=lambda kv: kv[1])
+    return name if ms > 0 else None
+
+
 def attention_crossover(rows: pd.DataFrame) -> dict[str, Any]:
-    """The sequence length where attention (all ``attention.*``) overtakes the MLP.
+    """The sequence length where attention (all ``attention.*``) overtakes the model's
+    largest other part (``against``: the MLP, the experts or the token mixers).
 
     Interpolated on log-log axes between the two measured lengths that bracket it.
     ``status``: "crossover", "attention-already-larger", "not-within-range" or
     "insufficient-data".
     """
+    against = counterpart(rows)
+    none = {"status": "insufficient-data", "seq": None, "seq_min": None, "seq_max": None, "against": against}
+    if against is None:
+        return none
     pts: list[tuple[int, float]] = []
     for _, row in rows.iterrows():
-        att = sum(row[f"ms:{c}"] for c in ATTENTION_CATEGORIES if row[f"ms:{c}"] > 0)
-        mlp = row["ms:mlp"]
-        if att > 0 and mlp > 0:
-            pts.append((int(row["seq"]), math.log(att) - math.log(mlp)))
+        att = _part_ms(row, ATTENTION_CATEGORIES)
+        other = _part_ms(row, COUNTERPARTS[against])
+        if att > 0 and other > 0:
+            pts.append((int(row["seq"]), math.log(att) - math.log(other)))
     pts.sort()
     if len(pts) < 2:
-        return {"status": "insufficient-data", "seq": None, "seq_min": None, "seq_max": None}
+        return none
     lo, hi = pts[0][0], pts[-1][0]
     if pts[0][1] >= 0:
-        return {"status": "attention-already-larger", "seq": None, "seq_min": lo, "seq_max": hi}
+        return {"status": "attention-already-larger", "seq": None, "seq_min": lo, "seq_max": hi, "against": against}
     for (s0, d0), (s1, d1) in zip(pts, pts[1:]):
         if d0 < 0 <= d1:
             log_s = math.log(s0) + (0 - d0) * (math.log(s1) - math.log(s0)) / (d1 - d0)
-            return {"status": "crossover", "seq": math.exp(log_s), "seq_min": lo, "seq_max": hi}
-    return {"status": "not-within-range", "seq": None, "seq_min": lo, "seq_max": hi}
+            return {"status": "crossover", "seq": math.exp(log_s), "seq_min": lo, "seq_max": hi,
+                    "against": against}
+    return {"status": "not-within-range", "seq": None, "seq_min": lo, "seq_max": hi, "against": against}
 
 
 def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
@@ -397,12 +428,13 @@ def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
             out.append({**dict(zip(keys, group_key)), "attn": row["attn"],
                         "median": row["median"], "ci_low": row["ci_low"],
                         "ci_high": row["ci_high"], "confidence": row.get("confidence"),
+                        "wide": row.get("wide"),
                         # the level the verdict against the fastest rests on
                         "fastest_confidence": fastest.get("confidence"), "fastest": bool(is_fastest),
                         "ratio": float(row["median"] / fastest["median"]),
                         "significant": (None if is_fastest
                                         else _slower(row, fastest))})
-    return pd.DataFrame(out, columns=[*keys, "attn", "median", "ci_low", "ci_high", "confidence",
+    return pd.DataFrame(out, columns=[*keys, "attn", "median", "ci_low", "ci_high", "confidence", "wide",
                                       "fastest_confidence", "fastest", "ratio", "significant"])
 
 
@@ -477,3 +509,19 @@ def latest_runs(runs: Iterable[Run], limit: int = 10) -> list[Run]:
         when = fields.run_get(run.record, "updated") or fields.run_get(run.record, "started")
         return (str(when or ""), run.run_id)
     return sorted(runs, key=key, reverse=True)[:limit]
+
+
+_FAILED = re.compile(r"^(?P<what>[\w.]+) failed: (?P<kind>[A-Z]\w*(?:Error|Exception))\b")
+_WHAT_FAILED = {"flop_counter": "PyTorch's FLOP counter could not count this model's operators, "
+                                "so only the analytic FLOPs are given"}
+
+
+def reader_note(note: str) -> str:
+    """A record's note as a reader reads it: a raw exception ("flop_counter failed:
+    AttributeError: ...") becomes a sentence saying what could not be done; the exception
+    itself stays in the record, which the page links."""
+    m = _FAILED.match(note)
+    if m is None:
+        return note
+    what = _WHAT_FAILED.get(m.group("what"), f"{m.group('what')} could not run")
+    return f"{what} ({m.group('kind')}; the full message is in the record)"

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from reportgen.intervals import unstable_reason
 from reportgen.records import fields
 from reportgen.records.schema import Run, current_runs
-from reportgen.render import analysis, charts, machine
+from reportgen.records.status import OK
+from reportgen.render import analysis, charts, machine, payoff
 from reportgen.render.charts import Chart
 from reportgen.render.templating import environment
 
@@ -89,8 +91,21 @@ def clean_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def table_csv(rows: Sequence[Mapping[str, Any]]) -> bytes:
-    frame = pd.DataFrame([dict(r) for r in rows])
-    return frame.to_csv(index=False, lineterminator="\n").encode("utf-8")
+    return frame_csv(pd.DataFrame([dict(r) for r in rows]))
+
+
+def frame_csv(frame: pd.DataFrame) -> bytes:
+    """A table as CSV; a column of whole numbers stored as floats only because it has a
+    gap (pandas' float64 for missing values) is written as integers, so a count reads
+    29, not 29.0."""
+    out = frame.copy()
+    for column in out.columns:
+        values = out[column]
+        if values.dtype.kind == "f":
+            known = values.dropna()
+            if not known.empty and bool((known == known.round()).all()) and bool((known.abs() < 2**53).all()):
+                out[column] = values.astype("Int64")
+    return out.to_csv(index=False, lineterminator="\n").encode("utf-8")
 
 
 def table_json(rows: Sequence[Mapping[str, Any]]) -> bytes:
@@ -106,6 +121,31 @@ class SiteModel:
     pages: list[Page]
     data_files: list[tuple[str, str]]  # (path under docs/, source path)
     files: dict[str, bytes] = field(default_factory=dict)  # downloads built from the runs
+
+
+def _with_share_intervals(frame: pd.DataFrame, runs: Sequence[Run]) -> pd.DataFrame:
+    """The combinations frame with each share's interval filled in for a record stored
+    before shares carried one, from its attributed iterations (its trace), where it has
+    them: every page and download then shows the same interval."""
+    if frame.empty:
+        return frame
+    lows = [c for c in frame.columns if c.startswith("share_ci_low:")]
+    lacking = frame[(frame["status"] == OK) & frame[lows].isna().all(axis=1)
+                    & frame["trace_rel"].notna()]
+    if lacking.empty:
+        return frame
+    stored = {(run.run_id, str(fields.get(c.record, "id") or c.path.stem)): c
+              for run in runs for c in run.combinations}
+    frame = frame.copy()
+    for index, row in lacking.iterrows():
+        combination = stored.get((str(row["run_id"]), str(row["combo_id"])))
+        if combination is None:
+            continue
+        for category, (low, high) in payoff.share_intervals(combination.record, combination.trace).items():
+            if f"share_ci_low:{category}" in frame.columns and pd.notna(row.get(f"share:{category}")):
+                frame.at[index, f"share_ci_low:{category}"] = low
+                frame.at[index, f"share_ci_high:{category}"] = high
+    return frame
 
 
 ChartEmbed = Callable[[str, Mapping[str, Any]], str]
@@ -127,12 +167,13 @@ class Builder:
         self.other_benches = list(other_benches)  # other hosts' results, newest first
         self.embedded: dict[str, list[Chart]] = {}  # charts of pages written elsewhere
         self.files: dict[str, bytes] = {}  # CSV and JSON behind charts and tables
-        # each row carries what reruns of it on the same kind of host gave (every
-        # committed run, not only the current ones)
+        # every committed run's rows: each page row carries what reruns of it on the
+        # same kind of host gave
         self.every = analysis.combinations_frame(self.runs, latest_only=False)
-        self.frame = analysis.with_reruns(analysis.combinations_frame(self.current), self.every)
         self.records = {(run.hardware, str(fields.get(c.record, "id") or c.path.stem)): c.record
                         for run in self.current for c in run.combinations}
+        self.frame = analysis.with_reruns(
+            _with_share_intervals(analysis.combinations_frame(self.current), self.current), self.every)
         self.runs_by_id = {run.run_id: run for run in self.runs}
         f = self.frame
         self.hw_slugs = unique_slugs(f["hardware"]) if not f.empty else {}
@@ -180,8 +221,11 @@ class Builder:
                 "svg_path": svg,
                 "data": self.table(page, f"{name}-chart", charts.data_rows(spec))}
 
-    def table(self, page: str, name: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-        """CSV and JSON of ``rows`` next to ``page``'s charts; their links from ``page``."""
+    def table(self, page: str, name: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
+        """CSV and JSON of ``rows`` next to ``page``'s charts; their links from ``page``.
+        None where there are no rows: the site offers no empty download."""
+        if not rows:
+            return None
         stem = posixpath.splitext(posixpath.basename(page))[0]
         base = f"{posixpath.dirname(page)}/charts/{stem}--{name}".lstrip("/")
         self.files[f"{base}.csv"] = table_csv(rows)
@@ -201,6 +245,30 @@ class Builder:
             c = self.chart(page, slug, str(title or name), spec, out)
             return environment().get_template("_chart.md.j2").render(c=c).strip("\n")
         return embed
+
+    def provenance(self, run_id: str, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Where a figure comes from, for the sentence beside it: its run, when its record
+        was finished and the load it was measured under (the contention the record names,
+        or none recorded)."""
+        return {"run_id": run_id, "when": str(fields.get(record, "finished") or ""),
+                "load": unstable_reason(record) or "no contention recorded"}
+
+    def shown_latency(self, hw: str, combo_id: str) -> dict[str, Any] | None:
+        """The latency the combination's own page shows (its current record), with the
+        run and date it comes from; None where no page shows it."""
+        f = self.frame
+        if f.empty:
+            return None
+        rows = f[(f["hardware"] == hw) & (f["combo_id"] == combo_id)]
+        if rows.empty:
+            return None
+        row = rows.iloc[-1]
+        run = self.runs_by_id.get(str(row["run_id"]))
+        record = next((c.record for c in (run.combinations if run else [])
+                       if str(fields.get(c.record, "id") or c.path.stem) == combo_id), None)
+        return {"median": clean(row["median"]), "ci_low": clean(row["ci_low"]),
+                "ci_high": clean(row["ci_high"]), "confidence": clean(row.get("confidence")),
+                **self.provenance(str(row["run_id"]), record or {})}
 
     def combo_page_of(self, run_id: str, combo_id: str) -> str | None:
         """The page of a combination, for links from the Findings pages."""

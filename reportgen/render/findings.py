@@ -92,9 +92,20 @@ def _unit(check: Comparison | Ordering) -> str:
     return check.metric.unit
 
 
+_OPS = {">=": "\u2265", "<=": "\u2264", ">": ">", "<": "<", "==": "=", "approx": "\u2248"}
+
+
 def _measured_cells(result: ClaimResult, row: dict[str, Any], shared: float | None) -> list[str]:
     cells: list[str] = []
     checks = result.claim.predicate.checks
+    if len(checks) > 1 and _one_metric(checks) and row["checks"]:
+        # a range (">= a" and "<= b" of one metric): the value once, each bound's verdict named
+        item = row["checks"][0]
+        text = "-" if item.get("value") is None else _with_interval(item, _unit(checks[0]), shared)
+        unit = _unit(checks[0])
+        bounds = ", ".join(f"{_OPS.get(spec.op, spec.op)} {format_value(spec.value, unit)} {c['verdict']}"
+                           for spec, c in zip(checks, row["checks"]) if isinstance(spec, Comparison))
+        return [f"{checks[0].metric.text}: {text}", f"bounds: {bounds}"]
     for spec, item in zip(checks, row["checks"]):
         unit = _unit(spec)
         if isinstance(spec, Ordering):
@@ -293,7 +304,8 @@ def claim_page_path(claim_id: str) -> str:
 
 
 def _setting(combo: dict[str, Any], variants: bool) -> str:
-    parts = [combo.get("dtype"), f"batch {combo.get('batch_size')}", f"seq {combo.get('seq_len')}"]
+    parts = [combo.get("model"), combo.get("mode"), combo.get("dtype"), f"batch {combo.get('batch_size')}",
+             f"seq {combo.get('seq_len')}"]
     if not variants and combo.get("attn_implementation"):
         parts.append(combo["attn_implementation"])
     return ", ".join(str(p) for p in parts if p is not None)
@@ -316,6 +328,9 @@ def _evidence_rows(result: ClaimResult, page: str, combination_page: Combination
         notes = list(row["outside"])
         if row.get("reason"):
             notes.append(row["reason"])
+        if row.get("also_measured_in"):
+            notes.append("also measured by run " + ", ".join(row["also_measured_in"])
+                         + "; counted once, from this latest record")
         rows.append({
             "hardware": row.get("device_name") or row["gpu_name"] or row["hardware"],
             "run_id": row["run_id"],

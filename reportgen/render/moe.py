@@ -106,7 +106,17 @@ def overview(moe: Mapping[str, Any], layers: Sequence[Mapping[str, Any]]) -> dic
         else (sum(ratios) / len(ratios) if ratios else None),
         "idle_experts": (int(moe["idle_experts"]) if isinstance(moe.get("idle_experts"), int)
                          else sum(r["idle_experts"] for r in layers)),
-    }
+    } | _idle_per_layer(moe, layers)
+
+
+def _idle_per_layer(moe: Mapping[str, Any], layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The idle experts as a reader counts them: per layer (the mean over the layers), since
+    the record's count is summed over every layer (96 for 4 layers of 32 experts)."""
+    idle = [r["idle_experts"] for r in layers if isinstance(r.get("idle_experts"), int)]
+    if idle:
+        return {"idle_per_layer": sum(idle) / len(idle)}
+    total = moe.get("idle_experts")
+    return {"idle_per_layer": total / len(layers) if isinstance(total, int) and layers else None}
 
 
 def table_rows(layers: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -45,6 +45,7 @@ from reportgen.render.builder import (
     clean,
     clean_row,
     clean_rows,
+    frame_csv,
     rel,
     slugify,
     unique_slugs,
@@ -124,7 +125,7 @@ def all_combinations(frame: pd.DataFrame) -> dict[str, bytes]:
     table = frame[[c for c in analysis.shown_columns(frame) if c not in _INTERNAL_COLUMNS]]
     buffer = io.BytesIO()
     table.to_parquet(buffer, index=False, engine="pyarrow")
-    return {".csv": table.to_csv(index=False, lineterminator="\n").encode("utf-8"),
+    return {".csv": frame_csv(table),
             ".parquet": buffer.getvalue()}
 
 
@@ -260,7 +261,7 @@ class SiteBuilder(Builder):
                              "unlinked_device_ms": fields.get(record, "attribution.unlinked_device_ms")},
                 "methods": analysis.attribution_methods(record),
                 "top_ops_data": self.table(path, "top-ops", analysis.top_ops(record)),
-                "flop_notes": list(fields.get(record, "flops.notes") or []),
+                "flop_notes": [analysis.reader_note(str(n)) for n in fields.get(record, "flops.notes") or []],
                 "has_peak": bool(sel["pct_peak"].notna().any()),
                 "has_launches": bool(sel["launches"].notna().any()),
                 "shares_chart": self.chart(path, "shares", "Category shares: time beside FLOPs",
@@ -499,6 +500,7 @@ class SiteBuilder(Builder):
             "latest": self._run_rows(path, analysis.latest_runs(self.runs)),
             "counts": {s: int((f["status"] == s).sum()) if not f.empty else 0
                        for s in COMBINATION_STATUSES},
+            "shown": len(f),
             "findings_link": findings.FINDINGS_INDEX if self.report is not None else None,
             "validation_link": sections.VALIDATION if self.bench is not None else None,
             "instrumentation_link": studies.PATH if studies.studied(self.current) else None,
@@ -558,6 +560,7 @@ class SiteBuilder(Builder):
             for r in self._not_ok("status.md", f)] if not f.empty else []}))
         pages.append(Page("runs.md", "runs.md.j2", {
             "runs": self._run_rows("runs.md", sorted(self.runs, key=lambda r: r.run_id)),
+            "shown": len(f), "records": sum(len(run.combinations) for run in self.runs),
             "all_combinations": {ext: rel("runs.md", f"{ALL_COMBINATIONS}{ext}")
                                  for ext in (".csv", ".parquet")} if not f.empty else None}))
         for produce in PRODUCERS:

@@ -328,6 +328,20 @@ def iteration_series(record: Mapping[str, Any], trace: Path | None) -> Series | 
                   {c: tuple(float(cats.get(c, 0.0)) for _, cats in rows) for c in CATEGORIES})
 
 
+def share_intervals(record: Mapping[str, Any], trace: Path | None) -> dict[str, tuple[float, float]]:
+    """Each category's share interval from the record's attributed iterations
+    (``iteration_series``; the 95% percentile bootstrap the profile side stores with a
+    share), for a record that stores its shares without one; empty where it has no series."""
+    series = iteration_series(record, trace)
+    if series is None or series.n < 2:
+        return {}
+    out = {}
+    for category, per_iteration in series.categories.items():
+        _, low, high = stats.share_interval(per_iteration, series.iteration_ms)
+        out[category] = (low, high)
+    return out
+
+
 def amdahl(a: float, s: float) -> float:
     """End-to-end speedup when a share ``a`` of the time speeds up ``s`` times."""
     return 1.0 / ((1.0 - a) + a / s)
@@ -388,6 +402,15 @@ def moved(prediction: Mapping[str, Any], part: Sequence[str] = PART) -> list[dic
     return sorted(rows, key=lambda r: (-abs(r["ms"]), CATEGORIES.index(r["category"])))
 
 
+TOO_NOISY = "too noisy to test: the measured interval holds both no change (1x) and the prediction"
+
+
+def too_noisy(predicted: float, low: float, high: float) -> bool:
+    """The measured interval ``[low, high]`` is wider than the predicted effect: it holds
+    both 1 (no change) and the predicted speedup, so it cannot test the prediction."""
+    return low <= 1.0 <= high and low <= predicted <= high and predicted != 1.0
+
+
 def amdahl_row(pair: Mapping[str, Any], base: Mapping[str, Any], new: Mapping[str, Any],
                sb: Series | None, sn: Series | None) -> dict[str, Any]:
     """One attention-implementation pair: the predicted end-to-end speedup (from the two
@@ -412,6 +435,11 @@ def amdahl_row(pair: Mapping[str, Any], base: Mapping[str, Any], new: Mapping[st
     if p["predicted_low"] is None or row["speedup"] is None:
         return row
     row["agree"] = _overlap(p["predicted_low"], p["predicted_high"], row["speedup_low"], row["speedup_high"])
+    if row["agree"] and too_noisy(p["predicted"], row["speedup_low"], row["speedup_high"]):
+        # an interval that holds both no change and the prediction cannot tell them apart:
+        # overlapping with the prediction is no agreement
+        row["agree"] = None
+        row["why"] = TOO_NOISY
     row["measured_over_predicted"] = row["speedup"] / p["predicted"]
     # how far apart the intervals lie (0 when they overlap), in speedup units
     row["gap"] = max(0.0, p["predicted_low"] - row["speedup_high"], row["speedup_low"] - p["predicted_high"])
@@ -450,7 +478,8 @@ def agreement(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         entry = out.setdefault((str(r["hardware"]), str(r["model"])),
                                {"hardware": r["hardware"], "model": r["model"], "pairs": 0,
-                                "agree": 0, "disagree": 0, "undecided": 0})
+                                "agree": 0, "disagree": 0, "undecided": 0, "noisy": 0})
         entry["pairs"] += 1
-        entry["agree" if r["agree"] is True else "disagree" if r["agree"] is False else "undecided"] += 1
+        entry["agree" if r["agree"] is True else "disagree" if r["agree"] is False
+              else "noisy" if r.get("why") == TOO_NOISY else "undecided"] += 1
     return [out[k] for k in sorted(out)]

@@ -107,7 +107,7 @@ def speedups_page(b: Builder) -> list[Page]:
                                      "link": part[0]["link"]} for m, part in models]})
     moved = [{"hardware": r["hardware"], "model": r["model"], "pair": _label(r), **m}
              for r in rows for m in r["moved"]]
-    ctx = {"sections": sections, "part": " + ".join(payoff.PART),
+    ctx = {"sections": sections, "part": " + ".join(payoff.PART), "too_noisy": payoff.TOO_NOISY,
            "payoff_link": "payoff.md",
            "data": b.table(path, "speedups", [{k: r.get(k) for k in _SPEEDUP_COLUMNS} for r in rows]),
            "moved_data": b.table(path, "moved", moved) if moved else None}

@@ -32,6 +32,9 @@ from reportgen.traffic import BYTE_CATEGORIES, record_bytes
 # categories that move analytic bytes or do analytic FLOPs ("compiled" and "overhead" have
 # time but no formula)
 ROOFLINE_CATEGORIES = tuple(c for c in BYTE_CATEGORIES if c != "compiled")
+# categories that take time whose memory traffic the analytic formula does not model:
+# shown with their time and "not modelled" bytes, never a measured 0
+UNMODELLED_TRAFFIC = ("mixer", "moe.router", "moe.experts")
 ATTENTION = "attention (all)"
 REST = "rest of the forward"
 
@@ -193,9 +196,14 @@ def _rate(amount: float, ms: tuple[float, float, float]) -> tuple[float, float, 
 
 
 def category_rows(record: Mapping[str, Any], roof: Roof | None = None) -> list[dict[str, Any]]:
-    """Per category with analytic FLOPs or bytes: both, the attributed time with its
-    interval, achieved bandwidth (bytes/s) and FLOP/s with intervals, the arithmetic
-    intensity, and with a roof the bandwidth as a fraction of its peak."""
+    """Per category with analytic FLOPs or bytes and attributed time: both, the attributed
+    time with its interval, achieved bandwidth (bytes/s) and FLOP/s with intervals, the
+    arithmetic intensity, and with a roof the bandwidth as a fraction of its peak. A
+    category that takes time but whose memory traffic the formula does not model (a
+    mixer, a router, the experts) has ``bytes`` None (``modelled`` false): no bandwidth,
+    no point on the chart, never a measured 0. A category the attribution gave no time
+    (the dense MLP of a model whose MLP is its experts) has nothing to place and is left
+    out (``left_out``)."""
     moved = record_bytes(record)
     if moved is None or latency(record) is None:
         return []
@@ -203,10 +211,28 @@ def category_rows(record: Mapping[str, Any], roof: Roof | None = None) -> list[d
     for cat in ROOFLINE_CATEGORIES:
         nbytes = _num(moved["analytic_bytes"].get(cat)) or 0.0
         work = _analytic_flops(record, cat)
-        if nbytes <= 0 and work <= 0:
+        share = category_share(record, cat)
+        if share is not None and share.value <= 0:
+            continue  # the attribution gave it no time: nothing to place (left_out)
+        if nbytes <= 0 and work <= 0 and not (cat in UNMODELLED_TRAFFIC and share is not None):
             continue
-        rows.append(_row(record, cat, [cat], nbytes, work, moved, roof))
+        rows.append(_row(record, cat, [cat], nbytes if nbytes > 0 else None, work, moved, roof))
     return rows
+
+
+def left_out(record: Mapping[str, Any]) -> list[str]:
+    """The categories with analytic bytes or FLOPs that the attribution gave no time:
+    the roofline leaves them out (each page says which)."""
+    moved = record_bytes(record)
+    if moved is None:
+        return []
+    out = []
+    for cat in ROOFLINE_CATEGORIES:
+        share = category_share(record, cat)
+        has_work = (_num(moved["analytic_bytes"].get(cat)) or 0.0) > 0 or _analytic_flops(record, cat) > 0
+        if has_work and share is not None and share.value <= 0:
+            out.append(cat)
+    return out
 
 
 def _analytic_flops(record: Mapping[str, Any], category: str) -> float:
@@ -214,14 +240,14 @@ def _analytic_flops(record: Mapping[str, Any], category: str) -> float:
     return _num(fields.get(record, ("flops", "analytic", category))) or 0.0
 
 
-def _row(record: Mapping[str, Any], label: str, cats: Sequence[str], nbytes: float, work: float,
-         moved: Mapping[str, Any], roof: Roof | None) -> dict[str, Any]:
+def _row(record: Mapping[str, Any], label: str, cats: Sequence[str], nbytes: float | None,
+         work: float, moved: Mapping[str, Any], roof: Roof | None) -> dict[str, Any]:
     time = category_time(record, cats)
-    bw = _rate(nbytes, time[:3]) if time else None
+    bw = _rate(nbytes, time[:3]) if time and nbytes else None
     fl = _rate(work, time[:3]) if time and work > 0 else None
     peak_bw = roof.bandwidth if roof else None
     return {
-        "category": label, "flops": work, "bytes": nbytes,
+        "category": label, "flops": work, "bytes": nbytes, "modelled": nbytes is not None,
         "parts": dict((moved.get("analytic_bytes_parts") or {}).get(label) or {}),
         "bytes_source": moved.get("source"),
         "ms": time[0] if time else None, "ms_low": time[1] if time else None,
@@ -229,7 +255,7 @@ def _row(record: Mapping[str, Any], label: str, cats: Sequence[str], nbytes: flo
         "confidence": confidence(record),
         "bandwidth": bw[0] if bw else None, "bandwidth_low": bw[1] if bw else None,
         "bandwidth_high": bw[2] if bw else None,
-        "intensity": work / nbytes if nbytes > 0 and work > 0 else None,
+        "intensity": work / nbytes if nbytes and work > 0 else None,
         "flops_per_s": fl[0] if fl else None, "flops_per_s_low": fl[1] if fl else None,
         "flops_per_s_high": fl[2] if fl else None,
         "pct_peak_bandwidth": 100 * bw[0] / peak_bw if bw and peak_bw else None,
@@ -248,8 +274,11 @@ def attention_vs_rest(record: Mapping[str, Any], roof: Roof | None = None) -> di
     moved = record_bytes(record)
     if moved is None or latency(record) is None:
         return None
-    rest = [c for c in ROOFLINE_CATEGORIES if c not in ATTENTION_CATEGORIES]
     by_bytes = moved["analytic_bytes"]
+    # the rest's bandwidth is its modelled bytes over its time: a category whose traffic
+    # is not modelled would add time without bytes, so it stays out of both
+    rest = [c for c in ROOFLINE_CATEGORIES if c not in ATTENTION_CATEGORIES
+            and not (c in UNMODELLED_TRAFFIC and not (_num(by_bytes.get(c)) or 0.0) > 0)]
     total_bytes = sum(_num(by_bytes.get(c)) or 0.0 for c in ROOFLINE_CATEGORIES)
     total_flops = sum(_analytic_flops(record, c) for c in ROOFLINE_CATEGORIES)
     sides = {}

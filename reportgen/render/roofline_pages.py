@@ -68,9 +68,18 @@ def measured(b: Builder, hw: str, rows: pd.DataFrame) -> list[dict[str, Any]]:
         if not cats:
             continue
         out.append({"row": r, "panel": panel_label(r), "roof": roof, "categories": cats,
+                    "left_out": roofline.left_out(record),
                     "attention": roofline.attention_vs_rest(record, roof),
                     "recomputed": any(c["bytes_source"] == "recomputed" for c in cats)})
     return out
+
+
+def _unplaced(items: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The categories the roofline cannot place, for the sentence that names them: those
+    whose memory traffic is not modelled, and those the attribution gave no time."""
+    return {"unmodelled": sorted({c["category"] for i in items for c in i["categories"]
+                                  if not c["modelled"]}),
+            "left_out": sorted({c for i in items for c in i["left_out"]})}
 
 
 def combination_section(b: Builder, page: str, hw: str, rows: pd.DataFrame,
@@ -91,6 +100,7 @@ def combination_section(b: Builder, page: str, hw: str, rows: pd.DataFrame,
         "roofs": [_roof_entry(p, r) for p, r in roofs.items()],
         "drawn": any(r.flops_per_s or r.bandwidth for r in roofs.values()),
         "recomputed": any(i["recomputed"] for i in items),
+        **_unplaced(items),
         "share_interval": any(str(c.get("interval") or "").startswith("share")
                               for c in points),
         "data": b.table(page, "roofline-categories", table),
@@ -123,6 +133,7 @@ def findings_page(b: Builder) -> list[Page]:
                                     "combination": i["panel"], "combo_id": i["row"]["combo_id"],
                                     **_flat(a)})
             models.append({"model": model, "link": rel(PAGE, b.combo_page(str(hw), str(model))),
+                           **_unplaced(items),
                            "items": [{"panel": i["panel"], "categories": i["categories"],
                                       "attention": i["attention"],
                                       "roof": _roof_entry(i["panel"], i["roof"])} for i in items]})

@@ -26,7 +26,7 @@ COLUMNS = ("hardware", "run_id", "combo_id", "variant", "status", "reason", "rat
            "gives", "verdict")
 
 ChartFn = Callable[[str, str, str, Mapping[str, Any], list[Chart]], dict[str, str]]
-TableFn = Callable[[str, str, Sequence[Mapping[str, Any]]], dict[str, str]]
+TableFn = Callable[[str, str, Sequence[Mapping[str, Any]]], dict[str, str] | None]
 
 
 def verdict(row: Mapping[str, Any]) -> str | None:

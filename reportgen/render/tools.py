@@ -122,6 +122,23 @@ def chart_long(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame[shown.astype(bool)] if not frame.empty else frame
 
 
+def _page_figure(b: Builder, hw: str, combo_id: str, run_id: str,
+                 study: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The latency the model page shows for this combination where it comes from another
+    run than the study, with whether the two disagree beyond their intervals (the study's
+    reportgen forward against the page's median)."""
+    shown = b.shown_latency(hw, combo_id)
+    if shown is None or shown["run_id"] == run_id:
+        return None
+    own = (study.get("tools") or {}).get("reportgen") or {}
+    found = own.get("forward_interval")
+    interval: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    low, high = interval.get("low"), interval.get("high")
+    apart = (None not in (low, high, shown["ci_low"], shown["ci_high"])
+             and (high < shown["ci_low"] or low > shown["ci_high"]))
+    return {**shown, "disagree": bool(apart)}
+
+
 def page(b: Builder) -> list[Page]:
     """"Compared with other tools": every current combination with a tools study,
     grouped by hardware; none when no record has one."""
@@ -145,7 +162,8 @@ def page(b: Builder) -> list[Page]:
             "link": rel(path, b.combo_page(hw, model)) if model in b.model_slugs else None,
             "trace": (rel(path, b.data(f"{run.rel}/{study['trace']}"))
                       if trace is not None else None),
-            "tools": tool_rows(study), "rows": [], "comparison": None}
+            "tools": tool_rows(study), "rows": [], "comparison": None,
+            "source": b.provenance(run.run_id, record), "page": _page_figure(b, hw, combo_id, run.run_id, study)}
         if study.get("comparison"):
             rows = table_rows(study)
             comparison = study["comparison"]

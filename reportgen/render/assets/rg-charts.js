@@ -13,6 +13,52 @@
   var DARK_MARK = "#6fa8dc";
   var DARK_RULE = "#b8b8b8";
   var DARK_TEXT = "#e0e0e0";
+  var DARK_BG = [0x1e, 0x21, 0x29]; /* the slate palette's background */
+  var MIN_CONTRAST = 4.5; /* well above WCAG's 3:1 floor for graphics: thin whiskers and small points */
+
+  function luminance(rgb) {
+    var c = rgb.map(function (v) {
+      v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+    });
+    return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
+  }
+
+  function contrast(a, b) {
+    var la = luminance(a), lb = luminance(b);
+    return (Math.max(la, lb) + 0.05) / (Math.min(la, lb) + 0.05);
+  }
+
+  /* A colour the spec names (a category's, an implementation's) lightened towards white
+   * until it stands out from the dark background: dark blues and browns vanish there. */
+  function forDark(hex) {
+    var rgb = [1, 3, 5].map(function (i) { return parseInt(hex.substr(i, 2), 16); });
+    var t = 0;
+    var out = rgb;
+    while (contrast(out, DARK_BG) < MIN_CONTRAST && t < 1) {
+      t += 0.05;
+      out = rgb.map(function (v) { return Math.round(v + (255 - v) * t); });
+    }
+    return "#" + out.map(function (v) { return ("0" + v.toString(16)).slice(-2); }).join("");
+  }
+
+  function darken(node) {
+    if (typeof node === "string") {
+      return /^#[0-9a-fA-F]{6}$/.test(node) ? forDark(node) : node;
+    }
+    if (Array.isArray(node)) {
+      return node.map(darken);
+    }
+    if (node && typeof node === "object") {
+      var out = {};
+      Object.keys(node).forEach(function (k) {
+        /* the data rows are the reader's numbers and names: never rewritten */
+        out[k] = k === "data" || k === "values" ? node[k] : darken(node[k]);
+      });
+      return out;
+    }
+    return node;
+  }
 
   function scheme() {
     return document.body.getAttribute("data-md-color-scheme") === "slate" ? "dark" : "light";
@@ -45,6 +91,9 @@
       return Promise.resolve();
     }
     var spec = JSON.parse(source);
+    if (scheme() === "dark") {
+      spec = darken(spec);
+    }
     var target = container.querySelector(".rg-view");
     if (!target) {
       target = document.createElement("div");
