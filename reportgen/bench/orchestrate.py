@@ -27,7 +27,7 @@ from reportgen.records.bench import load_results
 REPO = Path(__file__).resolve().parents[2]
 SCRATCH = REPO / ".bench"
 FIGURE_GROUPS: tuple[str, ...] = ("suite", "coverage", "effort", "isolation", "latency", "instrumentation",
-                                  "architectures", "ablation", "training", "render")
+                                  "architectures", "ablation", "training", "depth", "render")
 
 
 @dataclass(frozen=True)
@@ -300,6 +300,14 @@ def main(argv: list[str] | None = None) -> int:
 
         # figures 1 and 3b on training steps (train, train-nooptim)
         step("training", lambda: training_check.run(quick=p.quick, log=log, stop=stop))
+    if "depth" in only:
+        from reportgen.bench import depth_check
+
+        # --layers N against the same models measured whole: a dense, a mixture-of-experts
+        # and a hybrid model (quick: the dense one at 32 tokens)
+        step("depth", lambda: {depth_check.NAME: depth_check.run(
+            depth_check.QUICK if p.quick else depth_check.Plan(), SCRATCH / "depth", log=log, stop=stop,
+            command=command)})
     if "render" in only:
         from reportgen.bench import render_scaling
 
