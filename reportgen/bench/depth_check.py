@@ -91,9 +91,12 @@ class Plan:
     mode: str = MODE
     seq_len: int = SEQ_LEN
     scale: str = "reference"
-    budget_s: float = 6.0
-    rounds: int = 6
-    min_rounds: int = 6
+    # four rounds of each combination, 1 s of timing each: a 2-core host measures the two
+    # larger models whole (1.3 and 0.5 billion parameters, a second or more a forward) in
+    # minutes, most of it building them again for each round's fresh process
+    budget_s: float = 4.0
+    rounds: int = 4
+    min_rounds: int = 4
     target: float = 0.05
     profile_iterations: int = 3
 
@@ -315,27 +318,41 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
 # ---------------------------------------------------------------- measuring
 
 
+def _finished(runs: Path) -> bool:
+    """Whether ``runs`` holds a run its runner finished (not one it was stopped in)."""
+    from reportgen.records.schema import iter_runs
+
+    found = list(iter_runs(runs)) if runs.is_dir() else []
+    return bool(found) and all(fields.run_get(r.record, "status") == "complete" for r in found)
+
+
 def run(plan: Plan, scratch: Path, *, log: Callable[[str], None] = print,
         stop: Callable[[], bool] = lambda: False,
         command: str = "python scripts/bench.py --only depth") -> dict[str, Any]:
-    """Measure ``plan``'s suite into ``scratch/runs`` (a scratch runs tree, emptied first)
-    and summarise it."""
+    """Measure ``plan``'s suite into ``scratch/runs`` (a scratch runs tree) and summarise
+    it. A run stopped part way (the bench interrupted) is resumed, its finished rounds
+    kept; a finished one is measured again from scratch."""
     from reportgen.bench import efficiency
+    from reportgen.records.schema import iter_runs
     from reportgen.suite import load_suite
 
     if stop():
         return summarise([], plan, notes=["time limit reached before the figure started"])
     t0 = time.perf_counter()
     runs = scratch / "runs"
-    if runs.exists():
+    if _finished(runs):
         shutil.rmtree(runs)
     scratch.mkdir(parents=True, exist_ok=True)
     path = scratch / "depth-check.toml"
     path.write_text(suite_text(plan), encoding="utf-8")
     suite = load_suite(path)
-    log(f"  depth: {len(suite.combinations())} combinations in up to {plan.rounds} rounds")
-    measured = efficiency.run_suite(suite, runs, command=command)
-    for record in measured.records:
+    log(f"  depth: {len(suite.combinations())} combinations in up to {plan.rounds} rounds -> {runs}")
+    measured = efficiency.run_suite(suite, runs, command=command, force=False)
+    # every record of the run: a resumed run's earlier ones too, not only this invocation's
+    here = measured.run_dir.resolve()
+    records = next((list(r.combination_records()) for r in iter_runs(runs) if r.path.resolve() == here),
+                   measured.records)
+    for record in records:
         log(f"  depth {fields.get(record, 'id')}: {fields.get(record, 'status')} "
             f"{fields.get(record, 'timing.median')} ms, whole {fields.get(record, 'depth.whole.median_ms')} ms")
-    return summarise(measured.records, plan, duration_s=time.perf_counter() - t0)
+    return summarise(records, plan, duration_s=time.perf_counter() - t0)

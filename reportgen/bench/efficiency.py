@@ -35,12 +35,14 @@ class SuiteRun:
     wall_s: float
 
 
-def run_suite(suite: Any, out: Path, command: str = "python scripts/bench.py") -> SuiteRun:
-    """The bench's suite run, its run.json naming ``command`` (what measures it again)."""
+def run_suite(suite: Any, out: Path, command: str = "python scripts/bench.py", *,
+              force: bool = True) -> SuiteRun:
+    """The bench's suite run, its run.json naming ``command`` (what measures it again);
+    ``force=False`` resumes a run of the same suite stopped part way."""
     from reportgen.execute.runner import run_suite as _run
 
     t0 = time.perf_counter()
-    result = _run(suite, out=out, force=True, command=command)
+    result = _run(suite, out=out, force=force, command=command)
     wall = time.perf_counter() - t0
     return SuiteRun(suite=suite, records=list(result.records), run_dir=Path(result.store.run_dir),
                     wall_s=wall)
