@@ -2,7 +2,7 @@
 
 Order: the suite run first (its records feed the profiler-overhead, FLOPs, trace and
 efficiency figures), then the interleaved comparisons, the architecture sweep, the
-ablation and render scaling. The results file is rewritten (atomically) after each figure,
+ablation, the training step's figures, the depth-reduced measurement and render scaling. The results file is rewritten (atomically) after each figure,
 so an interrupted bench leaves what it finished.
 """
 
