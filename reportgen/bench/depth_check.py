@@ -252,6 +252,11 @@ def fits(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [f for f in found if f is not None]
 
 
+def _level(row: Mapping[str, Any]) -> str:
+    level = row.get("reduced_confidence")
+    return f"{float(level):.1%}".replace(".0%", "%") if isinstance(level, (int, float)) else "stated"
+
+
 def _failures(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return [f"{fields.get(r, 'id')}: {fields.get(r, 'status')}: {fields.get(r, 'reason')}"
             for r in records if not is_ok(r)]
@@ -305,7 +310,9 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
     return figure(
         TITLE, QUESTION, value=worst["rel_diff"], unit="fraction",
         interval=[worst["rel_diff_low"], worst["rel_diff_high"]],
-        interval_kind="the worst row's extrapolated interval over the median measured whole, less 1",
+        interval_kind=("extrapolated interval of the worst row (over the median measured whole, less 1: the "
+                       f"reduced median's {_level(worst)} interval times a 95% bootstrap over the measured "
+                       "layers, not a confidence interval at one level)"),
         goal=GOAL, goal_spec={"kind": "rel_within", "target": LATENCY_TOLERANCE},
         status="pass" if passed else "fail",
         notes=[*summary, *method_notes, *notes, *(f"Failed: {f}" for f in failed)],

@@ -2,8 +2,9 @@
 
 Order: the suite run first (its records feed the profiler-overhead, FLOPs, trace and
 efficiency figures), then the interleaved comparisons, the architecture sweep, the
-ablation, the training step's figures, the depth-reduced measurement and render scaling. The results file is rewritten (atomically) after each figure,
-so an interrupted bench leaves what it finished.
+ablation, the training step's figures, the depth-reduced measurement and render scaling.
+The results file is rewritten (atomically) after each figure, so an interrupted bench
+leaves what it finished.
 """
 
 from __future__ import annotations
@@ -140,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None,
                         help=f"comma-separated subset of: {', '.join(FIGURE_GROUPS)}")
     parser.add_argument("--resummarise", action="store_true",
-                        help="measure nothing: recompute the latency, instrumentation and "
-                             "coverage verdicts of --out from their stored rows")
+                        help="measure nothing: recompute the latency, instrumentation, "
+                             "coverage and depth verdicts of --out from their stored rows (the "
+                             "depth figure's from its scratch run's records)")
     parser.add_argument("--merge", action="store_true",
                         help="with --only: keep the other figures of an existing results file")
     parser.add_argument("--ablation-models", default=None, metavar="GROUPS",
@@ -336,7 +338,7 @@ def ablation_targets(p: Plan, groups: set[str] | frozenset[str] = frozenset(ABLA
 def resummarise(path: Path) -> int:
     """Recompute figure verdicts that are pure functions of their stored rows (the
     coverage's rows read again from the bench's two suite runs where they are on disk)."""
-    from reportgen.bench import coverage, latency, overhead
+    from reportgen.bench import coverage, depth_check, latency, overhead
 
     doc = load_results(path)
     figures = dict(doc["figures"])
@@ -363,10 +365,20 @@ def resummarise(path: Path) -> int:
             table = coverage.rows_from_runs(runs[0], runs[1], table) or table  # type: ignore[arg-type]
         new = coverage.summarise(table, duration_s=cov.get("duration_s"))
         figures["interval_coverage"] = {**cov, **new}
+    dep = figures.get(depth_check.NAME)
+    depth_run = _scratch_run(SCRATCH / "depth" / "runs")
+    if dep and depth_run is not None:
+        from reportgen.records.schema import load_run
+
+        # the depth figure's verdict again from the records of its scratch run, where still here
+        depth_plan = depth_check.QUICK if doc.get("quick") else depth_check.Plan()
+        new_depth = depth_check.summarise(list(load_run(depth_run).combination_records()), depth_plan,
+                                          duration_s=dep.get("duration_s"))
+        figures[depth_check.NAME] = {**dep, **new_depth}
     out = R.results_document(figures, environment=doc["environment"], created=doc["created"],
                              quick=doc["quick"], duration_s=doc["duration_s"], command=doc["command"])
     R.write_results(path, out)
-    for name in ("latency_agreement", "instrumentation_overhead", "interval_coverage"):
+    for name in ("latency_agreement", "instrumentation_overhead", "interval_coverage", depth_check.NAME):
         if name in figures:
             f = out["figures"][name]
             log(f"{name}: {f['status']} value={f['value']} interval={f['interval']}")

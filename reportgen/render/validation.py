@@ -423,18 +423,24 @@ def _flops_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -
     return _with_data(alt, chart, values)
 
 
+DEPTH_SERIES_COLOURS: dict[str, str] = {"measured, fewer layers": "#4c78a8", "measured whole": "#222222"}
+EXTRAPOLATED_COLOURS: tuple[str, ...] = ("#f58518", "#e45756", "#b279a2", "#9d755d")
+
+
 def depth_chart_rows(fig: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The depth figure's chart data: per model, the medians measured at fewer layers and
-    whole (with their intervals), each extrapolated whole-model median, and the line
-    through the reduced medians from no layers to the full depth."""
+    whole (with their intervals), each extrapolated whole-model median (at the full depth,
+    beside the one measured whole), and the line through the reduced medians from no
+    layers to the full depth."""
     out: list[dict[str, Any]] = []
     rows = [r for r in fig.get("rows") or [] if isinstance(r, Mapping)]
     for r in rows:
         out.append({"model": r["model"], "series": "measured, fewer layers", "layers": r["layers"],
                     "ms": r.get("reduced_ms"), "low": r.get("reduced_low_ms"), "high": r.get("reduced_high_ms")})
         out.append({"model": r["model"], "series": f"extrapolated from {r['layers']} layers",
-                    "layers": r["full_layers"], "ms": r.get("extrapolated_ms"),
-                    "low": r.get("extrapolated_low_ms"), "high": r.get("extrapolated_high_ms")})
+                    "layers": r["full_layers"],
+                    "ms": r.get("extrapolated_ms"), "low": r.get("extrapolated_low_ms"),
+                    "high": r.get("extrapolated_high_ms")})
     for model in dict.fromkeys(r["model"] for r in rows):
         first = next(r for r in rows if r["model"] == model)
         out.append({"model": model, "series": "measured whole", "layers": first["full_layers"],
@@ -448,18 +454,22 @@ def depth_chart_rows(fig: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _depth_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -> Any:
+    values = depth_chart_rows(fig)
+    names = list(dict.fromkeys(v["series"] for v in values if v["series"] != "fit"))
+    extrapolated = [n for n in names if n not in DEPTH_SERIES_COLOURS]
+    colours = {**DEPTH_SERIES_COLOURS, **dict(zip(extrapolated, EXTRAPOLATED_COLOURS * len(extrapolated)))}
     x = alt.X("layers:Q", title="layers measured")
     y = alt.Y("ms:Q", title="median latency, ms", axis=alt.Axis(format=AXIS_FORMAT))
-    series = alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", columns=2))
+    series = alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", columns=2),
+                       scale=alt.Scale(domain=names, range=[colours[n] for n in names]))
     line = alt.Chart().mark_line(strokeDash=[4, 3], color="gray").encode(x=x, y=y).transform_filter(
         alt.datum.series == "fit")
     points = alt.Chart().transform_filter(alt.datum.series != "fit")
     bars = points.mark_rule().encode(x=x, y="low:Q", y2="high:Q", color=series)
     marks = points.mark_point(filled=True, size=50).encode(
-        x=x, y=y, color=series, shape=alt.Shape("series:N", title=None, legend=None),
+        x=x, y=y, color=series,
         tooltip=["model:N", "series:N", "layers:Q", alt.Tooltip("ms:Q", format=".4~g"),
                  alt.Tooltip("low:Q", format=".4~g"), alt.Tooltip("high:Q", format=".4~g")])
-    values = depth_chart_rows(fig)
     return (alt.layer(line, bars, marks, data=alt.Data(values=values))
             .properties(width=CHART_WIDTH // 2, height=180)
             .facet(facet=alt.Facet("model:N", title=None), columns=2)
