@@ -121,6 +121,15 @@ def test_fit_reports_residuals_and_goodness_of_a_bent_line() -> None:
     assert sum(line["residuals_ms"].values()) == pytest.approx(0.0, abs=1e-9)
     assert line["residuals_ms"]["4"] < 0 < line["residuals_ms"]["2"]
     assert D.fit(rows[:2]) is None  # two counts: a line always fits, so none is reported
+    falling = [{**r, "reduced_ms": ms} for r, ms in zip(rows, (300.0, 100.0, 20.0))]
+    line = D.fit(falling)
+    assert line is not None and line["predicted_full_ms"] < 0
+    assert line["line_rel_diff"] is None and not line["on_line"]
+    fig = D.summarise([record("m", None, 250.0), *(record("m", r["layers"], r["reduced_ms"],
+                                                          whole=whole_figures(250.0, {"mlp": 1.0}))
+                                                   for r in falling)], PLAN)
+    assert fig["status"] == "fail" and any("the line gives no positive latency at 12 layers" in n
+                                           for n in fig["notes"])
 
 
 def test_a_model_not_measured_fails_the_figure_and_says_why() -> None:
@@ -178,7 +187,9 @@ def test_the_bench_runs_the_figure_and_the_page_and_readme_show_it(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_a_tiny_model_measured_whole_and_reduced(tmp_path: Path) -> None:
+def test_a_tiny_model_measured_whole_and_reduced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reportgen.bench import orchestrate
+
     config = tmp_path / "llama8" / "config.json"
     config.parent.mkdir()
     config.write_text(json.dumps({
@@ -187,8 +198,17 @@ def test_a_tiny_model_measured_whole_and_reduced(tmp_path: Path) -> None:
         "max_position_embeddings": 64}))
     plan = D.Plan(models=(D.DepthModel("dense", str(config), "a tiny llama"),), counts=(2, 4, 6),
                   seq_len=16, budget_s=0.3, rounds=1, min_rounds=1)
-    fig = D.run(plan, tmp_path / "scratch", log=lambda _: None)
+    fig = D.run(plan, tmp_path / "depth", log=lambda _: None)
     assert [r["layers"] for r in fig["rows"]] == [2, 4, 6], fig["notes"]
     assert all(r["full_layers"] == 8 and r["extrapolated_ms"] > 0 for r in fig["rows"])
     assert all(abs(sum(s["extrapolated"] for s in r["shares"].values()) - 1.0) < 1e-6 for r in fig["rows"])
     assert len(fig["fits"]) == 1 and fig["status"] in ("pass", "fail")
+    # the verdict again from the scratch run's records, under the plan the figure stored
+    monkeypatch.setattr(orchestrate, "SCRATCH", tmp_path)
+    path = R.write_results(tmp_path / "bench.json", R.results_document(
+        {D.NAME: {**fig, "status": "info", "measured_at": "then"}}, environment={}, created="c", quick=False,
+        duration_s=1.0, command="c"))
+    assert orchestrate.resummarise(path) == 0
+    again = B.load_results(path)["figures"][D.NAME]
+    assert again["status"] == fig["status"] and again["rows"] == fig["rows"] and again["measured_at"] == "then"
+    assert D.plan_of(again["plan"], D.Plan()) == plan

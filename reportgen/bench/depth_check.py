@@ -30,6 +30,7 @@ The figure passes when every row and every line does. The computation from recor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -99,6 +100,22 @@ class Plan:
     min_rounds: int = 4
     target: float = 0.05
     profile_iterations: int = 3
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    """``plan`` as the figure stores it (``plan_of`` reads it back)."""
+    return dataclasses.asdict(plan)
+
+
+def plan_of(stored: Mapping[str, Any] | None, default: Plan) -> Plan:
+    """The plan a figure stored (``plan_dict``), else ``default`` (a figure stored before
+    it kept its plan)."""
+    if not isinstance(stored, Mapping):
+        return default
+    values = {f.name: stored[f.name] for f in dataclasses.fields(Plan) if f.name in stored}
+    values["models"] = tuple(DepthModel(**m) for m in values.get("models", ()))
+    values["counts"] = tuple(values.get("counts", ()))
+    return dataclasses.replace(default, **values)
 
 
 QUICK = Plan(models=MODELS[:1], seq_len=32, budget_s=1.0, rounds=2, min_rounds=2)
@@ -289,7 +306,7 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
     ]
     if not table:
         return figure(TITLE, QUESTION, value=None, unit="fraction", goal=GOAL, goal_spec=None,
-                      status="not measured", duration_s=duration_s,
+                      status="not measured", duration_s=duration_s, extra={"plan": plan_dict(plan)},
                       notes=[*method_notes, *notes, *(failed or ["no depth-reduced record with its "
                                                                  "whole-model figures"])])
     worst = max(table, key=lambda r: abs(r["rel_diff"]))
@@ -301,9 +318,10 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
         *[f"{r['model']} at {r['layers']} of {r['full_layers']} layers: extrapolated latency "
           f"{r['rel_diff']:+.1%} of the measured, worst share {r['worst_share_category']} "
           f"{(r['worst_share_diff'] or 0.0) * 100:+.1f} points" for r in table if r["verdict"] != "pass"],
-        *[f"{f['model']}: the median measured whole is {f['line_rel_diff']:+.1%} off the line "
-          f"({f['slope_ms']:.3g} ms per layer + {f['intercept_ms']:.3g} ms, R² {f['r2']:.4f})"
-          for f in lines if not f["on_line"]],
+        *[f"{f['model']}: " + (f"the median measured whole is {f['line_rel_diff']:+.1%} off the line"
+                               if f["line_rel_diff"] is not None else "the line gives no positive latency")
+          + f" at {f['full_layers']} layers ({f['slope_ms']:.3g} ms per layer + {f['intercept_ms']:.3g} ms, "
+          f"R² {f['r2']:.4f})" for f in lines if not f["on_line"]],
         *[f"{m.model}: not measured whole and reduced" for m in missing],
         *[f"{m.model}: fewer than {stats.MIN_FIT_POINTS} layer counts to fit a line through" for m in unfitted],
     ]
@@ -317,8 +335,8 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
         status="pass" if passed else "fail",
         notes=[*summary, *method_notes, *notes, *(f"Failed: {f}" for f in failed)],
         rows=table, duration_s=duration_s,
-        extra={"fits": lines, "tolerances": {"latency": LATENCY_TOLERANCE, "share": SHARE_TOLERANCE,
-                                             "line": LINE_TOLERANCE}},
+        extra={"fits": lines, "plan": plan_dict(plan),
+               "tolerances": {"latency": LATENCY_TOLERANCE, "share": SHARE_TOLERANCE, "line": LINE_TOLERANCE}},
     )
 
 

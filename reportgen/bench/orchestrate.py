@@ -371,7 +371,8 @@ def resummarise(path: Path) -> int:
         from reportgen.records.schema import load_run
 
         # the depth figure's verdict again from the records of its scratch run, where still here
-        depth_plan = depth_check.QUICK if doc.get("quick") else depth_check.Plan()
+        depth_plan = depth_check.plan_of(dep.get("plan"), depth_check.QUICK if doc.get("quick")
+                                         else depth_check.Plan())
         new_depth = depth_check.summarise(list(load_run(depth_run).combination_records()), depth_plan,
                                           duration_s=dep.get("duration_s"))
         figures[depth_check.NAME] = {**dep, **new_depth}
