@@ -100,6 +100,9 @@ class Plan:
     min_rounds: int = 4
     target: float = 0.05
     profile_iterations: int = 3
+    # one round of a combination, at most: the runner's default (15 minutes) is too short
+    # for the profiled round of a model of a billion parameters whole on a busy 2-core host
+    timeout_s: float = 3600.0
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
@@ -118,7 +121,7 @@ def plan_of(stored: Mapping[str, Any] | None, default: Plan) -> Plan:
     return dataclasses.replace(default, **values)
 
 
-QUICK = Plan(models=MODELS[:1], seq_len=32, budget_s=1.0, rounds=2, min_rounds=2)
+QUICK = Plan(models=MODELS[:1], seq_len=32, budget_s=1.0, rounds=2, min_rounds=2, timeout_s=900.0)
 
 
 def suite_text(plan: Plan, name: str = "depth-check") -> str:
@@ -356,7 +359,8 @@ def run(plan: Plan, scratch: Path, *, log: Callable[[str], None] = print,
         command: str = "python scripts/bench.py --only depth") -> dict[str, Any]:
     """Measure ``plan``'s suite into ``scratch/runs`` (a scratch runs tree) and summarise
     it. A run stopped part way (the bench interrupted) is resumed, its finished rounds
-    kept; a finished one is measured again from scratch."""
+    kept and its failed combinations measured again; a finished one is measured again
+    from scratch."""
     from reportgen.bench import efficiency
     from reportgen.records.schema import iter_runs
     from reportgen.suite import load_suite
@@ -372,7 +376,7 @@ def run(plan: Plan, scratch: Path, *, log: Callable[[str], None] = print,
     path.write_text(suite_text(plan), encoding="utf-8")
     suite = load_suite(path)
     log(f"  depth: {len(suite.combinations())} combinations in up to {plan.rounds} rounds -> {runs}")
-    measured = efficiency.run_suite(suite, runs, command=command, force=False)
+    measured = efficiency.run_suite(suite, runs, command=command, force=False, timeout_s=plan.timeout_s)
     # every record of the run: a resumed run's earlier ones too, not only this invocation's
     here = measured.run_dir.resolve()
     records = next((list(r.combination_records()) for r in iter_runs(runs) if r.path.resolve() == here),
