@@ -212,3 +212,15 @@ def test_a_tiny_model_measured_whole_and_reduced(tmp_path: Path, monkeypatch: py
     again = B.load_results(path)["figures"][D.NAME]
     assert again["status"] == fig["status"] and again["rows"] == fig["rows"] and again["measured_at"] == "then"
     assert D.plan_of(again["plan"], D.Plan()) == plan
+
+
+@pytest.mark.parametrize(("whole", "reduced"), [("granitemoe-1b-a400m", "granitemoe-1b-a400m-4l"),
+                                                ("falcon-h1-0.5b", "falcon-h1-0.5b-4l")])
+def test_the_whole_presets_are_the_reduced_ones_at_their_checkpoints_depth(whole: str, reduced: str) -> None:
+    from reportgen.presets import PRESET_FULL_LAYERS, PRESETS
+
+    whole_type, whole_config = PRESETS[whole]
+    reduced_type, reduced_config = PRESETS[reduced]
+    assert whole_type == reduced_type and reduced_config["num_hidden_layers"] == 4
+    assert whole_config == {**reduced_config, "num_hidden_layers": PRESET_FULL_LAYERS[reduced]}
+    assert whole in {m.model for m in D.MODELS} and whole not in PRESET_FULL_LAYERS
