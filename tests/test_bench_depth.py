@@ -95,6 +95,15 @@ def test_a_row_off_by_more_than_its_tolerance_fails(change: dict[str, float], fa
     assert any("within both tolerances" in n and n.startswith("0 of 3") for n in fig["notes"])
 
 
+def test_rows_measured_under_contention_say_so() -> None:
+    records = linear_model()
+    records[2]["timing"]["unstable"] = "another process used 84% of the CPU during 6 of 6 rounds"
+    fig = D.summarise(records, PLAN)
+    assert [r["unstable"] for r in fig["rows"]] == [None, records[2]["timing"]["unstable"], None]
+    assert any(n.startswith("Measured under contention") and "1 of 4 combinations: m--prefill--4l." in n
+               for n in fig["notes"])
+
+
 def test_just_inside_the_tolerances_passes() -> None:
     fig = D.summarise(linear_model(whole_off=0.049, share_off=0.019), PLAN)
     assert fig["status"] == "pass"

@@ -41,6 +41,7 @@ from typing import Any
 
 from reportgen import depth, stats
 from reportgen.bench.results import figure
+from reportgen.intervals import unstable_reason
 from reportgen.records import fields
 from reportgen.records.status import is_ok
 
@@ -206,6 +207,7 @@ def comparison_row(whole: Mapping[str, Any], reduced: Mapping[str, Any], group: 
         "profiled_ratio": fields.get(reduced, "profile.overhead_ratio"),
         "whole_profiled_ratio": fields.get(whole, "profile.overhead_ratio"),
         "extrapolation_notes": list(fields.get(reduced, "depth.whole.notes") or []),
+        "unstable": unstable_reason(reduced), "whole_unstable": unstable_reason(whole),
         "latency_ok": latency_ok, "shares_ok": shares_ok,
         "verdict": "pass" if latency_ok and shares_ok else "fail",
     }
@@ -315,6 +317,7 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
     worst = max(table, key=lambda r: abs(r["rel_diff"]))
     passed = (all(r["verdict"] == "pass" for r in table) and all(f["on_line"] for f in lines)
               and not missing and not unfitted)
+    contended = [str(fields.get(r, "id")) for r in records if is_ok(r) and unstable_reason(r)]
     summary = [
         f"{sum(r['verdict'] == 'pass' for r in table)} of {len(table)} depth-reduced combinations within "
         f"both tolerances; {sum(bool(f['on_line']) for f in lines)} of {len(lines)} models on their line.",
@@ -327,6 +330,9 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
           f"R² {f['r2']:.4f})" for f in lines if not f["on_line"]],
         *[f"{m.model}: not measured whole and reduced" for m in missing],
         *[f"{m.model}: fewer than {stats.MIN_FIT_POINTS} layer counts to fit a line through" for m in unfitted],
+        *([f"Measured under contention (too few clean rounds, or a contended profiled pass; each row's "
+           f"`unstable` says why): {len(contended)} of {len(records)} combinations: " + ", ".join(contended) + "."]
+          if contended else []),
     ]
     return figure(
         TITLE, QUESTION, value=worst["rel_diff"], unit="fraction",

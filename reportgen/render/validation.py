@@ -210,7 +210,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "depth_extrapolation": ("model", "layers", "full_layers", "reduced_ms", "extrapolated_ms",
                             "extrapolated_low_ms", "extrapolated_high_ms", "measured_ms", "measured_low_ms",
                             "measured_high_ms", "rel_diff", "inside", "worst_share_category",
-                            "worst_share_diff", "share_diffs", "profiled_ratio", "verdict"),
+                            "worst_share_diff", "share_diffs", "profiled_ratio", "unstable", "verdict"),
 }
 
 # A second table some figures carry beside their rows: (its key in the figure, its
