@@ -35,12 +35,18 @@ class SuiteRun:
     wall_s: float
 
 
-def run_suite(suite: Any, out: Path, command: str = "python scripts/bench.py") -> SuiteRun:
-    """The bench's suite run, its run.json naming ``command`` (what measures it again)."""
+def run_suite(suite: Any, out: Path, command: str = "python scripts/bench.py", *,
+              force: bool = True, timeout_s: float | None = None) -> SuiteRun:
+    """The bench's suite run, its run.json naming ``command`` (what measures it again);
+    ``force=False`` resumes a run of the same suite stopped part way, measuring its failed
+    combinations again; ``timeout_s``: how long one combination's worker may take (default:
+    the runner's)."""
+    from reportgen.execute.runner import local_executor
     from reportgen.execute.runner import run_suite as _run
 
     t0 = time.perf_counter()
-    result = _run(suite, out=out, force=True, command=command)
+    executor = local_executor(suite, timeout_s=timeout_s) if timeout_s else None
+    result = _run(suite, out=out, force=force, retry_failed=not force, command=command, executor=executor)
     wall = time.perf_counter() - t0
     return SuiteRun(suite=suite, records=list(result.records), run_dir=Path(result.store.run_dir),
                     wall_s=wall)

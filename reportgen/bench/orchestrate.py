@@ -2,8 +2,9 @@
 
 Order: the suite run first (its records feed the profiler-overhead, FLOPs, trace and
 efficiency figures), then the interleaved comparisons, the architecture sweep, the
-ablation and render scaling. The results file is rewritten (atomically) after each figure,
-so an interrupted bench leaves what it finished.
+ablation, the training step's figures, the depth-reduced measurement and render scaling.
+The results file is rewritten (atomically) after each figure, so an interrupted bench
+leaves what it finished.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from reportgen.records.bench import load_results
 REPO = Path(__file__).resolve().parents[2]
 SCRATCH = REPO / ".bench"
 FIGURE_GROUPS: tuple[str, ...] = ("suite", "coverage", "effort", "isolation", "latency", "instrumentation",
-                                  "architectures", "ablation", "training", "render")
+                                  "architectures", "ablation", "training", "depth", "render")
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None,
                         help=f"comma-separated subset of: {', '.join(FIGURE_GROUPS)}")
     parser.add_argument("--resummarise", action="store_true",
-                        help="measure nothing: recompute the latency, instrumentation and "
-                             "coverage verdicts of --out from their stored rows")
+                        help="measure nothing: recompute the latency, instrumentation, "
+                             "coverage and depth verdicts of --out from their stored rows (the "
+                             "depth figure's from its scratch run's records)")
     parser.add_argument("--merge", action="store_true",
                         help="with --only: keep the other figures of an existing results file")
     parser.add_argument("--ablation-models", default=None, metavar="GROUPS",
@@ -300,6 +302,14 @@ def main(argv: list[str] | None = None) -> int:
 
         # figures 1 and 3b on training steps (train, train-nooptim)
         step("training", lambda: training_check.run(quick=p.quick, log=log, stop=stop))
+    if "depth" in only:
+        from reportgen.bench import depth_check
+
+        # --layers N against the same models measured whole: a dense, a mixture-of-experts
+        # and a hybrid model (quick: the dense one at 32 tokens)
+        step("depth", lambda: {depth_check.NAME: depth_check.run(
+            depth_check.QUICK if p.quick else depth_check.Plan(), SCRATCH / "depth", log=log, stop=stop,
+            command=command)})
     if "render" in only:
         from reportgen.bench import render_scaling
 
@@ -328,7 +338,7 @@ def ablation_targets(p: Plan, groups: set[str] | frozenset[str] = frozenset(ABLA
 def resummarise(path: Path) -> int:
     """Recompute figure verdicts that are pure functions of their stored rows (the
     coverage's rows read again from the bench's two suite runs where they are on disk)."""
-    from reportgen.bench import coverage, latency, overhead
+    from reportgen.bench import coverage, depth_check, latency, overhead
 
     doc = load_results(path)
     figures = dict(doc["figures"])
@@ -355,10 +365,21 @@ def resummarise(path: Path) -> int:
             table = coverage.rows_from_runs(runs[0], runs[1], table) or table  # type: ignore[arg-type]
         new = coverage.summarise(table, duration_s=cov.get("duration_s"))
         figures["interval_coverage"] = {**cov, **new}
+    dep = figures.get(depth_check.NAME)
+    depth_run = _scratch_run(SCRATCH / "depth" / "runs")
+    if dep and depth_run is not None:
+        from reportgen.records.schema import load_run
+
+        # the depth figure's verdict again from the records of its scratch run, where still here
+        depth_plan = depth_check.plan_of(dep.get("plan"), depth_check.QUICK if doc.get("quick")
+                                         else depth_check.Plan())
+        new_depth = depth_check.summarise(list(load_run(depth_run).combination_records()), depth_plan,
+                                          duration_s=dep.get("duration_s"))
+        figures[depth_check.NAME] = {**dep, **new_depth}
     out = R.results_document(figures, environment=doc["environment"], created=doc["created"],
                              quick=doc["quick"], duration_s=doc["duration_s"], command=doc["command"])
     R.write_results(path, out)
-    for name in ("latency_agreement", "instrumentation_overhead", "interval_coverage"):
+    for name in ("latency_agreement", "instrumentation_overhead", "interval_coverage", depth_check.NAME):
         if name in figures:
             f = out["figures"][name]
             log(f"{name}: {f['status']} value={f['value']} interval={f['interval']}")

@@ -42,6 +42,7 @@ FIGURES: tuple[str, ...] = (
     "attribution_ablation",
     "training_latency_agreement",
     "training_ablation",
+    "depth_extrapolation",
     "attribution_remainder",
     "flops_agreement",
     "trace_agreement",

@@ -84,6 +84,7 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
         interval_name=interval_name,
         is_ci=is_confidence_interval,
         row_value=row_value,
+        extra_table=extra_table,
     )
 
 
@@ -211,6 +212,21 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "memory_estimate": ("combination", "estimate_gib", "baseline_rss_gib", "peak_rss_gib", "grew_gib", "ratio"),
     "render_scaling": ("combinations", "pages", "render_s", "build_s", "total_s",
                        "pages_per_s", "combinations_per_s"),
+    "depth_extrapolation": ("model", "layers", "full_layers", "reduced_ms", "extrapolated_ms",
+                            "extrapolated_low_ms", "extrapolated_high_ms", "measured_ms", "measured_low_ms",
+                            "measured_high_ms", "rel_diff", "inside", "worst_share_category",
+                            "worst_share_diff", "share_diffs", "profiled_ratio", "unstable", "verdict"),
+}
+
+# A second table some figures carry beside their rows: (its key in the figure, its
+# caption, its columns).
+EXTRA_TABLES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "depth_extrapolation": (
+        "fits", "Latency = intercept + slope x layers through each model's medians at fewer layers "
+        "(slope in ms per layer, with its 95% interval; R²; each count's residual in ms), and the "
+        "median measured whole against the line at full depth",
+        ("model", "layers", "slope_ms", "slope_low_ms", "slope_high_ms", "intercept_ms", "r2",
+         "residuals_ms", "full_layers", "predicted_full_ms", "measured_full_ms", "line_rel_diff", "on_line")),
 }
 
 
@@ -231,6 +247,18 @@ def row_columns(name: str, rows: list[Mapping[str, Any]]) -> list[str]:
     if known:
         return [c for c in known if c in present]
     return sorted(present)
+
+
+def extra_table(name: str, fig: Mapping[str, Any]) -> tuple[str, list[str], list[Mapping[str, Any]]] | None:
+    """A figure's second table: (caption, the columns present, rows), or None."""
+    if name not in EXTRA_TABLES:
+        return None
+    key, caption, known = EXTRA_TABLES[name]
+    table = [r for r in fig.get(key) or [] if isinstance(r, Mapping)]
+    if not table:
+        return None
+    present = set().union(*(r.keys() for r in table))
+    return caption, [c for c in known if c in present], table
 
 
 def row_value(name: str, row: Mapping[str, Any], column: str) -> Any:
@@ -288,6 +316,7 @@ def chart_specs(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "render_scaling": _scaling_chart,
         "attribution_architectures": _bar_chart("attention_core_share", "attention.core share",
                                                 category="model_type"),
+        "depth_extrapolation": _depth_chart,
     }
     for name, build in builders.items():
         fig = figures.get(name)
@@ -397,6 +426,60 @@ def _flops_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -
                               alt.Tooltip("rel_diff:Q", format=".4~g")])
              .properties(width=CHART_WIDTH, title=fig["title"]))
     return _with_data(alt, chart, values)
+
+
+DEPTH_SERIES_COLOURS: dict[str, str] = {"measured, fewer layers": "#4c78a8", "measured whole": "#222222"}
+EXTRAPOLATED_COLOURS: tuple[str, ...] = ("#f58518", "#e45756", "#b279a2", "#9d755d")
+
+
+def depth_chart_rows(fig: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The depth figure's chart data: per model, the medians measured at fewer layers and
+    whole (with their intervals), each extrapolated whole-model median (at the full depth,
+    beside the one measured whole), and the line through the reduced medians from no
+    layers to the full depth."""
+    out: list[dict[str, Any]] = []
+    rows = [r for r in fig.get("rows") or [] if isinstance(r, Mapping)]
+    for r in rows:
+        out.append({"model": r["model"], "series": "measured, fewer layers", "layers": r["layers"],
+                    "ms": r.get("reduced_ms"), "low": r.get("reduced_low_ms"), "high": r.get("reduced_high_ms")})
+        out.append({"model": r["model"], "series": f"extrapolated from {r['layers']} layers",
+                    "layers": r["full_layers"],
+                    "ms": r.get("extrapolated_ms"), "low": r.get("extrapolated_low_ms"),
+                    "high": r.get("extrapolated_high_ms")})
+    for model in dict.fromkeys(r["model"] for r in rows):
+        first = next(r for r in rows if r["model"] == model)
+        out.append({"model": model, "series": "measured whole", "layers": first["full_layers"],
+                    "ms": first.get("measured_ms"), "low": first.get("measured_low_ms"),
+                    "high": first.get("measured_high_ms")})
+    for line in fig.get("fits") or []:
+        for x in (0, line["full_layers"]):
+            out.append({"model": line["model"], "series": "fit", "layers": x,
+                        "ms": line["intercept_ms"] + line["slope_ms"] * x, "low": None, "high": None})
+    return [v for v in out if v["ms"] is not None]
+
+
+def _depth_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -> Any:
+    values = depth_chart_rows(fig)
+    names = list(dict.fromkeys(v["series"] for v in values if v["series"] != "fit"))
+    extrapolated = [n for n in names if n not in DEPTH_SERIES_COLOURS]
+    colours = {**DEPTH_SERIES_COLOURS, **dict(zip(extrapolated, EXTRAPOLATED_COLOURS * len(extrapolated)))}
+    x = alt.X("layers:Q", title="layers measured")
+    y = alt.Y("ms:Q", title="median latency, ms", axis=alt.Axis(format=AXIS_FORMAT))
+    series = alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", columns=2),
+                       scale=alt.Scale(domain=names, range=[colours[n] for n in names]))
+    line = alt.Chart().mark_line(strokeDash=[4, 3], color="gray").encode(x=x, y=y).transform_filter(
+        alt.datum.series == "fit")
+    points = alt.Chart().transform_filter(alt.datum.series != "fit")
+    bars = points.mark_rule().encode(x=x, y="low:Q", y2="high:Q", color=series)
+    marks = points.mark_point(filled=True, size=50).encode(
+        x=x, y=y, color=series,
+        tooltip=["model:N", "series:N", "layers:Q", alt.Tooltip("ms:Q", format=".4~g"),
+                 alt.Tooltip("low:Q", format=".4~g"), alt.Tooltip("high:Q", format=".4~g")])
+    return (alt.layer(line, bars, marks, data=alt.Data(values=values))
+            .properties(width=CHART_WIDTH // 2, height=180)
+            .facet(facet=alt.Facet("model:N", title=None), columns=2)
+            .resolve_scale(y="independent", x="independent")
+            .properties(title=fig["title"]))
 
 
 def _scaling_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -> Any:

@@ -1,9 +1,26 @@
-"""Log-log least-squares fits (a power law's exponent) with their goodness of fit."""
+"""Least-squares lines, straight (``linear_fit_stats``: a cost linear in a count) and
+log-log (a power law's exponent), with their goodness of fit."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
+
+
+def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least squares of y = slope * x + intercept; returns ``(slope, intercept)``."""
+    if len(xs) != len(ys):
+        raise ValueError("xs and ys differ in length")
+    if len(xs) < 2:
+        raise ValueError("a fit needs at least two points")
+    mx = math.fsum(xs) / len(xs)
+    my = math.fsum(ys) / len(ys)
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        raise ValueError("a fit needs at least two distinct x values")
+    slope = math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return slope, my - slope * mx
 
 
 def loglog_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
@@ -11,20 +28,12 @@ def loglog_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     ``(exponent, intercept)`` with the intercept in natural-log units."""
     if len(xs) != len(ys):
         raise ValueError("xs and ys differ in length")
-    if len(xs) < 2:
-        raise ValueError("a fit needs at least two points")
     if any(x <= 0 for x in xs) or any(y <= 0 for y in ys):
         raise ValueError("log-log fit needs positive values")
-    lx = [math.log(x) for x in xs]
-    ly = [math.log(y) for y in ys]
-    mx = math.fsum(lx) / len(lx)
-    my = math.fsum(ly) / len(ly)
-    sxx = math.fsum((x - mx) ** 2 for x in lx)
-    if sxx == 0:
-        raise ValueError("log-log fit needs at least two distinct x values")
-    sxy = math.fsum((x - mx) * (y - my) for x, y in zip(lx, ly))
-    slope = sxy / sxx
-    return slope, my - slope * mx
+    try:
+        return linear_fit([math.log(x) for x in xs], [math.log(y) for y in ys])
+    except ValueError as exc:
+        raise ValueError(f"log-log fit: {exc}") from None
 
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom; beyond, 1.96 + a
@@ -43,22 +52,39 @@ def t95(df: int) -> float:
     return _T95[df - 1] if df <= len(_T95) else 1.959964 + 2.4 / df
 
 
+def _fit_stats(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float]:
+    """The straight line through (xs, ys) with its goodness of fit: ``slope``,
+    ``intercept``, ``r2`` and the slope's 95% interval (Student's t on n - 2 degrees of
+    freedom)."""
+    if len(set(xs)) < MIN_FIT_POINTS:
+        raise ValueError(f"a reported fit needs at least {MIN_FIT_POINTS} distinct x values")
+    slope, intercept = linear_fit(xs, ys)
+    mx = math.fsum(xs) / len(xs)
+    my = math.fsum(ys) / len(ys)
+    ss_res = math.fsum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
+    ss_tot = math.fsum((y - my) ** 2 for y in ys)
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    df = len(xs) - 2
+    half = t95(df) * math.sqrt(ss_res / df / sxx)
+    return {"slope": slope, "intercept": intercept, "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
+            "ci_low": slope - half, "ci_high": slope + half, "points": float(len(xs))}
+
+
+def linear_fit_stats(xs: Sequence[float], ys: Sequence[float]) -> dict[str, Any]:
+    """:func:`linear_fit` with its goodness of fit: ``slope``, ``intercept``, ``r2``, the
+    slope's 95% interval (``ci_low``, ``ci_high``) and each point's ``residuals`` (y less
+    the line, in y's units). Needs :data:`MIN_FIT_POINTS` distinct x values."""
+    out: dict[str, Any] = dict(_fit_stats(xs, ys))
+    out["residuals"] = [y - (out["intercept"] + out["slope"] * x) for x, y in zip(xs, ys)]
+    return out
+
+
 def loglog_fit_stats(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float]:
     """:func:`loglog_fit` with its goodness of fit: ``exponent``, ``intercept``, ``r2``
     and the exponent's 95% interval (``ci_low``, ``ci_high``; Student's t on n - 2
     degrees of freedom). Needs :data:`MIN_FIT_POINTS` distinct x values."""
-    if len(set(xs)) < MIN_FIT_POINTS:
-        raise ValueError(f"a reported fit needs at least {MIN_FIT_POINTS} distinct x values")
-    slope, intercept = loglog_fit(xs, ys)
-    lx = [math.log(x) for x in xs]
-    ly = [math.log(y) for y in ys]
-    my = math.fsum(ly) / len(ly)
-    mx = math.fsum(lx) / len(lx)
-    ss_res = math.fsum((y - (intercept + slope * x)) ** 2 for x, y in zip(lx, ly))
-    ss_tot = math.fsum((y - my) ** 2 for y in ly)
-    sxx = math.fsum((x - mx) ** 2 for x in lx)
-    df = len(xs) - 2
-    half = t95(df) * math.sqrt(ss_res / df / sxx)
-    return {"exponent": slope, "intercept": intercept,
-            "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
-            "ci_low": slope - half, "ci_high": slope + half, "points": float(len(xs))}
+    if any(x <= 0 for x in xs) or any(y <= 0 for y in ys):
+        raise ValueError("log-log fit needs positive values")
+    out = _fit_stats([math.log(x) for x in xs], [math.log(y) for y in ys])
+    out["exponent"] = out.pop("slope")
+    return out
