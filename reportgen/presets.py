@@ -47,8 +47,8 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "granitemoe-1b-a400m": ("granitemoe", {**_GRANITE_1B_A400M, "num_hidden_layers": 24}),
     "granitemoe-1b-a400m-4l": ("granitemoe", {**_GRANITE_1B_A400M, "num_hidden_layers": 4}),
     # tiiuae/Falcon-H1-0.5B: attention 8/2 heads of 64 beside a Mamba-2 mixer of 24 heads of
-    # 64, state 128, in every one of its 36 layers
-    "falcon-h1-0.5b": ("falcon_h1", {**_FALCON_H1_05B, "num_hidden_layers": 36}),
+    # 64, state 128, in every layer; 4 of its 36 (the whole model is the catalog's
+    # falcon-h1-0.5b)
     "falcon-h1-0.5b-4l": ("falcon_h1", {**_FALCON_H1_05B, "num_hidden_layers": 4}),
     "mistral-7b": ("mistral", {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                                "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,

@@ -226,9 +226,15 @@ def test_a_tiny_model_measured_whole_and_reduced(tmp_path: Path, monkeypatch: py
 @pytest.mark.parametrize(("whole", "reduced"), [("granitemoe-1b-a400m", "granitemoe-1b-a400m-4l"),
                                                 ("falcon-h1-0.5b", "falcon-h1-0.5b-4l")])
 def test_the_whole_presets_are_the_reduced_ones_at_their_checkpoints_depth(whole: str, reduced: str) -> None:
+    from reportgen import catalog
     from reportgen.presets import PRESET_FULL_LAYERS, PRESETS
 
-    whole_type, whole_config = PRESETS[whole]
+    if whole in PRESETS:
+        whole_type, whole_config = PRESETS[whole]
+    else:  # a whole model the catalog holds, with its published config
+        config = dict(catalog.entry(whole).config)
+        whole_type = config.pop("model_type")
+        whole_config = config
     reduced_type, reduced_config = PRESETS[reduced]
     assert whole_type == reduced_type and reduced_config["num_hidden_layers"] == 4
     assert whole_config == {**reduced_config, "num_hidden_layers": PRESET_FULL_LAYERS[reduced]}

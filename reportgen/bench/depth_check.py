@@ -78,7 +78,7 @@ MODELS: tuple[DepthModel, ...] = (
     DepthModel("moe", "granitemoe-1b-a400m",
                "ibm-granite/granite-3.0-1b-a400m's config (24 layers, 32 experts, 8 per token)"),
     DepthModel("hybrid", "falcon-h1-0.5b",
-               "tiiuae/Falcon-H1-0.5B's config (36 layers, attention beside a Mamba-2 mixer in each)"),
+               "the catalog's tiiuae/Falcon-H1-0.5B (36 layers, attention beside a Mamba-2 mixer in each)"),
 )
 
 
