@@ -322,6 +322,7 @@ def test_trace_reader_catches_a_dropped_thread(tmp_path: Path) -> None:
 def test_reader_agrees_with_reportgen_on_a_tiny_profile(tmp_path: Path) -> None:
     from reportgen.bench.trace_check import check_record
     from reportgen.profile import models, profiling
+    from reportgen.profile.structure import classify
     from reportgen.suite import Combination
 
     combo = Combination(model="gpt2", scale="tiny", mode="forward", dtype="fp32",
@@ -329,7 +330,8 @@ def test_reader_agrees_with_reportgen_on_a_tiny_profile(tmp_path: Path) -> None:
     built = models.build(combo, "cpu")
     try:
         result = profiling.profile_step(built.step, built.model, iterations=2,
-                                        trace_path=tmp_path / "traces" / "t.trace.json.gz")
+                                        trace_path=tmp_path / "traces" / "t.trace.json.gz",
+                                        labels=classify(built.model))
     finally:
         models.free(built)
     record = {"id": combo.id, "status": "ok", "profile": result["profile"], "ops": result["ops"]}
@@ -370,13 +372,15 @@ def test_stand_in_returns_the_right_shape(model: str, attn: str) -> None:
 def test_paired_forwards_alternate_and_count_the_stand_in() -> None:
     from reportgen.bench import attribution_check
     from reportgen.profile import models
+    from reportgen.profile.structure import derive
     from reportgen.suite import Combination
 
     combo = Combination(model="bert-base", scale="tiny", mode="forward", dtype="fp32",
                         attn_implementation="sdpa", batch_size=1, seq_len=16, device="cpu")
     built = models.build(combo, "cpu")
     try:
-        got = attribution_check.paired_forwards(built.step, built.model, budget_s=0.0, min_pairs=5,
+        got = attribution_check.paired_forwards(built.step, built.model, derive(built.model, built.step),
+                                                budget_s=0.0, min_pairs=5,
                                                 hooked_every=3)
         layers = int(built.model.config.num_hidden_layers)
     finally:
@@ -520,10 +524,10 @@ def _hooked_ms(built: Any, category: str, stand_in: bool, forwards: int = 5) -> 
 
     from reportgen.bench.ablation import category_stand_in
     from reportgen.profile import regions
-    from reportgen.profile.structure import module_categories
+    from reportgen.profile.structure import derive
 
     clock = regions.device_clock(built.step)
-    proj = module_categories(built.model, built.step)
+    proj = derive(built.model, built.step)
     got = []
     with category_stand_in(built.model, category) if stand_in else contextlib.nullcontext():
         for _ in range(forwards):
@@ -570,10 +574,12 @@ def test_paired_forwards_read_the_target_category() -> None:
 
     from reportgen.bench import attribution_check
     from reportgen.profile import models
+    from reportgen.profile.structure import derive
 
     built = models.build(_tiny("mixtral", batch_size=1), "cpu")
     try:
-        got = attribution_check.paired_forwards(built.step, built.model, budget_s=0.0, min_pairs=3,
+        got = attribution_check.paired_forwards(built.step, built.model, derive(built.model, built.step),
+                                                budget_s=0.0, min_pairs=3,
                                                 hooked_every=2, category="moe.experts")
         layers = int(built.model.config.num_hidden_layers)
     finally:

@@ -11,13 +11,14 @@ from torch import nn
 
 from reportgen.categories import CATEGORIES
 from reportgen.profile import flops, models
+from reportgen.profile.structure import classify
 
 _ATTN_IN_NAME = ("attention", "attn", "selfattention", "encdecattention")
 _OUT_LEAVES = ("o_proj", "o", "out_proj", "c_proj", "dense")
 
 
 def hand_categories(model: nn.Module) -> dict[str, str]:
-    """A trivial stand-in for reportgen.profile.structure.module_categories, by module names of
+    """A trivial stand-in for the categories of reportgen.profile.structure.derive, by module names of
     the few models tested here (the real one is structural)."""
     out: dict[str, str] = {}
     for name, module in model.named_modules():
@@ -42,7 +43,7 @@ def combo(model: str, mode: str = "forward", impl: str = "eager", b: int = 2, s:
 
 def both(c: SimpleNamespace) -> tuple[dict[str, float], dict[str, float], list[str]]:
     built = models.build(c)
-    analytic = flops.analytic(built.info, c, models.analytic_hints(built.model))
+    analytic = flops.analytic(built.info, c, models.analytic_hints(built.model, classify(built.model)))
     counted, notes = flops.counted(built.model, built.step, hand_categories(built.model), analytic=analytic)
     return analytic, counted, notes
 
@@ -134,7 +135,7 @@ def test_analytic_flops_of_experts_and_mixers_come_from_the_structure() -> None:
 
     built = models.build(combo("mixtral"))
     config = built.model.config
-    hints = models.analytic_hints(built.model)
+    hints = models.analytic_hints(built.model, classify(built.model))
     out = flops.analytic(built.info, combo("mixtral"), hints)
     # per token and layer: top-k experts of gate, up and down projections (hidden x ff each)
     per_expert = 3 * config.hidden_size * config.intermediate_size
@@ -145,7 +146,7 @@ def test_analytic_flops_of_experts_and_mixers_come_from_the_structure() -> None:
     models.free(built)
 
     built = models.build(combo("mamba"))
-    out = flops.analytic(built.info, combo("mamba"), models.analytic_hints(built.model))
+    out = flops.analytic(built.info, combo("mamba"), models.analytic_hints(built.model, classify(built.model)))
     assert out["mixer"] > 0 and out["mlp"] == 0
     assert out["attention.core"] == 0  # no softmax attention in a Mamba
     models.free(built)

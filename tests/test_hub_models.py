@@ -328,6 +328,7 @@ def test_todays_hub_model_is_measured_at_tiny_scale(repo: str, today: Path) -> N
     module hooks lands in the categories its architecture has, and only in those."""
     from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES
     from reportgen.profile import models, regions
+    from reportgen.profile.structure import derive
 
     model_type, kind, _ = TODAY[repo]
     combo = _combination(repo, "tiny")
@@ -340,7 +341,8 @@ def test_todays_hub_model_is_measured_at_tiny_scale(repo: str, today: Path) -> N
         # shrunk as a preset is: a couple of 64-wide layers, well under a million weights
         assert 2 <= info["num_layers"] <= models.TINY_MAX_LAYERS and info["hidden_size"] == models.TINY_HIDDEN
         assert info["parameters"] < 1_000_000
-        section = regions.hooks_method(built.model, built.step, min_iterations=2, max_iterations=2, budget_s=0)
+        section = regions.hooks_method(built.model, built.step, derive(built.model, built.step),
+                                       min_iterations=2, max_iterations=2, budget_s=0)
     finally:
         models.free(built)
     share = {c: section["categories"][c]["share"] for c in CATEGORIES}

@@ -70,10 +70,11 @@ def test_profiled_region_is_the_module_call(variant: str, ops: list[str], tmp_pa
 
     from reportgen.attribution import classify_ops
     from reportgen.profile.profiling import profile_step
+    from reportgen.profile.structure import classify
 
     model, _, step = micro.build(combo(variant, batch_size=1, seq_len=16), "cpu")
     path = tmp_path / "traces" / "m.trace.json.gz"
-    result = profile_step(step, model, iterations=2, trace_path=path)
+    result = profile_step(step, model, iterations=2, trace_path=path, labels=classify(model))
     rows = [r for r in classify_ops(json.loads(gzip.decompress(path.read_bytes())))
             if r["iteration"] == 0]
     assert [r["name"] for r in rows] == ops

@@ -13,6 +13,7 @@ import torch
 
 from reportgen.errors import Skip, UserError
 from reportgen.profile import models
+from reportgen.profile.structure import classify
 from reportgen.vocabulary import TRAIN_MODES
 
 
@@ -196,10 +197,10 @@ def test_bert_has_pooler_and_llama_keeps_gqa() -> None:
     assert bert.step().pooler_output.shape == (2, 64)
     llama = models.build(combo("llama-3-8b"))
     assert (llama.info["num_heads"], llama.info["num_kv_heads"]) == (4, 2)
-    hints = models.analytic_hints(llama.model)
+    hints = models.analytic_hints(llama.model, classify(llama.model))
     assert hints["mlp_projections"] == 3 and hints["mlp_weight_elements"] == 3 * 64 * 128
-    assert models.analytic_hints(bert.model)["mlp_projections"] == 2
-    assert models.analytic_hints(bert.model)["pooler"] is True
+    assert models.analytic_hints(bert.model, classify(bert.model))["mlp_projections"] == 2
+    assert models.analytic_hints(bert.model, classify(bert.model))["pooler"] is True
 
 
 def test_encoder_decoder_runs_both_stacks() -> None:

@@ -62,6 +62,7 @@ def _traits(model: Any) -> dict[str, Any]:
 
 def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2) -> dict[str, Any]:
     from reportgen.profile import models
+    from reportgen.profile.structure import classify
 
     row: dict[str, Any] = {"model_type": model_type}
     built = None
@@ -77,7 +78,7 @@ def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2)
         return row
     row.pop("error", None)
     try:
-        result = profile_pass(built, iterations, trace_dir, model_type)
+        result = profile_pass(built, classify(built.model), iterations, trace_dir, model_type)
         cats = fields.get(result, "attribution.categories")
         shares = {c: float(v["share"]) for c, v in cats.items()}
         total = sum(shares.values())

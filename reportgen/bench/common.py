@@ -37,12 +37,13 @@ def cpu_combo(model: str, *, scale: str, mode: str = "forward", attn: str = "sdp
                        attn_implementation=attn, batch_size=1, seq_len=seq_len, device="cpu")
 
 
-def profile_pass(built: Any, iterations: int, trace_dir: Path, name: str) -> dict[str, Any]:
-    """reportgen's profiled pass over a built model, its trace to ``trace_dir/<name>``."""
+def profile_pass(built: Any, roles: Any, iterations: int, trace_dir: Path, name: str) -> dict[str, Any]:
+    """reportgen's profiled pass over a built model (``roles``: its modules' roles, as
+    `structure.classify` gives them), its trace to ``trace_dir/<name>``."""
     from reportgen.profile import profiling
 
     return profiling.profile_step(built.step, built.model, iterations=iterations,
-                                  trace_path=trace_dir / f"{name}.trace.json.gz")
+                                  trace_path=trace_dir / f"{name}.trace.json.gz", labels=roles)
 
 
 def build_frozen(model: str, *, scale: str, mode: str, attn: str, seq_len: int) -> tuple[Any, Any]:

@@ -82,8 +82,10 @@ def instrumentation_compare(combo: Any, *, rounds: int, budget_s: float) -> dict
     def bare() -> float:
         return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
 
+    roles = structure.classify(model)
+
     def instrumented() -> float:
-        with structure.install_hooks(model):
+        with structure.install_hooks(model, roles):
             return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
 
     with stopwatch() as wall:

@@ -36,7 +36,7 @@ from reportgen.profile.layers import is_int as _int
 from reportgen.profile.layers import set_ as _set
 from reportgen.profile.layers import tiny_layers as _shrink_layers
 from reportgen.profile.step import StepLike
-from reportgen.profile.structure import is_attention, is_projection
+from reportgen.profile.structure import ModuleRole, classify, is_attention, is_experts, is_projection
 from reportgen.vocabulary import (
     ATTENTION_MICRO,
     ATTN_IMPLEMENTATIONS,
@@ -210,7 +210,7 @@ def depth_facts(plan: DepthPlan, model: nn.Module, name: str, arch: str) -> dict
                             for i, fqn in zip(depth.chosen, fqns)],
         "parameters": sum(p.numel() for p in model.parameters()),
         "full_parameters": info["parameters"],
-        "_full_info": info, "_full_hints": analytic_hints(full),
+        "_full_info": info, "_full_hints": analytic_hints(full, classify(full)),
     }
 
 
@@ -871,34 +871,41 @@ def _mlp_projections(block: nn.Module) -> list[nn.Module]:
     return found
 
 
-def analytic_hints(model: nn.Module) -> dict[str, Any]:
-    """What the analytic FLOP count reads from the model's structure rather than its
-    config: the MLP's projections per block (3 when gated, 2 when a fused gate-up is one
-    module), their weight elements (2 FLOPs each per token, whatever the fusion), and
-    whether a pooler follows the encoder."""
+def _mlp_weights(model: nn.Module) -> list[torch.Tensor]:
+    """The weights of the first block's MLP projections."""
     block = _first_block(model)
     projs = _mlp_projections(block) if block is not None else []
-    weights: list[torch.Tensor] = [p.weight for p in projs]  # type: ignore[misc]
+    return [p.weight for p in projs]  # type: ignore[misc]
+
+
+def _mlp_width(model: nn.Module) -> int | None:
+    return max((max(w.shape) for w in _mlp_weights(model)), default=None)
+
+
+def analytic_hints(model: nn.Module, roles: Mapping[str, ModuleRole]) -> dict[str, Any]:
+    """What the analytic FLOP count reads from the model's structure (``roles``: its
+    `structure.classify`, a `structure.Structure`'s) rather than its config: the MLP's
+    projections per block (3 when gated, 2 when a fused gate-up is one module), their
+    weight elements (2 FLOPs each per token, whatever the fusion), and whether a pooler
+    follows the encoder."""
+    weights = _mlp_weights(model)
     width = max((max(w.shape) for w in weights), default=None)
     params = sum(int(w.numel()) for w in weights)
     pooler = any("Pooler" in type(m).__name__ for m in model.modules())
-    hints: dict[str, Any] = {"mlp_projections": len(projs) or None, "mlp_width": width,
+    hints: dict[str, Any] = {"mlp_projections": len(weights) or None, "mlp_width": width,
                              "mlp_weight_elements": params or None, "pooler": pooler}
-    parts = _mixture_parts(model)
+    parts = _mixture_parts(model, roles)
     if parts is not None:
         hints["parts"] = parts
     return hints
 
 
-def _mixture_parts(model: nn.Module) -> dict[str, Any] | None:
+def _mixture_parts(model: nn.Module, roles: Mapping[str, ModuleRole]) -> dict[str, Any] | None:
     """For a model with experts or token mixers (whose layers differ from a dense
     transformer's): weight elements a token meets in each category over the whole model,
     read from the structure. Routed experts count ``top_k`` of their experts per token
     (the config's experts per token); shared experts, routers, token mixers and dense
     MLPs all their projections; and how many softmax-attention calls a forward makes."""
-    from reportgen.profile.structure import classify, is_experts
-
-    roles = classify(model)
     modules = dict(model.named_modules())
     if not any(r.role in ("mixer", "moe", "experts") for r in roles.values()):
         return None
@@ -935,7 +942,7 @@ def model_info(name: str, model: nn.Module, arch: str) -> dict[str, Any]:
     head_dim = _first(config, _HEAD_DIM_NAMES)
     if head_dim is None and hidden and heads:
         head_dim = hidden // heads
-    ff = _first(config, _FF_NAMES) or analytic_hints(model)["mlp_width"]
+    ff = _first(config, _FF_NAMES) or _mlp_width(model)
     return {
         "name": name,
         "model_type": config.model_type,

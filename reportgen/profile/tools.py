@@ -50,7 +50,7 @@ from reportgen.attribution import ITERATION_LABEL, analyse_trace, classify_ops
 from reportgen.categories import CATEGORIES
 from reportgen.profile import models
 from reportgen.profile.profiling import record_pass, write_gzip_atomic
-from reportgen.profile.structure import classify, label, module_categories
+from reportgen.profile.structure import Structure, classify, nvtx_ranges
 from reportgen.records.paths import trace_file, trace_ref
 from reportgen.scrub import trace_name
 from reportgen.vocabulary import COMPILE_NONE
@@ -338,26 +338,6 @@ def nsys_entry(rows: list[dict[str, Any]], module_category: Mapping[str, str], i
                  forward_ms=folded["forward_ms"], notes=notes)
 
 
-class _NvtxHooks:
-    """The module ranges of ``structure.install_hooks`` as NVTX ranges."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        modules = dict(model.named_modules())
-        self.handles = []
-        for fqn, info in classify(model).items():
-            if info.role is None or fqn not in modules:
-                continue
-            name = label(info.role, fqn)
-            self.handles.append(modules[fqn].register_forward_pre_hook(
-                lambda *_a, name=name: torch.cuda.nvtx.range_push(name)))
-            self.handles.append(modules[fqn].register_forward_hook(
-                lambda *_a: torch.cuda.nvtx.range_pop(), always_call=True))
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
 def _nsys_child(spec: dict[str, Any], iterations: int, seed: int) -> None:
     from reportgen.suite import Combination
 
@@ -368,22 +348,21 @@ def _nsys_child(spec: dict[str, Any], iterations: int, seed: int) -> None:
         step()
         step.sync()
         step.reset()
-    hooks = _NvtxHooks(built.model)
-    try:
+    # a process of its own, with a model of its own: the labels need only its roles
+    with nvtx_ranges(built.model, classify(built.model)):
         for _ in range(iterations):
             torch.cuda.nvtx.range_push(ITERATION_LABEL)
             step()
             step.sync()
             torch.cuda.nvtx.range_pop()
             step.reset()
-    finally:
-        hooks.remove()
 
 
 # the study ---------------------------------------------------------------------------------
-def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
+def study(built: models.BuiltModel, structure: Structure, combo: Any, *, run_dir: Path, combo_id: str,
           budget_s: float) -> dict[str, Any]:
-    """The record's ``studies.tools`` for one combination (runs/README.md)."""
+    """The record's ``studies.tools`` for one combination (runs/README.md; ``structure``:
+    the model's)."""
     del budget_s  # a fixed number of iterations: the study apportions, it does not time
     tools: dict[str, dict[str, Any]] = {}
     if getattr(combo, "compile", COMPILE_NONE) != COMPILE_NONE:
@@ -393,7 +372,7 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
                 "tools": {}, "comparison": None}
     step, model = built.step, built.model
     seed = int(getattr(step, "inputs_info", {}).get("seed", 0) or 0)
-    module_category = module_categories(model, step)
+    module_category = structure.categories
     trace_path = trace_file(run_dir, combo_id, "tools")
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -405,7 +384,7 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
         gzipped: list[tuple[Path, int]] = []
         for index in range(toolcompare.PASSES):
             raw_path = Path(scratch) / f"pass-{index}.json"
-            prof = record_pass(step, model, ITERATIONS, WARMUP, raw_path, label_modules=True)
+            prof = record_pass(step, model, ITERATIONS, WARMUP, raw_path, structure.roles)
             raw = trace_name(raw_path.read_bytes(), trace_ref(trace_path))
             raw_path.unlink()
             averages = prof.key_averages()
