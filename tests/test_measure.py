@@ -16,8 +16,8 @@ import torch
 from reportgen import stats, traffic
 from reportgen.categories import CATEGORIES
 from reportgen.errors import Skip
+from reportgen.profile import building
 from reportgen.profile import measure as measure_mod
-from reportgen.profile import models
 from reportgen.profile.measure import OutOfMemory, attention_activation_bytes, measure
 from reportgen.records.schema import COMBINATION_KIND, json_schema
 
@@ -200,7 +200,7 @@ def test_out_of_memory_becomes_a_failure_reason(tmp_path: Path, monkeypatch: pyt
     def build(*_: Any, **__: Any) -> Any:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nmore detail")
 
-    monkeypatch.setattr(models, "build", build)
+    monkeypatch.setattr(building, "build", build)
     with pytest.raises(OutOfMemory) as err:
         measure(combo("llama"), run_dir=tmp_path, combo_id="x", budget_s=0.1)
     assert str(err.value) == "out of memory: CUDA out of memory. Tried to allocate 20.00 GiB"
@@ -209,7 +209,7 @@ def test_out_of_memory_becomes_a_failure_reason(tmp_path: Path, monkeypatch: pyt
 
 def test_other_errors_propagate_and_model_is_freed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     freed: list[Any] = []
-    real_free = models.free
+    real_free = building.free
 
     def free(result: Any) -> None:
         freed.append(result)
@@ -218,7 +218,7 @@ def test_other_errors_propagate_and_model_is_freed(tmp_path: Path, monkeypatch: 
     def broken_time_step(*_: Any, **__: Any) -> Any:
         raise ValueError("boom")
 
-    monkeypatch.setattr(models, "free", free)
+    monkeypatch.setattr(building, "free", free)
     monkeypatch.setattr(measure_mod, "time_step", broken_time_step)
     with pytest.raises(ValueError, match="boom"):
         measure(combo("gpt2"), run_dir=tmp_path, combo_id="x", budget_s=0.1)

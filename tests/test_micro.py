@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from reportgen.errors import Skip
-from reportgen.profile import micro, models
+from reportgen.profile import dtypes, micro
 
 
 def combo(variant: str, **overrides: object) -> SimpleNamespace:
@@ -153,7 +153,7 @@ def test_flash_runs_or_skips_with_reason() -> None:
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_reduced_precision_dtypes(dtype: str) -> None:
     _, _, step = micro.build(combo("naive-inplace", dtype=dtype), "cpu")
-    assert step.q.dtype == step.k.dtype == step.v.dtype == models.TORCH_DTYPES[dtype]
+    assert step.q.dtype == step.k.dtype == step.v.dtype == dtypes.TORCH_DTYPES[dtype]
     assert torch.isfinite(step().float()).all()
 
 

@@ -196,14 +196,14 @@ def test_hooks_method_with_event_pairs() -> None:
 
 @pytest.fixture(scope="module")
 def tiny_bert() -> Any:
-    from reportgen.profile import models
+    from reportgen.profile import building
     from reportgen.suite import Combination
 
     combo = Combination(model="bert-base", scale="tiny", mode="forward", dtype="fp32",
                         attn_implementation="sdpa", batch_size=1, seq_len=32, device="cpu")
-    built = models.build(combo, "cpu")
+    built = building.build(combo, "cpu")
     yield built
-    models.free(built)
+    building.free(built)
 
 
 def test_hooks_categories_sum_to_the_forward(tiny_bert: Any) -> None:

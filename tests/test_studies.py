@@ -180,15 +180,15 @@ CUDA_ONLY = {"profiler-device", "nvtx"}
 def bert_study() -> dict[str, Any]:
     import torch
 
-    from reportgen.profile import instrumentation, models
+    from reportgen.profile import building, instrumentation
     from reportgen.profile.structure import derive
 
-    built = models.build(_tiny("bert-base"), torch.device("cpu"), seed=0)
+    built = building.build(_tiny("bert-base"), torch.device("cpu"), seed=0)
     try:
         return instrumentation.study(built, derive(built.model, built.step), _tiny("bert-base"),
                                      run_dir=Path("."), combo_id="c", budget_s=0.5)
     finally:
-        models.free(built)
+        building.free(built)
 
 
 def test_every_cpu_variant_is_measured_and_the_cuda_ones_do_not_apply(bert_study: dict[str, Any]) -> None:

@@ -32,12 +32,12 @@ def combo(model: str = "gpt2", mode: str = "train", attn: str = "eager", seq: in
 @pytest.fixture(scope="module")
 def built() -> Any:
     """Tiny GPT-2 in both training modes, eager attention (its core ops are visible)."""
-    from reportgen.profile import models
+    from reportgen.profile import building
 
-    out = {mode: models.build(combo(mode=mode), "cpu") for mode in TRAIN_MODES}
+    out = {mode: building.build(combo(mode=mode), "cpu") for mode in TRAIN_MODES}
     yield out
     for b in out.values():
-        models.free(b)
+        building.free(b)
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +99,9 @@ def test_train_nooptim_has_no_optimizer_and_reset_clears_gradients(built: Any) -
 
 
 def test_an_encoder_trains_its_masked_lm_head_on_labels() -> None:
-    from reportgen.profile import models
+    from reportgen.profile import building
 
-    b = models.build(combo(model="bert-base", mode="train-nooptim"), "cpu")
+    b = building.build(combo(model="bert-base", mode="train-nooptim"), "cpu")
     try:
         assert type(b.model).__name__ == "BertForMaskedLM" and "labels" in b.step.kwargs
         assert b.step.inputs_info["loss"].startswith("cross entropy")
@@ -109,11 +109,11 @@ def test_an_encoder_trains_its_masked_lm_head_on_labels() -> None:
         grads = [p.grad for p in b.model.parameters()]
         assert sum(g is not None for g in grads) > len(grads) // 2
     finally:
-        models.free(b)
+        building.free(b)
 
 
 def test_a_model_without_a_loss_trains_on_its_outputs() -> None:
-    from reportgen.profile.models import training_loss
+    from reportgen.profile.modes import training_loss
 
     x = torch.ones(2, 3, requires_grad=True)
     loss = training_loss((x * 2, torch.zeros(2, dtype=torch.long), x.sum()))

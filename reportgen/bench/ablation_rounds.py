@@ -148,7 +148,7 @@ def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float
     in place."""
     import gc
 
-    from reportgen.profile import models
+    from reportgen.profile import building
     from reportgen.profile.structure import derive
 
     with stopwatch() as wall:
@@ -169,7 +169,7 @@ def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float
             pairs = paired_forwards(built.step, built.model, structure, budget_s=budget_s,
                                     min_pairs=min_pairs, category=category)
         finally:
-            models.free(built)
+            building.free(built)
     return {"combination": combo_label(combo), **pairs, "patched": patched, "profiler": profiler,
             "wall_s": wall[0]}
 

@@ -61,7 +61,7 @@ def _traits(model: Any) -> dict[str, Any]:
 
 
 def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2) -> dict[str, Any]:
-    from reportgen.profile import models
+    from reportgen.profile import building
     from reportgen.profile.structure import classify
 
     row: dict[str, Any] = {"model_type": model_type}
@@ -92,7 +92,7 @@ def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2)
     except Exception as exc:  # noqa: BLE001 - a failing architecture is a finding
         row.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
     finally:
-        models.free(built)
+        building.free(built)
     return row
 
 

@@ -21,11 +21,11 @@ from reportgen.stats import median
 
 
 def build(combo: Any, device: str = "cpu") -> Any:
-    """``reportgen.profile.models.build`` in eval mode, with the garbage of the previous model gone."""
-    from reportgen.profile import models
+    """``reportgen.profile.building.build`` in eval mode, with the garbage of the previous model gone."""
+    from reportgen.profile import building
 
     gc.collect()
-    return models.build(combo, device)
+    return building.build(combo, device)
 
 
 def cpu_combo(model: str, *, scale: str, mode: str = "forward", attn: str = "sdpa",

@@ -33,7 +33,7 @@ def op_census(combo: Any) -> dict[str, int]:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from reportgen.bench.common import build
-    from reportgen.profile import models
+    from reportgen.profile import building
 
     counts: dict[str, int] = {}
 
@@ -49,7 +49,7 @@ def op_census(combo: Any) -> dict[str, int]:
         with Census(), torch.inference_mode():
             built.step()
     finally:
-        models.free(built)
+        building.free(built)
     return counts
 
 

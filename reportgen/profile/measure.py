@@ -18,7 +18,7 @@ import torch
 
 from reportgen import peaks, traffic
 from reportgen.errors import Skip
-from reportgen.profile import compiling, heap, models
+from reportgen.profile import building, compiling, flops, heap
 from reportgen.profile import flops as flops_mod
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import Structure, derive
@@ -79,9 +79,9 @@ def _eager(step: StepLike) -> Iterator[None]:
         step.compiled = compiled  # type: ignore[attr-defined]
 
 
-def _flops_section(built: models.BuiltModel, structure: Structure, combo: Any, median_ms: float,
+def _flops_section(built: building.BuiltModel, structure: Structure, combo: Any, median_ms: float,
                    device: torch.device) -> dict[str, Any]:
-    hints = models.analytic_hints(built.model, structure.roles)
+    hints = flops.analytic_hints(built.model, structure.roles)
     analytic = flops_mod.analytic(built.info, combo, hints)
     notes = [flops_mod.CORE_NOTE]
     if combo.mode in TRAIN_MODES:
@@ -143,7 +143,7 @@ def _depth_section(facts: dict[str, Any], combo: Any) -> dict[str, Any]:
 
 
 def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
-             profile_iterations: int, holder: list[models.BuiltModel], profiled: bool = True,
+             profile_iterations: int, holder: list[building.BuiltModel], profiled: bool = True,
              studies: Sequence[str] = (), study_budget_s: float | None = None,
              converge: bool = True, target_rel_halfwidth: float | None = None,
              gpu_index: int | None = None) -> dict[str, Any]:
@@ -157,7 +157,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         raise Skip(f"{combo.mode} is measured eagerly only: a compiled training step's backward "
                    "keeps no module boundaries and is not attributed yet")
     steady_heap = heap.steady()  # before the build: the model's own blocks too
-    built = models.build(combo, device, seed=seed)
+    built = building.build(combo, device, seed=seed)
     holder.append(built)
     compiled: dict[str, Any] | None = None
     if compile_mode != COMPILE_NONE:
@@ -267,7 +267,7 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
     ``reportgen.profile.timing.time_step``); ``target_rel_halfwidth`` replaces its default
     target. ``gpu_index`` (the GPU's NVML index) lets each pass read the device's side of
     contention (``reportgen.profile.contention``)."""
-    holder: list[models.BuiltModel] = []
+    holder: list[building.BuiltModel] = []
     oom: str | None = None
     try:
         return _measure(combo, run_dir=run_dir, combo_id=combo_id, budget_s=budget_s, seed=seed,
@@ -279,7 +279,7 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
         oom = "out of memory: " + (str(exc).strip().splitlines() or ["(no message)"])[0]
     finally:
         compiled = getattr(combo, "compile", COMPILE_NONE) != COMPILE_NONE
-        models.free(holder.pop() if holder else None)
+        building.free(holder.pop() if holder else None)
         if compiled:
             compiling.release()
     raise OutOfMemory(oom)

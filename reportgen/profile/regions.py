@@ -10,7 +10,7 @@ iteration's timed calls into the categories (``attention.core`` = the attention 
 its projections, norms and position-bias embeddings; ``other`` = the model's and blocks'
 own time; ``overhead`` = the iteration outside the model's forward).
 
-A training step (``reportgen.profile.models.TrainStep``) is clocked at its phases
+A training step (``reportgen.profile.modes.TrainStep``) is clocked at its phases
 (forward, backward, optimizer: the step's ``phase_hook``) and, in its backward, at the
 same modules' backward boundaries: when the gradient of a call's outputs is ready and
 when the gradient of its inputs is (an identity autograd node on each side, as

@@ -48,7 +48,7 @@ import torch
 from reportgen import toolcompare
 from reportgen.attribution import ITERATION_LABEL, analyse_trace, classify_ops
 from reportgen.categories import CATEGORIES
-from reportgen.profile import models
+from reportgen.profile import building
 from reportgen.profile.profiling import record_pass, write_gzip_atomic
 from reportgen.profile.structure import Structure, classify, nvtx_ranges
 from reportgen.records.paths import trace_file, trace_ref
@@ -342,7 +342,7 @@ def _nsys_child(spec: dict[str, Any], iterations: int, seed: int) -> None:
     from reportgen.suite import Combination
 
     combo = Combination(**spec)
-    built = models.build(combo, seed=seed)
+    built = building.build(combo, seed=seed)
     step = built.step
     for _ in range(WARMUP):  # outside every range: lazy initialisation stays out
         step()
@@ -359,7 +359,7 @@ def _nsys_child(spec: dict[str, Any], iterations: int, seed: int) -> None:
 
 
 # the study ---------------------------------------------------------------------------------
-def study(built: models.BuiltModel, structure: Structure, combo: Any, *, run_dir: Path, combo_id: str,
+def study(built: building.BuiltModel, structure: Structure, combo: Any, *, run_dir: Path, combo_id: str,
           budget_s: float) -> dict[str, Any]:
     """The record's ``studies.tools`` for one combination (runs/README.md; ``structure``:
     the model's)."""
