@@ -362,11 +362,6 @@ def category_series(section: dict[str, Any], category: str = DEFAULT_TARGET
     return [float(x) for x in entry["per_iteration_ms"]], forward
 
 
-def core_series(section: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """(attention.core ms, forward ms) per iteration of an attribution method's section."""
-    return category_series(section, "attention.core")
-
-
 def hooked_pair(full_ms: float, full_categories: dict[str, float], stub_ms: float,
                 stub_categories: dict[str, float], category: str = DEFAULT_TARGET
                 ) -> tuple[float, float, float, float]:

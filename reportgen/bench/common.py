@@ -17,8 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reportgen.stats import median
-
 
 def build(combo: Any, device: str = "cpu") -> Any:
     """``reportgen.profile.building.build`` in eval mode, with the garbage of the previous model gone."""
@@ -122,22 +120,6 @@ def _threads() -> int:
     import torch
 
     return int(torch.get_num_threads())
-
-
-def loop_median(fn: Callable[[], Any], sync: Callable[[], Any], *, iterations: int,
-                warmup: int = 2) -> float:
-    """Median of ``iterations`` host-clock samples of ``fn()`` (ms); the plain reference
-    loop used where reportgen's own timing is not the thing compared."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    samples = []
-    for _ in range(iterations):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        samples.append((time.perf_counter() - t0) * 1000.0)
-    return median(samples)
 
 
 def each_combo(combos: Sequence[Any], name: str, measure: Callable[[Any], dict[str, Any]],

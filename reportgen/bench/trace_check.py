@@ -183,10 +183,6 @@ def _inside(wins: Sequence[tuple[float, float]], start: float, end: float) -> bo
     return False
 
 
-def profiler_step_window(event: Mapping[str, Any]) -> bool:
-    return str(event.get("name", "")).startswith("ProfilerStep#")
-
-
 def compare_totals(mine_ms: Mapping[str, float], theirs_ms: Mapping[str, float],
                    *, scale: float = 1.0) -> dict[str, Any]:
     """Agreement of two per-name totals (``theirs`` multiplied by ``scale`` first, e.g. the
