@@ -13,6 +13,7 @@ from typing import Any
 from reportgen.bench.common import build, cpu_combo, profile_pass, stopwatch
 from reportgen.bench.results import figure
 from reportgen.records import fields
+from reportgen.records.bench import FAIL
 
 # Encoders, decoders, encoder-decoders; fused (gpt2, gpt_neox, falcon, bloom, phi's dense
 # out only) and separate QKV; learned, rotary, relative-bias and ALiBi positions.
@@ -123,7 +124,7 @@ def architectures(model_types: Sequence[str] = ARCHITECTURES, *,
               for r in failed]
     if skipped:
         notes.append("time limit reached; not tried: " + ", ".join(skipped))
-    status = None if not failed else "fail"
+    status = None if not failed else FAIL
     return figure(
         "Attribution across architectures", ARCH_QUESTION,
         value=len(passed), unit="architectures",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.records import fields
+from reportgen.records.bench import NOT_MEASURED
 from reportgen.records.status import is_ok
 
 EPS_US = 1e-3  # timestamps carry nanoseconds as fractions of a microsecond
@@ -324,7 +325,7 @@ def run(records: Sequence[Mapping[str, Any]], run_dir: Path, *,
     spec = {"kind": "below", "target": GOAL}
     if not rows:
         return figure("Trace read independently", QUESTION, value=None, unit="fraction",
-                      goal=goal, goal_spec=spec, status="not measured",
+                      goal=goal, goal_spec=spec, status=NOT_MEASURED,
                       notes=notes or ["no traces in the suite run"])
     worst = max(rows, key=lambda r: r["weighted_rel_diff"])
     hta = try_hta(run_dir / "traces")

@@ -32,6 +32,7 @@ from reportgen.paired import interleave
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import Structure, install_hooks, nvtx_ranges
 from reportgen.profile.timing import Timer, default_timer
+from reportgen.records.status import FAILED, NOT_APPLICABLE, OK
 from reportgen.stats import bootstrap_ratio, median
 
 __all__ = ["CONFIDENCE", "MIN_PAIRS", "VARIANTS", "Variant", "compare", "study"]
@@ -205,7 +206,7 @@ def compare(variant: Variant, ctx: Context, timer: Timer, *, forwards: int, budg
     ratio, low, high = bootstrap_ratio(values["instrumented"], values["bare"], paired=True,
                                        confidence=CONFIDENCE)
     return {
-        "name": variant.name, "status": "ok", "reason": None,
+        "name": variant.name, "status": OK, "reason": None,
         # the percentile interval of a median ratio can miss its own point with few
         # pairs; widened to hold it
         "ratio": ratio, "ci_low": min(ratio, low), "ci_high": max(ratio, high),
@@ -243,16 +244,16 @@ def study(built: Any, structure: Structure, combo: Any, *, run_dir: Any, combo_i
     rows = []
     for variant, why in plan:
         if why is not None:
-            rows.append(_row(variant, ctx, "not applicable", why))
+            rows.append(_row(variant, ctx, NOT_APPLICABLE, why))
             continue
         try:
             rows.append(compare(variant, ctx, timer, forwards=forwards, budget_s=share))
         except Exception as exc:  # noqa: BLE001 - one instrument failing leaves the others
             step.reset()
             message = (str(exc).strip().splitlines() or [""])[0]
-            rows.append(_row(variant, ctx, "failed", f"{type(exc).__name__}: {message}"))
+            rows.append(_row(variant, ctx, FAILED, f"{type(exc).__name__}: {message}"))
     return {
-        "status": "ok", "device": step.device.type, "clock": timer.method,
+        "status": OK, "device": step.device.type, "clock": timer.method,
         "method": "abba-blocks", "confidence": CONFIDENCE, "min_pairs": MIN_PAIRS,
         "budget_s": budget_s, "variant_budget_s": share, "forwards_per_block": forwards,
         "probe_bare_ms": probe, "duration_s": time.perf_counter() - started,

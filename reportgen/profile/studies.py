@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from reportgen.records.status import FAILED, NOT_AVAILABLE, OK
 from reportgen.vocabulary import STUDIES
 
 __all__ = ["REGISTRY", "run_studies", "run_study"]
@@ -44,11 +45,11 @@ def run_study(name: str, built: Any, structure: Any, combo: Any, *, run_dir: Pat
         raise ValueError(f"unknown study {name!r}; valid: {', '.join(STUDIES)}")
     target = REGISTRY.get(name)
     if target is None:
-        return {"status": "not available",
+        return {"status": NOT_AVAILABLE,
                 "reason": f"this reportgen has no code for the {name!r} study"}
     result = dict(_load(target)(built, structure, combo, run_dir=Path(run_dir), combo_id=combo_id,
                                 budget_s=budget_s))
-    result.setdefault("status", "ok")
+    result.setdefault("status", OK)
     return result
 
 
@@ -64,7 +65,7 @@ def run_studies(names: Iterable[str], built: Any, structure: Any, combo: Any, *,
                                   budget_s=budget_s)
         except Exception as exc:  # noqa: BLE001 - a study never costs the combination
             message = (str(exc).strip().splitlines() or [""])[0]
-            out[name] = {"status": "failed", "reason": f"{type(exc).__name__}: {message}"}
+            out[name] = {"status": FAILED, "reason": f"{type(exc).__name__}: {message}"}
             if reset is not None:
                 with contextlib.suppress(Exception):  # the record above says what went wrong
                     reset()
