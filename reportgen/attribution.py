@@ -7,7 +7,7 @@ stream linked to their launch by ``correlation`` (or the ``ac2g`` flow arrow, or
 ``External id``), and ``[memory]`` instants. The hooks in ``reportgen.profile.structure`` open ``rg|<role>|<fqn>``
 ranges around modules and ``rg|iteration`` around each profiled forward.
 
-A training step (``reportgen.profile.models.TrainStep``) also opens ``rg|phase|<phase>``
+A training step (``reportgen.profile.modes.TrainStep``) also opens ``rg|phase|<phase>``
 ranges (forward, backward, optimizer: ``PHASES``). No module range is open while the
 backward runs, so a backward op (``autograd::engine::evaluate_function: <Node>``) takes
 the category of the forward op that created its autograd node: the op with the same

@@ -1,5 +1,5 @@
 """The model presets a suite may name, as data (no torch: suite validation reads the names,
-``profile.models`` builds from the table)."""
+``profile.modelspec`` resolves a name from the table)."""
 
 from __future__ import annotations
 

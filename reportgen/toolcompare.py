@@ -26,6 +26,7 @@ from typing import Any
 
 from reportgen.attribution import ITERATION_LABEL, ROLE_CATEGORY, parse_label
 from reportgen.categories import CATEGORIES
+from reportgen.records.status import MEASURED
 
 __all__ = ["NSYS_COLUMNS", "PASSES", "THRESHOLD", "TOOLS", "aggregate", "compare", "fold_ranges",
            "label_category", "parse_nvtx_gpu_proj_sum"]
@@ -195,7 +196,7 @@ def compare(reportgen: Mapping[str, Any], tools: Mapping[str, Mapping[str, Any]]
     forward = float(reportgen["forward_ms"])
     limit = THRESHOLD * forward
     basis = str(reportgen.get("basis") or "cpu")
-    measured = {name: t for name, t in tools.items() if t.get("status") == "measured"}
+    measured = {name: t for name, t in tools.items() if t.get("status") == MEASURED}
     parts = {name: explanations(name, basis=basis, reportgen=reportgen, evidence=evidence)
              for name in measured}
     rows = []
@@ -265,9 +266,9 @@ def aggregate(passes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             entry = next((p["tools"][name] for p in passes
                           if (p["tools"].get(name) or {}).get("status") != NOT_RUN), entry)
         entry = dict(entry)
-        if entry.get("status") == "measured":
+        if entry.get("status") == MEASURED:
             seen = [(i, p["tools"][name]) for i, p in enumerate(passes)
-                    if (p["tools"].get(name) or {}).get("status") == "measured"]
+                    if (p["tools"].get(name) or {}).get("status") == MEASURED]
             per_tool[name] = seen
             totals = [dict(t.get("totals") or {}) for _, t in seen]
             entry["passes"] = len(seen)

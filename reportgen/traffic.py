@@ -101,7 +101,7 @@ def shapes(arch: str, mode: str, batch: int, length: int) -> dict[str, int]:
         # the whole prefix and the new token, without a cache; logits of the last position
         return {"t": batch * (length + 1), "lq": length + 1, "lk": length + 1, "head_tokens": batch}
     t = batch * length
-    # prefill keeps the logits of the last position only (models.make_step)
+    # prefill keeps the logits of the last position only (inputs.make_step)
     return {"t": t, "lq": length, "lk": length, "head_tokens": batch if mode == "prefill" else t}
 
 

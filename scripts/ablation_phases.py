@@ -70,14 +70,14 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
     from reportgen.bench.ablation import category_stand_in
     from reportgen.bench.common import build_frozen, combo_label
     from reportgen.profile import regions
-    from reportgen.profile.structure import module_categories
+    from reportgen.profile.structure import derive
     from reportgen.stats import hodges_lehmann, median
 
     combo, built = build_frozen(args.model, scale=args.scale, mode=args.mode, attn=args.attn,
                                 seq_len=args.seq_len)
     step, model = built.step, built.model
     clock = regions.device_clock(step)
-    proj_category = module_categories(model, step)
+    structure = derive(model, step)
 
     def phased() -> tuple[float, dict[str, float]]:
         marks: dict[str, list[float]] = {}
@@ -99,7 +99,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         with category_stand_in(model, args.category) if stand_in else contextlib.nullcontext():
             if hooked:
                 phases: list[dict[str, dict[str, float]]] = []
-                ms, _ = regions.hooked_forward(model, step, clock, proj_category, phases=phases)
+                ms, _ = regions.hooked_forward(model, step, clock, structure, phases=phases)
                 out: dict[str, Any] = {"ms": ms, "phases": phases[0]}
             else:
                 ms, phase_ms = phased()

@@ -321,17 +321,19 @@ def test_trace_reader_catches_a_dropped_thread(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_reader_agrees_with_reportgen_on_a_tiny_profile(tmp_path: Path) -> None:
     from reportgen.bench.trace_check import check_record
-    from reportgen.profile import models, profiling
+    from reportgen.profile import building, profiling
+    from reportgen.profile.structure import classify
     from reportgen.suite import Combination
 
     combo = Combination(model="gpt2", scale="tiny", mode="forward", dtype="fp32",
                         attn_implementation="eager", batch_size=1, seq_len=16, device="cpu")
-    built = models.build(combo, "cpu")
+    built = building.build(combo, "cpu")
     try:
         result = profiling.profile_step(built.step, built.model, iterations=2,
-                                        trace_path=tmp_path / "traces" / "t.trace.json.gz")
+                                        trace_path=tmp_path / "traces" / "t.trace.json.gz",
+                                        labels=classify(built.model))
     finally:
-        models.free(built)
+        building.free(built)
     record = {"id": combo.id, "status": "ok", "profile": result["profile"], "ops": result["ops"]}
     row = check_record(record, tmp_path)
     assert row["iterations"] == 2
@@ -348,19 +350,19 @@ def test_stand_in_returns_the_right_shape(model: str, attn: str) -> None:
     import torch
 
     from reportgen.bench.ablation import attention_stand_in
-    from reportgen.profile import models
+    from reportgen.profile import building
     from reportgen.suite import Combination
 
     combo = Combination(model=model, scale="tiny", mode="forward", dtype="fp32",
                         attn_implementation=attn, batch_size=2, seq_len=8, device="cpu")
-    built = models.build(combo, "cpu")
+    built = building.build(combo, "cpu")
     try:
         before = built.step()[0]
         with attention_stand_in(built.model) as stand_in:
             ablated = built.step()[0]
         after = built.step()[0]
     finally:
-        models.free(built)
+        building.free(built)
     assert stand_in.calls > 0  # the model really called it
     assert ablated.shape == before.shape
     assert not torch.equal(ablated, before)  # the core really was replaced
@@ -369,18 +371,20 @@ def test_stand_in_returns_the_right_shape(model: str, attn: str) -> None:
 
 def test_paired_forwards_alternate_and_count_the_stand_in() -> None:
     from reportgen.bench import attribution_check
-    from reportgen.profile import models
+    from reportgen.profile import building
+    from reportgen.profile.structure import derive
     from reportgen.suite import Combination
 
     combo = Combination(model="bert-base", scale="tiny", mode="forward", dtype="fp32",
                         attn_implementation="sdpa", batch_size=1, seq_len=16, device="cpu")
-    built = models.build(combo, "cpu")
+    built = building.build(combo, "cpu")
     try:
-        got = attribution_check.paired_forwards(built.step, built.model, budget_s=0.0, min_pairs=5,
+        got = attribution_check.paired_forwards(built.step, built.model, derive(built.model, built.step),
+                                                budget_s=0.0, min_pairs=5,
                                                 hooked_every=3)
         layers = int(built.model.config.num_hidden_layers)
     finally:
-        models.free(built)
+        building.free(built)
     full, stub, hooked = got["full_ms"], got["ablated_ms"], got["hooked"]
     # pairs 0, 1, 3, 4, 6 unprofiled; 2 and 5 hooked (at least two, whatever the budget)
     assert len(full) == len(stub) == 5 and len(hooked) == 2
@@ -521,9 +525,9 @@ def _hooked_ops(built: Any, category: str, stand_in: bool) -> tuple[float, float
 
     from reportgen.bench.ablation import category_stand_in
     from reportgen.profile import regions
-    from reportgen.profile.structure import module_categories
+    from reportgen.profile.structure import derive
 
-    proj = module_categories(built.model, built.step)
+    proj = derive(built.model, built.step)
     with category_stand_in(built.model, category) if stand_in else contextlib.nullcontext(), counting_ops() as clock:
         _, cats = regions.hooked_forward(built.model, built.step, clock, proj)
     built.step.reset()
@@ -535,9 +539,9 @@ def test_module_stand_in_replaces_the_category_and_is_put_back(model: str, categ
     import torch
 
     from reportgen.bench.ablation import category_stand_in
-    from reportgen.profile import models
+    from reportgen.profile import building
 
-    built = models.build(_tiny(model), "cpu")
+    built = building.build(_tiny(model), "cpu")
     try:
         layers = int(built.model.config.num_hidden_layers)
         before = built.step()[0]
@@ -549,7 +553,7 @@ def test_module_stand_in_replaces_the_category_and_is_put_back(model: str, categ
         stub_ops, stub_router = _hooked_ops(built, category, stand_in=True)
         own_forwards = [n for n, m in built.model.named_modules() if "forward" in m.__dict__]
     finally:
-        models.free(built)
+        building.free(built)
     assert stand_in.calls == 2 * layers  # one replaced module per layer, two forwards
     assert len(stand_in.patched) == layers
     assert ablated.shape == before.shape
@@ -569,18 +573,20 @@ def test_paired_forwards_read_the_target_category(monkeypatch: pytest.MonkeyPatc
     from support.clocks import counting_ops
 
     from reportgen.bench import attribution_check
-    from reportgen.profile import models, regions
+    from reportgen.profile import building, regions
+    from reportgen.profile.structure import derive
 
-    built = models.build(_tiny("mixtral", batch_size=1), "cpu")
+    built = building.build(_tiny("mixtral", batch_size=1), "cpu")
     try:
         # the hooked pairs read aten op counts (the unprofiled ones still the host clock)
         with counting_ops() as clock:
             monkeypatch.setattr(regions, "device_clock", lambda step: clock)
-            got = attribution_check.paired_forwards(built.step, built.model, budget_s=0.0, min_pairs=3,
+            got = attribution_check.paired_forwards(built.step, built.model, derive(built.model, built.step),
+                                                    budget_s=0.0, min_pairs=3,
                                                     hooked_every=2, category="moe.experts")
         layers = int(built.model.config.num_hidden_layers)
     finally:
-        models.free(built)
+        building.free(built)
     assert got["category"] == "moe.experts" and got["calls"] == layers
     assert len(got["full_ms"]) == 3 and len(got["hooked"]) == 2
     full_experts = [h[1] for h in got["hooked"]]
@@ -819,7 +825,7 @@ def test_validation_page_shows_the_ablation_category() -> None:
 
 def test_bench_selects_the_ablation_combinations() -> None:
     from reportgen.bench import orchestrate
-    from reportgen.profile import models
+    from reportgen.profile import modelspec
 
     plan = orchestrate.plan(quick=False)
     chosen = orchestrate.ablation_targets(plan, {"moe", "hybrid"})
@@ -827,7 +833,7 @@ def test_bench_selects_the_ablation_combinations() -> None:
         ("granitemoe-1b-a400m-4l", "moe.experts"), ("falcon-h1-0.5b-4l", "mixer")]
     assert all(t.combo.seq_len == 512 and t.combo.attn_implementation == "eager"
                and t.combo.mode == "forward" and t.combo.scale == "reference" for t in chosen)
-    assert all(models.resolve(t.combo.model).source == "preset" for t in chosen)  # no network
+    assert all(modelspec.resolve(t.combo.model).source == "preset" for t in chosen)  # no network
     everything = orchestrate.ablation_targets(plan)
     assert len(everything) == 6 and sum(t.category == "attention.core" for t in everything) == 4
     with pytest.raises(SystemExit):

@@ -122,7 +122,7 @@ def test_reading_the_catalog_imports_no_torch() -> None:
 
 def test_catalog_names_resolve_as_models_and_in_suites() -> None:
     from reportgen import suite
-    from reportgen.profile import models
+    from reportgen.profile import modelspec as models
 
     spec = models.resolve("mixtral-8x7b")
     assert (spec.source, spec.model_type) == ("catalog", "mixtral")
@@ -134,7 +134,7 @@ def test_catalog_names_resolve_as_models_and_in_suites() -> None:
 
 
 def test_a_catalog_model_cut_to_two_layers_keeps_its_widths() -> None:
-    from reportgen.profile import models
+    from reportgen.profile import modelspec as models
 
     config, plan = models.resolve("qwen3-30b-a3b").depth_config(layers=2)
     assert plan is not None and config.num_hidden_layers == 2

@@ -384,7 +384,7 @@ def test_a_step_without_a_model_cannot_be_compiled() -> None:
 
 def test_a_compiled_step_times_the_compiled_model() -> None:
     torch = pytest.importorskip("torch")
-    from reportgen.profile.models import Step
+    from reportgen.profile.modes import Step
 
     calls: list[str] = []
 

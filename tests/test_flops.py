@@ -10,14 +10,15 @@ import pytest
 from torch import nn
 
 from reportgen.categories import CATEGORIES
-from reportgen.profile import flops, models
+from reportgen.profile import building, flops, modelspec
+from reportgen.profile.structure import classify
 
 _ATTN_IN_NAME = ("attention", "attn", "selfattention", "encdecattention")
 _OUT_LEAVES = ("o_proj", "o", "out_proj", "c_proj", "dense")
 
 
 def hand_categories(model: nn.Module) -> dict[str, str]:
-    """A trivial stand-in for reportgen.profile.structure.module_categories, by module names of
+    """A trivial stand-in for the categories of reportgen.profile.structure.derive, by module names of
     the few models tested here (the real one is structural)."""
     out: dict[str, str] = {}
     for name, module in model.named_modules():
@@ -41,8 +42,8 @@ def combo(model: str, mode: str = "forward", impl: str = "eager", b: int = 2, s:
 
 
 def both(c: SimpleNamespace) -> tuple[dict[str, float], dict[str, float], list[str]]:
-    built = models.build(c)
-    analytic = flops.analytic(built.info, c, models.analytic_hints(built.model))
+    built = building.build(c)
+    analytic = flops.analytic(built.info, c, flops.analytic_hints(built.model, classify(built.model)))
     counted, notes = flops.counted(built.model, built.step, hand_categories(built.model), analytic=analytic)
     return analytic, counted, notes
 
@@ -88,7 +89,7 @@ def test_analytic_llama_numbers() -> None:
 
 def test_analytic_reference_llama3_is_two_flops_per_weight() -> None:
     # with one token the score matrix is negligible: FLOPs ~ 2 x non-embedding weights
-    config = models.resolve("llama-3-8b").make_config()
+    config = modelspec.resolve("llama-3-8b").make_config()
     info = {"architecture": "decoder", "hidden_size": config.hidden_size, "num_heads": config.num_attention_heads,
             "num_kv_heads": config.num_key_value_heads, "head_dim": config.head_dim,
             "num_layers": config.num_hidden_layers, "intermediate_size": config.intermediate_size,
@@ -126,15 +127,15 @@ def test_missing_dims_give_zeros() -> None:
 def test_analytic_flops_of_experts_and_mixers_come_from_the_structure() -> None:
     from types import SimpleNamespace
 
-    from reportgen.profile import models
+    from reportgen.profile import building, flops
 
     def combo(model: str) -> SimpleNamespace:
         return SimpleNamespace(model=model, scale="tiny", mode="forward", dtype="fp32",
                                attn_implementation="eager", batch_size=1, seq_len=16, device="cpu")
 
-    built = models.build(combo("mixtral"))
+    built = building.build(combo("mixtral"))
     config = built.model.config
-    hints = models.analytic_hints(built.model)
+    hints = flops.analytic_hints(built.model, classify(built.model))
     out = flops.analytic(built.info, combo("mixtral"), hints)
     # per token and layer: top-k experts of gate, up and down projections (hidden x ff each)
     per_expert = 3 * config.hidden_size * config.intermediate_size
@@ -142,10 +143,10 @@ def test_analytic_flops_of_experts_and_mixers_come_from_the_structure() -> None:
     assert out["moe.experts"] == expected
     assert out["moe.router"] == 2 * 16 * config.hidden_size * config.num_local_experts * config.num_hidden_layers
     assert out["mlp"] == 0 and out["mixer"] == 0
-    models.free(built)
+    building.free(built)
 
-    built = models.build(combo("mamba"))
-    out = flops.analytic(built.info, combo("mamba"), models.analytic_hints(built.model))
+    built = building.build(combo("mamba"))
+    out = flops.analytic(built.info, combo("mamba"), flops.analytic_hints(built.model, classify(built.model)))
     assert out["mixer"] > 0 and out["mlp"] == 0
     assert out["attention.core"] == 0  # no softmax attention in a Mamba
-    models.free(built)
+    building.free(built)

@@ -135,7 +135,7 @@ def test_workers_need_no_hub_and_the_estimate_matches_the_config_file(hub: Path,
     builds, and the pre-flight estimate equals that of the same config given as a file."""
     import shutil
 
-    from reportgen.profile import models, preflight
+    from reportgen.profile import building, preflight
 
     (combo,) = [c for c in load_suite("tiny", parse_overrides({"models": "Qwen/Qwen2.5-7B", "device": "cpu",
                                                                 "modes": "prefill", "seq_lens": "16",
@@ -152,11 +152,11 @@ def test_workers_need_no_hub_and_the_estimate_matches_the_config_file(hub: Path,
     hub_estimate = preflight.estimate(reference, device="cpu")
     assert hub_estimate["parameters"] == preflight.estimate(as_file, device="cpu")["parameters"]
     assert hub_estimate["parameters"] > 7_000_000_000  # Qwen2.5-7B's shape: 7.6B
-    built = models.build(combo, "cpu")
+    built = building.build(combo, "cpu")
     try:
         assert built.info["source"]["revision"] == MAIN and built.info["num_layers"] == 2
     finally:
-        models.free(built)
+        building.free(built)
 
 
 def _hub_error(kind: str) -> Exception:
@@ -247,13 +247,13 @@ def test_a_repository_causal_lm_is_a_decoder() -> None:
     says which model classes it brings."""
     from transformers import PretrainedConfig
 
-    from reportgen.profile import models
+    from reportgen.profile import autoclass
 
     config = PretrainedConfig()
     config.auto_map = dict(REMOTE["auto_map"])
-    assert models.architecture(config) == "decoder"
+    assert autoclass.architecture(config) == "decoder"
     config.auto_map = {"AutoConfig": "c.C", "AutoModel": "m.M"}
-    assert models.architecture(config) == "encoder"
+    assert autoclass.architecture(config) == "encoder"
 
 
 # --- today's models: mixtures of experts, a state-space model and a hybrid --------------
@@ -327,22 +327,24 @@ def test_todays_hub_model_is_measured_at_tiny_scale(repo: str, today: Path) -> N
     """Built from its cached config.json at --scale tiny, one forward measured by the
     module hooks lands in the categories its architecture has, and only in those."""
     from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES
-    from reportgen.profile import models, regions
+    from reportgen.profile import building, layers, regions, shrink
+    from reportgen.profile.structure import derive
 
     model_type, kind, _ = TODAY[repo]
     combo = _combination(repo, "tiny")
     assert combo.source["config"] == _today_config(repo)  # the whole file travels with it
-    built = models.build(combo, "cpu")
+    built = building.build(combo, "cpu")
     try:
         info = built.info
         assert info["model_type"] == model_type and info["architecture"] == "decoder"
         assert info["source"]["id"] == repo and info["source"]["revision"] == MAIN
         # shrunk as a preset is: a couple of 64-wide layers, well under a million weights
-        assert 2 <= info["num_layers"] <= models.TINY_MAX_LAYERS and info["hidden_size"] == models.TINY_HIDDEN
+        assert 2 <= info["num_layers"] <= layers.TINY_MAX_LAYERS and info["hidden_size"] == shrink.TINY_HIDDEN
         assert info["parameters"] < 1_000_000
-        section = regions.hooks_method(built.model, built.step, min_iterations=2, max_iterations=2, budget_s=0)
+        section = regions.hooks_method(built.model, built.step, derive(built.model, built.step),
+                                       min_iterations=2, max_iterations=2, budget_s=0)
     finally:
-        models.free(built)
+        building.free(built)
     share = {c: section["categories"][c]["share"] for c in CATEGORIES}
     assert section["iterations"] == 2 and section["forward_ms"] > 0
     assert sum(share.values()) == pytest.approx(1.0)

@@ -10,7 +10,7 @@ import torch
 from transformers import CONFIG_MAPPING
 
 from reportgen.errors import UserError
-from reportgen.profile import layers, models
+from reportgen.profile import autoclass, layers
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
          "head_dim": 16, "vocab_size": 256}
@@ -18,7 +18,7 @@ SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, 
 
 def meta(config: Any) -> torch.nn.Module:
     with torch.device("meta"):
-        return models._auto_class(config, models.architecture(config)).from_config(config)
+        return autoclass.auto_class(config, autoclass.architecture(config)).from_config(config)
 
 
 def config_of(model_type: str, **overrides: Any) -> Any:

@@ -16,8 +16,8 @@ import torch
 from reportgen import stats, traffic
 from reportgen.categories import CATEGORIES
 from reportgen.errors import Skip
+from reportgen.profile import building
 from reportgen.profile import measure as measure_mod
-from reportgen.profile import models
 from reportgen.profile.measure import OutOfMemory, attention_activation_bytes, measure
 from reportgen.records.schema import COMBINATION_KIND, json_schema
 
@@ -108,6 +108,41 @@ def test_measure_end_to_end(tmp_path: Path, model: str, mode: str, impl: str) ->
                                     ).validate(attribution)
 
 
+@pytest.mark.parametrize(("model", "mode", "studies"), [
+    ("gpt2", "train", ()),  # the training step's memory reads the structure too
+    ("mixtral", "forward", ("instrumentation",)),  # experts, their load, a study
+])
+def test_a_measurement_derives_the_structure_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  model: str, mode: str, studies: tuple[str, ...]) -> None:
+    """Every part of one measurement that reads the model's structure (the profiled
+    pass's labels, both attribution methods, the FLOP count, a training step's memory,
+    the experts' load, the studies) is handed the one `structure.Structure`: the module
+    walk and the recorded forward run once each. Counted where the walk makes the root's
+    role and where the forward makes its recorder (names `structure.py` looks up in its
+    own module when it runs, whatever name a caller imported the functions under)."""
+    from reportgen.profile import structure
+
+    walks = {"classify": 0, "recorded forward": 0}
+    role, recorder = structure.ModuleRole, structure._Recorder
+
+    def counted_role(fqn: str, *rest: Any) -> Any:
+        walks["classify"] += fqn == ""
+        return role(fqn, *rest)
+
+    def counted_recorder() -> Any:
+        walks["recorded forward"] += 1
+        return recorder()
+
+    monkeypatch.setattr(structure, "ModuleRole", counted_role)
+    monkeypatch.setattr(structure, "_Recorder", counted_recorder)
+    record = measure(combo(model, mode), run_dir=tmp_path, combo_id="c", budget_s=0.1,
+                     profile_iterations=1, studies=studies, study_budget_s=0.2)
+    assert walks == {"classify": 1, "recorded forward": 1}
+    assert record["attribution"]["methods"]["hooks"]["categories"]["mlp" if mode == "train" else "moe.experts"]
+    assert ("moe" in record) == (model == "mixtral") and ("training" in record["memory"]) == (mode == "train")
+    assert all(record["studies"][name]["status"] == "ok" for name in studies)
+
+
 def test_measure_skips_what_does_not_apply(tmp_path: Path) -> None:
     with pytest.raises(Skip, match="decode applies to causal LMs"):
         measure(combo("bert", "decode"), run_dir=tmp_path, combo_id="x", budget_s=0.1)
@@ -165,7 +200,7 @@ def test_out_of_memory_becomes_a_failure_reason(tmp_path: Path, monkeypatch: pyt
     def build(*_: Any, **__: Any) -> Any:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB\nmore detail")
 
-    monkeypatch.setattr(models, "build", build)
+    monkeypatch.setattr(building, "build", build)
     with pytest.raises(OutOfMemory) as err:
         measure(combo("llama"), run_dir=tmp_path, combo_id="x", budget_s=0.1)
     assert str(err.value) == "out of memory: CUDA out of memory. Tried to allocate 20.00 GiB"
@@ -174,7 +209,7 @@ def test_out_of_memory_becomes_a_failure_reason(tmp_path: Path, monkeypatch: pyt
 
 def test_other_errors_propagate_and_model_is_freed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     freed: list[Any] = []
-    real_free = models.free
+    real_free = building.free
 
     def free(result: Any) -> None:
         freed.append(result)
@@ -183,7 +218,7 @@ def test_other_errors_propagate_and_model_is_freed(tmp_path: Path, monkeypatch: 
     def broken_time_step(*_: Any, **__: Any) -> Any:
         raise ValueError("boom")
 
-    monkeypatch.setattr(models, "free", free)
+    monkeypatch.setattr(building, "free", free)
     monkeypatch.setattr(measure_mod, "time_step", broken_time_step)
     with pytest.raises(ValueError, match="boom"):
         measure(combo("gpt2"), run_dir=tmp_path, combo_id="x", budget_s=0.1)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from reportgen.errors import Skip
-from reportgen.profile import micro, models
+from reportgen.profile import dtypes, micro
 
 
 def combo(variant: str, **overrides: object) -> SimpleNamespace:
@@ -70,10 +70,11 @@ def test_profiled_region_is_the_module_call(variant: str, ops: list[str], tmp_pa
 
     from reportgen.attribution import classify_ops
     from reportgen.profile.profiling import profile_step
+    from reportgen.profile.structure import classify
 
     model, _, step = micro.build(combo(variant, batch_size=1, seq_len=16), "cpu")
     path = tmp_path / "traces" / "m.trace.json.gz"
-    result = profile_step(step, model, iterations=2, trace_path=path)
+    result = profile_step(step, model, iterations=2, trace_path=path, labels=classify(model))
     rows = [r for r in classify_ops(json.loads(gzip.decompress(path.read_bytes())))
             if r["iteration"] == 0]
     assert [r["name"] for r in rows] == ops
@@ -152,7 +153,7 @@ def test_flash_runs_or_skips_with_reason() -> None:
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_reduced_precision_dtypes(dtype: str) -> None:
     _, _, step = micro.build(combo("naive-inplace", dtype=dtype), "cpu")
-    assert step.q.dtype == step.k.dtype == step.v.dtype == models.TORCH_DTYPES[dtype]
+    assert step.q.dtype == step.k.dtype == step.v.dtype == dtypes.TORCH_DTYPES[dtype]
     assert torch.isfinite(step().float()).all()
 
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from reportgen.errors import Skip, UserError
-from reportgen.profile import models
-from reportgen.vocabulary import TRAIN_MODES
+from reportgen.profile import autoclass, building, flops, layers, modelspec, modes, shrink
+from reportgen.profile.structure import classify
+from reportgen.vocabulary import MODES, TRAIN_MODES
 
 
 def combo(model: str = "llama", mode: str = "forward", **kw: Any) -> SimpleNamespace:
@@ -24,9 +25,9 @@ def combo(model: str = "llama", mode: str = "forward", **kw: Any) -> SimpleNames
 
 
 def _params_on_meta(name: str) -> int:
-    config = models.resolve(name).make_config()
+    config = modelspec.resolve(name).make_config()
     with torch.device("meta"):
-        model = models._auto_class(config, models.architecture(config)).from_config(config)
+        model = autoclass.auto_class(config, autoclass.architecture(config)).from_config(config)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -34,11 +35,11 @@ def _params_on_meta(name: str) -> int:
 
 
 def test_presets_listed_and_resolve() -> None:
-    names = models.model_choices()
+    names = modelspec.model_choices()
     for name in ("bert-base", "bert-large", "gpt2", "gpt2-medium", "t5-small", "t5-base", "llama-small",
                  "llama-1b", "llama-3-8b", "mistral-7b"):
         assert name in names
-        spec = models.resolve(name)
+        spec = modelspec.resolve(name)
         assert spec.source == "preset" and spec.name == name
 
 
@@ -55,37 +56,37 @@ def test_reference_presets_have_checkpoint_parameter_counts(name: str, params: i
 
 
 def test_llama_small_shape() -> None:
-    config = models.resolve("llama-small").make_config()
+    config = modelspec.resolve("llama-small").make_config()
     assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
             config.num_key_value_heads, config.intermediate_size, config.vocab_size) == (768, 12, 12, 4, 2048, 32000)
     assert 100e6 <= _params_on_meta("llama-small") <= 150e6
 
 
 def test_llama3_preset_details() -> None:
-    config = models.resolve("llama-3-8b").make_config()
+    config = modelspec.resolve("llama-3-8b").make_config()
     assert config.rope_parameters["rope_theta"] == 500000.0
-    assert models.resolve("llama-1b").make_config().tie_word_embeddings is True
+    assert modelspec.resolve("llama-1b").make_config().tie_word_embeddings is True
 
 
 def test_unknown_name_lists_choices() -> None:
     with pytest.raises(UserError) as err:
-        models.resolve("no-such-model")
+        modelspec.resolve("no-such-model")
     message = str(err.value)
     assert "no-such-model" in message
-    for name in models.model_choices():
+    for name in modelspec.model_choices():
         assert name in message
 
 
 def test_model_type_and_config_file(tmp_path: Path) -> None:
-    spec = models.resolve("opt")
+    spec = modelspec.resolve("opt")
     assert spec.source == "model_type" and spec.model_type == "opt"
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 96, "n_layer": 3, "n_head": 6, "vocab_size": 500}))
-    spec = models.resolve(str(path))
+    spec = modelspec.resolve(str(path))
     config = spec.make_config()
     assert (config.n_embd, config.n_layer, config.vocab_size) == (96, 3, 500)
-    assert models.resolve(str(tmp_path)).make_config().n_head == 6  # a directory finds config.json
-    built = models.build(combo(str(path), scale="reference", seq_len=8))
+    assert modelspec.resolve(str(tmp_path)).make_config().n_head == 6  # a directory finds config.json
+    built = building.build(combo(str(path), scale="reference", seq_len=8))
     assert built.info["hidden_size"] == 96 and built.info["num_layers"] == 3
 
 
@@ -93,20 +94,20 @@ def test_bad_config_file(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"model_type": "not-a-type"}))
     with pytest.raises(UserError):
-        models.resolve(str(path))
+        modelspec.resolve(str(path))
     with pytest.raises(UserError):
-        models.resolve(str(tmp_path / "missing.json"))
+        modelspec.resolve(str(tmp_path / "missing.json"))
 
 
 def test_unknown_scale_dtype_impl_mode() -> None:
     with pytest.raises(UserError):
-        models.resolve("gpt2").make_config("huge")
+        modelspec.resolve("gpt2").make_config("huge")
     with pytest.raises(UserError):
-        models.build(combo(dtype="fp8"))
+        building.build(combo(dtype="fp8"))
     with pytest.raises(UserError):
-        models.build(combo(attn_implementation="magic"))
+        building.build(combo(attn_implementation="magic"))
     with pytest.raises(UserError):
-        models.build(combo(mode="training"))
+        building.build(combo(mode="training"))
 
 
 # --- tiny ------------------------------------------------------------------------------
@@ -115,12 +116,12 @@ def test_unknown_scale_dtype_impl_mode() -> None:
 @pytest.mark.parametrize("model_type", ["bert", "gpt2", "t5", "llama", "opt", "bart", "mistral", "qwen3",
                                         "gpt_neox", "roberta"])
 def test_tiny_shrinks_any_config(model_type: str) -> None:
-    reference = models.resolve(model_type).make_config()
-    config = models.resolve(model_type).make_config("tiny", min_positions=3000)
-    assert config.hidden_size == models.TINY_HIDDEN
-    assert config.num_hidden_layers == models.TINY_LAYERS
-    assert config.num_attention_heads == models.TINY_HEADS
-    assert config.vocab_size == models.TINY_VOCAB
+    reference = modelspec.resolve(model_type).make_config()
+    config = modelspec.resolve(model_type).make_config("tiny", min_positions=3000)
+    assert config.hidden_size == shrink.TINY_HIDDEN
+    assert config.num_hidden_layers == layers.TINY_LAYERS
+    assert config.num_attention_heads == shrink.TINY_HEADS
+    assert config.vocab_size == shrink.TINY_VOCAB
     kv = getattr(config, "num_key_value_heads", None)
     ref_kv = getattr(reference, "num_key_value_heads", None)
     if ref_kv is not None:
@@ -130,13 +131,13 @@ def test_tiny_shrinks_any_config(model_type: str) -> None:
         assert positions >= 3000
     for name in ("layer_types",):
         if isinstance(getattr(config, name, None), list):
-            assert len(getattr(config, name)) == models.TINY_LAYERS
+            assert len(getattr(config, name)) == layers.TINY_LAYERS
 
 
 def test_tiny_keeps_gqa_and_token_ids_in_range() -> None:
-    config = models.resolve("llama-3-8b").make_config("tiny")
+    config = modelspec.resolve("llama-3-8b").make_config("tiny")
     assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (4, 2, 16)
-    assert config.bos_token_id < models.TINY_VOCAB and config.eos_token_id < models.TINY_VOCAB
+    assert config.bos_token_id < shrink.TINY_VOCAB and config.eos_token_id < shrink.TINY_VOCAB
 
 
 # --- building each mode ----------------------------------------------------------------
@@ -152,12 +153,12 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "arch", "cls"), CASES)
-@pytest.mark.parametrize("mode", models.MODES)
+@pytest.mark.parametrize("mode", MODES)
 def test_tiny_build_every_mode(name: str, arch: str, cls: str, mode: str) -> None:
     c = combo(name, mode)
     if mode in TRAIN_MODES:
         # every architecture trains; an encoder with its masked-LM head, on labels
-        built = models.build(c)
+        built = building.build(c)
         expected = "BertForMaskedLM" if name == "bert" else cls
         assert (built.info["architecture"], built.info["class"]) == (arch, expected)
         assert built.model.training and "labels" in built.step.kwargs
@@ -169,9 +170,9 @@ def test_tiny_build_every_mode(name: str, arch: str, cls: str, mode: str) -> Non
         return
     if mode != "forward" and arch != "decoder":
         with pytest.raises(Skip, match=f"{mode} applies to causal LMs; {name} is an {arch}"):
-            models.build(c)
+            building.build(c)
         return
-    built = models.build(c)
+    built = building.build(c)
     info = built.info
     assert (info["architecture"], info["class"], info["model_type"]) == (arch, cls, name)
     assert (info["hidden_size"], info["num_layers"], info["num_heads"], info["head_dim"]) == (64, 2, 4, 16)
@@ -192,18 +193,18 @@ def test_tiny_build_every_mode(name: str, arch: str, cls: str, mode: str) -> Non
 
 
 def test_bert_has_pooler_and_llama_keeps_gqa() -> None:
-    bert = models.build(combo("bert"))
+    bert = building.build(combo("bert"))
     assert bert.step().pooler_output.shape == (2, 64)
-    llama = models.build(combo("llama-3-8b"))
+    llama = building.build(combo("llama-3-8b"))
     assert (llama.info["num_heads"], llama.info["num_kv_heads"]) == (4, 2)
-    hints = models.analytic_hints(llama.model)
+    hints = flops.analytic_hints(llama.model, classify(llama.model))
     assert hints["mlp_projections"] == 3 and hints["mlp_weight_elements"] == 3 * 64 * 128
-    assert models.analytic_hints(bert.model)["mlp_projections"] == 2
-    assert models.analytic_hints(bert.model)["pooler"] is True
+    assert flops.analytic_hints(bert.model, classify(bert.model))["mlp_projections"] == 2
+    assert flops.analytic_hints(bert.model, classify(bert.model))["pooler"] is True
 
 
 def test_encoder_decoder_runs_both_stacks() -> None:
-    built = models.build(combo("t5"))
+    built = building.build(combo("t5"))
     assert built.step.kwargs["decoder_input_ids"].shape == (2, 12)
     assert built.step.kwargs["use_cache"] is False
     out = built.step()
@@ -214,15 +215,15 @@ def test_encoder_decoder_runs_both_stacks() -> None:
 
 
 def test_inputs_are_seeded_and_not_zero() -> None:
-    a = models.build(combo("gpt2"), seed=3).step.kwargs
-    b = models.build(combo("gpt2"), seed=3).step.kwargs
-    c = models.build(combo("gpt2"), seed=4).step.kwargs
+    a = building.build(combo("gpt2"), seed=3).step.kwargs
+    b = building.build(combo("gpt2"), seed=3).step.kwargs
+    c = building.build(combo("gpt2"), seed=4).step.kwargs
     assert torch.equal(a["input_ids"], b["input_ids"])
     assert not torch.equal(a["input_ids"], c["input_ids"])
     assert (a["input_ids"] != 0).all()
-    assert int(a["input_ids"].max()) < models.TINY_VOCAB
+    assert int(a["input_ids"].max()) < shrink.TINY_VOCAB
     assert torch.equal(a["attention_mask"], torch.ones(2, 12, dtype=torch.long))
-    assert models.build(combo("gpt2"), seed=3).step.inputs_info["seed"] == 3
+    assert building.build(combo("gpt2"), seed=3).step.inputs_info["seed"] == 3
 
 
 # --- decode ------------------------------------------------------------------------------
@@ -230,9 +231,9 @@ def test_inputs_are_seeded_and_not_zero() -> None:
 
 @pytest.mark.parametrize("name", ["llama", "gpt2", "opt"])
 def test_decode_reset_keeps_cache_length(name: str) -> None:
-    built = models.build(combo(name, "decode", seq_len=10))
+    built = building.build(combo(name, "decode", seq_len=10))
     step = built.step
-    assert isinstance(step, models.DecodeStep)
+    assert isinstance(step, modes.DecodeStep)
     assert step.cache_len() == 10
     for _ in range(3):
         out = step()
@@ -248,7 +249,7 @@ def test_decode_reset_keeps_cache_length(name: str) -> None:
 
 
 def test_prefill_builds_a_cache_and_keeps_last_logits() -> None:
-    built = models.build(combo("llama", "prefill"))
+    built = building.build(combo("llama", "prefill"))
     out = built.step()
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     assert cache.get_seq_length() == 12
@@ -260,7 +261,7 @@ def test_prefill_builds_a_cache_and_keeps_last_logits() -> None:
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa", "sdpa-math", "sdpa-flash"])
 def test_cpu_attention_implementations(impl: str) -> None:
-    built = models.build(combo("llama", attn_implementation=impl))
+    built = building.build(combo("llama", attn_implementation=impl))
     expected = "eager" if impl == "eager" else "sdpa"
     assert built.model.config._attn_implementation == expected
     if impl.startswith("sdpa-"):
@@ -274,10 +275,10 @@ def test_cpu_attention_implementations(impl: str) -> None:
 def test_weights_are_seeded_and_backends_agree() -> None:
     torch.manual_seed(123)
     before = torch.get_rng_state()
-    a = models.build(combo("llama", attn_implementation="eager"), seed=5)
+    a = building.build(combo("llama", attn_implementation="eager"), seed=5)
     assert torch.equal(torch.get_rng_state(), before)  # the caller's RNG is untouched
-    b = models.build(combo("llama", attn_implementation="sdpa-math"), seed=5)
-    c = models.build(combo("llama", attn_implementation="eager"), seed=6)
+    b = building.build(combo("llama", attn_implementation="sdpa-math"), seed=5)
+    c = building.build(combo("llama", attn_implementation="eager"), seed=6)
     wa, wb, wc = (next(x.model.parameters()) for x in (a, b, c))
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
     torch.testing.assert_close(a.step().logits, b.step().logits, rtol=1e-4, atol=1e-4)
@@ -292,16 +293,16 @@ def test_weights_are_seeded_and_backends_agree() -> None:
 ])
 def test_unsupported_implementations_skip(impl: str, reason: str) -> None:
     with pytest.raises(Skip, match=reason):
-        models.build(combo("llama", attn_implementation=impl))
+        building.build(combo("llama", attn_implementation=impl))
 
 
 def test_model_without_sdpa_skips_with_transformers_message() -> None:
     with pytest.raises(Skip, match="does not support attn_implementation=sdpa"):
-        models.build(combo("bloom"))
+        building.build(combo("bloom"))
 
 
 def test_speech_model_reads_spectrogram_frames() -> None:
-    built = models.build(combo("whisper", seq_len=24))
+    built = building.build(combo("whisper", seq_len=24))
     features = built.step.kwargs["input_features"]
     # the encoder's stride-2 convolution turns 2 x 24 spectrogram frames into 24 positions
     assert features.shape[-1] == 48 and features.shape[1] == built.model.config.num_mel_bins
@@ -309,25 +310,25 @@ def test_speech_model_reads_spectrogram_frames() -> None:
     assert built.step.inputs_info["sequence"] == "frames"
     out = built.step()
     assert out.encoder_last_hidden_state.shape[1] == 24
-    models.free(built)
+    building.free(built)
 
 
 def test_vision_model_reads_a_square_grid_of_patches() -> None:
-    built = models.build(combo("vit", seq_len=16))
+    built = building.build(combo("vit", seq_len=16))
     pixels = built.step.kwargs["pixel_values"]
     patch = built.model.config.patch_size
     assert pixels.shape[-2:] == (4 * patch, 4 * patch)
     assert built.step.inputs_info["sequence"] == "patches"
     assert built.step().last_hidden_state.shape[1] == 16 + 1  # the patches and [CLS]
-    models.free(built)
+    building.free(built)
     with pytest.raises(Skip, match="not a square"):
-        models.build(combo("vit", seq_len=20))
+        building.build(combo("vit", seq_len=20))
     with pytest.raises(Skip, match="causal LMs"):
-        models.build(combo("vit", seq_len=16, mode="decode"))
+        building.build(combo("vit", seq_len=16, mode="decode"))
 
 
 def test_bf16_on_cpu() -> None:
-    built = models.build(combo("llama", dtype="bf16"))
+    built = building.build(combo("llama", dtype="bf16"))
     assert next(built.model.parameters()).dtype == torch.bfloat16
     assert built.step().logits.dtype == torch.bfloat16
 
@@ -338,20 +339,20 @@ def test_learned_positions_too_short_skip() -> None:
             super().__init__()
             self.position_embeddings = torch.nn.Embedding(16, 4)
 
-    models._check_positions(Tiny(), 16, "tiny")
+    building.check_positions(Tiny(), 16, "tiny")
     with pytest.raises(Skip, match="16 learned positions"):
-        models._check_positions(Tiny(), 17, "tiny")
+        building.check_positions(Tiny(), 17, "tiny")
 
 
 def test_attention_micro_dispatches() -> None:
-    built = models.build(combo(models.MICRO, attn_implementation="naive", seq_len=16))
-    assert built.info["name"] == models.MICRO
+    built = building.build(combo(modelspec.MICRO, attn_implementation="naive", seq_len=16))
+    assert built.info["name"] == modelspec.MICRO
     assert built.step.inputs_info["tokens"] == 32
     with pytest.raises(Skip):
-        models.build(combo(models.MICRO, "decode", attn_implementation="naive"))
+        building.build(combo(modelspec.MICRO, "decode", attn_implementation="naive"))
 
 
 def test_free_drops_model() -> None:
-    built = models.build(combo("llama", "decode"))
-    models.free(built)
+    built = building.build(combo("llama", "decode"))
+    building.free(built)
     assert built.model is None and built.step is None

@@ -13,7 +13,7 @@ import torch
 
 from reportgen.categories import CATEGORIES
 from reportgen.errors import Skip
-from reportgen.profile import flops, models, preflight
+from reportgen.profile import building, flops, preflight
 from reportgen.profile.measure import attention_activation_bytes, measure
 from reportgen.suite import Combination
 from reportgen.vocabulary import MODES
@@ -29,13 +29,13 @@ def combo(model: str, mode: str, impl: str = "eager", **kw: Any) -> SimpleNamesp
 
 
 def _logits(model: str, mode: str, impl: str) -> tuple[torch.Tensor, dict[str, Any], dict[str, Any]]:
-    built = models.build(combo(model, mode, impl), "cpu", seed=3)
+    built = building.build(combo(model, mode, impl), "cpu", seed=3)
     try:
         built.step.reset()
         out = built.step()
         return out.logits[:, -1].clone(), dict(built.step.inputs_info), dict(built.step.kwargs)  # type: ignore[attr-defined]
     finally:
-        models.free(built)
+        building.free(built)
 
 
 @pytest.mark.parametrize("model", ["gpt2", "llama"])

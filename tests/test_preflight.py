@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from reportgen.errors import Skip
-from reportgen.profile import models, preflight
+from reportgen.profile import building, preflight, shrink
 from reportgen.profile.measure import attention_activation_bytes
 
 GIB = 1024**3
@@ -65,12 +65,12 @@ def test_format_gib() -> None:
 def test_meta_parameter_count_equals_the_built_model(name: str) -> None:
     c = combo(name, attn_implementation="naive" if name == "attention-micro" else "sdpa")
     est = preflight.estimate(c)
-    built = models.build(c, "cpu")
+    built = building.build(c, "cpu")
     try:
         real = sum(p.numel() for p in built.model.parameters())
         real_bytes = sum(t.numel() * t.element_size() for t in [*built.model.parameters(), *built.model.buffers()])
     finally:
-        models.free(built)
+        building.free(built)
     assert est["parameters"] == real
     assert est["parts"]["weights"] == real_bytes
     assert est["method"] == "meta-device parameter count + analytic working set"
@@ -178,7 +178,7 @@ def test_attention_scores_follow_measure() -> None:
     eager = combo("gpt2", attn_implementation="eager", seq_len=64)
     sdpa = combo("gpt2", attn_implementation="sdpa", seq_len=64)
     est_eager, est_sdpa = preflight.estimate(eager), preflight.estimate(sdpa)
-    info = {"num_heads": models.TINY_HEADS}
+    info = {"num_heads": shrink.TINY_HEADS}
     assert est_eager["parts"]["attention_scores"] == attention_activation_bytes(info, eager) > 0
     assert est_sdpa["parts"]["attention_scores"] == 0
     assert est_eager["parts"]["activations"] > est_sdpa["parts"]["activations"]  # the transient copy
@@ -272,25 +272,25 @@ def _reset_peak_rss() -> bool:
 def test_estimate_covers_a_real_tiny_forward() -> None:
     c = combo("gpt2", attn_implementation="eager", batch_size=2, seq_len=512)
     est = preflight.estimate(c)
-    models.free(models.build(combo("gpt2", attn_implementation="eager"), "cpu"))  # modeling code loaded
+    building.free(building.build(combo("gpt2", attn_implementation="eager"), "cpu"))  # modeling code loaded
     gc.collect()
     status = Path("/proc/self/status")
     if not status.exists() or not _reset_peak_rss():
-        built = models.build(c, "cpu")
+        built = building.build(c, "cpu")
         try:
             params = sum(p.numel() for p in built.model.parameters())
         finally:
-            models.free(built)
+            building.free(built)
         assert est["estimate_bytes"] >= params * 4
         pytest.skip("cannot reset the peak RSS here (/proc/self/clear_refs), so the forward's peak is not measurable")
     base = _status_bytes("VmRSS")
-    built = models.build(c, "cpu")  # builds and runs one trial forward
+    built = building.build(c, "cpu")  # builds and runs one trial forward
     try:
         built.step()
         params = sum(p.numel() for p in built.model.parameters())
         increase = _status_bytes("VmHWM") - base
     finally:
-        models.free(built)
+        building.free(built)
     assert est["estimate_bytes"] >= params * 4
     assert est["estimate_bytes"] >= increase
     # and without the runtime allowance too: tensors and profiler allowance cover it

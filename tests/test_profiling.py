@@ -13,7 +13,7 @@ from support.tiny_models import TINY, build, toy
 from reportgen.attribution import classify_ops
 from reportgen.categories import CATEGORIES
 from reportgen.profile.profiling import profile_step, write_gzip_atomic
-from reportgen.profile.structure import classify, module_categories
+from reportgen.profile.structure import classify, derive
 
 ATTRIBUTED = ("attention.qkv", "attention.core", "attention.out", "mlp", "norm")
 
@@ -21,7 +21,8 @@ ATTRIBUTED = ("attention.qkv", "attention.core", "attention.out", "mlp", "norm")
 def _profile(name: str, tmp_path: Path, attn: str | None = None) -> tuple[dict, Path]:
     model, step = build(name, attn)
     trace_path = tmp_path / "traces" / f"{name}.trace.json.gz"
-    result = profile_step(step, model, iterations=2, warmup=1, trace_path=trace_path)
+    result = profile_step(step, model, iterations=2, warmup=1, trace_path=trace_path,
+                          labels=classify(model))
     assert step.calls == 3 and step.resets == 3
     return result, trace_path
 
@@ -90,7 +91,7 @@ def test_profile_tiny_model(name: str, tmp_path: Path) -> None:
 def test_module_categories_agree_with_ops(name: str, tmp_path: Path) -> None:
     _, trace_path = _profile(name, tmp_path)
     model, step = build(name)
-    cats = module_categories(model, step)
+    cats = derive(model, step).categories
     rows = classify_ops(json.loads(gzip.decompress(trace_path.read_bytes())))
     seen = {(r["fqn"], r["category"]) for r in rows if r["role"] == "proj"}
     assert seen
@@ -111,7 +112,7 @@ def test_eager_attention_core_ops(name: str, tmp_path: Path) -> None:
 def test_bad_arguments(tmp_path: Path) -> None:
     model, step = build("bert")
     with pytest.raises(ValueError):
-        profile_step(step, model, iterations=0, trace_path=tmp_path / "t.json.gz")
+        profile_step(step, model, iterations=0, trace_path=tmp_path / "t.json.gz", labels=None)
 
 
 def test_write_gzip_atomic(tmp_path: Path) -> None:
@@ -129,7 +130,7 @@ def test_write_gzip_atomic(tmp_path: Path) -> None:
 def test_unknown_architecture_profiles(tmp_path: Path) -> None:
     model, step = toy()
     path = tmp_path / "traces" / "toy.trace.json.gz"
-    result = profile_step(step, model, iterations=2, warmup=1, trace_path=path)
+    result = profile_step(step, model, iterations=2, warmup=1, trace_path=path, labels=classify(model))
     rows = [r for r in classify_ops(json.loads(gzip.decompress(path.read_bytes())))
             if r["iteration"] == 0 and r["layer"] == "layers.0"]
     by_module = {(r["fqn"], r["name"]): r["category"] for r in rows}
@@ -139,7 +140,7 @@ def test_unknown_architecture_profiles(tmp_path: Path) -> None:
     assert by_module[("layers.0.attn.o2", "aten::linear")] == "attention.out"
     assert by_module[("layers.0.attn", "aten::add")] == "other"
     assert by_module[("layers.0", "aten::add")] == "other"
-    cats = module_categories(*toy())
+    cats = derive(*toy()).categories
     for (fqn, _), category in by_module.items():
         if fqn.endswith((".q", ".o1", ".o2", ".ff")):
             assert cats[fqn] == category, fqn

@@ -63,6 +63,30 @@ def test_statuses_are_the_schemas_own() -> None:
     assert status.PENDING not in status.COMBINATION_STATUSES
 
 
+def test_study_and_tool_statuses_are_the_schemas_own() -> None:
+    """Every status a study, an instrument or a tool may carry in the combination schema
+    is one of the words `records.status` names (and no word there is unused)."""
+    enums: list[set[str]] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            found = (node.get("properties") or {}).get("status") if isinstance(node.get("properties"), dict) else None
+            if isinstance(found, dict) and "enum" in found:
+                enums.append(set(found["enum"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json_schema(COMBINATION_KIND)["$defs"])
+    walk(json_schema(COMBINATION_KIND)["properties"]["studies"])
+    words = set().union(*enums)
+    assert words - set(status.COMBINATION_STATUSES) == {status.NOT_APPLICABLE, status.NOT_AVAILABLE,
+                                                          status.MEASURED, status.MISSING}
+    assert set(status.STUDY_STATUSES) <= words
+
+
 def _record(**categories: dict[str, object]) -> dict[str, object]:
     return {"attribution": {"categories": categories}}
 

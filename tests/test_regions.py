@@ -16,6 +16,7 @@ from reportgen.bench import ablation
 from reportgen.categories import CATEGORIES
 from reportgen.profile import regions
 from reportgen.profile.profiling import profile_step
+from reportgen.profile.structure import derive
 
 
 class FakeClock:
@@ -139,7 +140,8 @@ class ToyStep:
 
 def test_hooks_method_on_a_model_with_known_times() -> None:
     model = ToyModel(layers=2)
-    section = regions.hooks_method(model, ToyStep(model), min_iterations=4, max_iterations=4,
+    step = ToyStep(model)
+    section = regions.hooks_method(model, step, derive(model, step), min_iterations=4, max_iterations=4,
                                    clock=CLOCK)
     ms = {c: v["ms"] for c, v in section["categories"].items()}
     expected = {"embeddings": EMBED, "attention.qkv": 2 * (Q + K + V),
@@ -184,7 +186,8 @@ def test_hooks_method_with_event_pairs() -> None:
 
     clock = regions._EventClock(Event, lambda: synced.append(1))
     model = ToyModel(layers=1)
-    section = regions.hooks_method(model, ToyStep(model), min_iterations=2, max_iterations=2,
+    step = ToyStep(model)
+    section = regions.hooks_method(model, step, derive(model, step), min_iterations=2, max_iterations=2,
                                    clock=clock)
     assert section["basis"] == "device" and section["clock"] == "cuda-events"
     assert section["categories"]["attention.core"]["ms"] == pytest.approx(CORE)
@@ -193,18 +196,19 @@ def test_hooks_method_with_event_pairs() -> None:
 
 @pytest.fixture(scope="module")
 def tiny_bert() -> Any:
-    from reportgen.profile import models
+    from reportgen.profile import building
     from reportgen.suite import Combination
 
     combo = Combination(model="bert-base", scale="tiny", mode="forward", dtype="fp32",
                         attn_implementation="sdpa", batch_size=1, seq_len=32, device="cpu")
-    built = models.build(combo, "cpu")
+    built = building.build(combo, "cpu")
     yield built
-    models.free(built)
+    building.free(built)
 
 
 def test_hooks_categories_sum_to_the_forward(tiny_bert: Any) -> None:
-    section = regions.hooks_method(tiny_bert.model, tiny_bert.step, min_iterations=5,
+    section = regions.hooks_method(tiny_bert.model, tiny_bert.step, derive(tiny_bert.model, tiny_bert.step),
+                                   min_iterations=5,
                                    max_iterations=5)
     cats = section["categories"]
     for i, wall in enumerate(section["iteration_ms"]):
@@ -222,8 +226,9 @@ def test_hooks_categories_sum_to_the_forward(tiny_bert: Any) -> None:
 
 
 def test_profiler_per_iteration_matches_the_whole(tiny_bert: Any, tmp_path: Path) -> None:
+    structure = derive(tiny_bert.model, tiny_bert.step)
     profiled = profile_step(tiny_bert.step, tiny_bert.model, iterations=3,
-                            trace_path=tmp_path / "t.trace.json.gz")
+                            trace_path=tmp_path / "t.trace.json.gz", labels=structure.roles)
     rows = profiled["per_iteration"]
     assert [ms for ms, _ in rows] == pytest.approx(profiled["profile"]["per_iteration_ms"])
     section = regions.profiler_method(rows, "cpu")
@@ -232,7 +237,7 @@ def test_profiler_per_iteration_matches_the_whole(tiny_bert: Any, tmp_path: Path
         assert section["categories"][c]["ms"] == pytest.approx(whole[c]["ms"], abs=1e-9), c
         assert section["categories"][c]["share"] == pytest.approx(whole[c]["share"], abs=1e-9)
 
-    hooks = regions.hooks_method(tiny_bert.model, tiny_bert.step, min_iterations=3,
+    hooks = regions.hooks_method(tiny_bert.model, tiny_bert.step, structure, min_iterations=3,
                                  max_iterations=3)
     methods = {"profiler": section, "hooks": hooks}
     on_cpu = regions.attribution_section(profiled["attribution"], methods, "cpu")

@@ -10,9 +10,9 @@ from torch import nn
 from reportgen.categories import CATEGORIES
 from reportgen.profile.structure import (
     classify,
+    derive,
     install_hooks,
     label,
-    module_categories,
 )
 
 
@@ -33,7 +33,7 @@ def test_bert_roles_and_categories() -> None:
     assert roles["encoder.layer.0.intermediate"] == "mlp"
     assert roles["encoder.layer.0.intermediate.intermediate_act_fn"] == "act"
     assert roles["pooler"] == "head"
-    cats = module_categories(model, step)
+    cats = derive(model, step).categories
     assert step.resets == 1
     assert cats[""] == "other"
     assert cats["encoder.layer.0"] == "other"
@@ -56,7 +56,7 @@ def test_gpt2_conv1d_and_fused_qkv() -> None:
     assert roles["transformer.h.0.attn.c_attn"] == "proj"        # transformers Conv1D
     assert roles["transformer.h.0.mlp.c_fc"] == "proj"
     assert roles["lm_head"] == "head"                            # get_output_embeddings()
-    cats = module_categories(model, step)
+    cats = derive(model, step).categories
     assert cats["transformer.h.0.attn.c_attn"] == "attention.qkv"
     assert cats["transformer.h.0.attn.c_proj"] == "attention.out"
     assert cats["transformer.h.0.mlp.c_proj"] == "mlp"
@@ -77,7 +77,7 @@ def test_t5_nested_attention_and_position_bias() -> None:
     assert roles["encoder.block.0.layer.0.SelfAttention.relative_attention_bias"] == "core"
     assert roles["encoder.block.0.layer.0.layer_norm"] == "norm"  # T5LayerNorm
     assert roles["encoder.block.0.layer.1"] == "mlp"             # T5LayerFF
-    cats = module_categories(model, step)
+    cats = derive(model, step).categories
     assert cats["encoder.block.0.layer.0.SelfAttention.relative_attention_bias"] == \
         "attention.core"
     assert cats["decoder.block.1.layer.1.EncDecAttention.k"] == "attention.qkv"
@@ -92,7 +92,7 @@ def test_llama_rotary_rmsnorm_gqa() -> None:
     assert roles["model.rotary_emb"] == "embed"
     assert roles["model.norm"] == "norm"
     assert roles["model.layers.0.input_layernorm"] == "norm"
-    cats = module_categories(model, step)
+    cats = derive(model, step).categories
     for p in ("q_proj", "k_proj", "v_proj"):
         assert cats[f"model.layers.0.self_attn.{p}"] == "attention.qkv"
     assert cats["model.layers.0.self_attn.o_proj"] == "attention.out"
@@ -107,7 +107,7 @@ def test_every_architecture_classifies(name: str) -> None:
     info = classify(model)
     blocks = [f for f, i in info.items() if i.role == "block"]
     assert len(blocks) in (LAYERS, 2 * LAYERS)
-    cats = module_categories(model, step)
+    cats = derive(model, step).categories
     assert set(cats) >= {fqn for fqn, _ in model.named_modules()}
     assert set(cats.values()) <= set(CATEGORIES)
     for block in blocks:
@@ -119,7 +119,7 @@ def test_every_architecture_classifies(name: str) -> None:
 def test_hooks_are_removed_and_inert() -> None:
     model, step = build("bert")
     expected = step().last_hidden_state
-    with install_hooks(model) as roles:
+    with install_hooks(model, classify(model)) as roles:
         hooked = sum(len(m._forward_pre_hooks) for m in model.modules())
         assert hooked == sum(1 for i in roles.values() if i.role is not None)
         got = step().last_hidden_state
@@ -130,7 +130,7 @@ def test_hooks_are_removed_and_inert() -> None:
 def test_hooks_removed_after_error() -> None:
     model, _ = build("bert")
     with pytest.raises(RuntimeError, match="boom"):
-        with install_hooks(model):
+        with install_hooks(model, classify(model)):
             raise RuntimeError("boom")
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
 
@@ -145,7 +145,7 @@ def test_unknown_architecture_uses_the_core_op() -> None:
     roles = roles_of(model)
     assert roles["layers.0"] == "block" and roles["layers.0.attn"] == "attn"
     assert roles["layers.0.ff"] == "proj" and roles["layers.0.act"] == "act"
-    cats = module_categories(model, step)
+    cats = derive(model, step).categories
     assert cats["layers.0.attn.q"] == "attention.qkv"
     assert cats["layers.0.attn.o1"] == "attention.out"
     assert cats["layers.0.attn.o2"] == "attention.out"

@@ -117,7 +117,8 @@ def test_tasks_carry_studies_only_when_asked(tmp_path: Path) -> None:
 STUDY_CALLS: list[str] = []
 
 
-def _raising_study(built: Any, combo: Any, *, run_dir: Path, combo_id: str, budget_s: float) -> dict[str, Any]:
+def _raising_study(built: Any, structure: Any, combo: Any, *, run_dir: Path, combo_id: str,
+                   budget_s: float) -> dict[str, Any]:
     STUDY_CALLS.append(combo_id)
     built.step()  # leaves a decode cache one token longer: run_studies resets it
     raise RuntimeError("the instrument broke\nsecond line")
@@ -165,8 +166,8 @@ def test_run_study_refuses_names_outside_the_vocabulary() -> None:
     from reportgen.profile.studies import run_studies, run_study
 
     with pytest.raises(ValueError, match="unknown study"):
-        run_study("nope", None, None, run_dir=Path("."), combo_id="c", budget_s=1.0)
-    assert run_studies(["nope"], None, None, run_dir=Path("."), combo_id="c", budget_s=1.0) == {
+        run_study("nope", None, None, None, run_dir=Path("."), combo_id="c", budget_s=1.0)
+    assert run_studies(["nope"], None, None, None, run_dir=Path("."), combo_id="c", budget_s=1.0) == {
         "nope": {"status": "failed", "reason": "ValueError: unknown study 'nope'; valid: instrumentation, tools"}}
 
 
@@ -179,13 +180,15 @@ CUDA_ONLY = {"profiler-device", "nvtx"}
 def bert_study() -> dict[str, Any]:
     import torch
 
-    from reportgen.profile import instrumentation, models
+    from reportgen.profile import building, instrumentation
+    from reportgen.profile.structure import derive
 
-    built = models.build(_tiny("bert-base"), torch.device("cpu"), seed=0)
+    built = building.build(_tiny("bert-base"), torch.device("cpu"), seed=0)
     try:
-        return instrumentation.study(built, _tiny("bert-base"), run_dir=Path("."), combo_id="c", budget_s=0.5)
+        return instrumentation.study(built, derive(built.model, built.step), _tiny("bert-base"),
+                                     run_dir=Path("."), combo_id="c", budget_s=0.5)
     finally:
-        models.free(built)
+        building.free(built)
 
 
 def test_every_cpu_variant_is_measured_and_the_cuda_ones_do_not_apply(bert_study: dict[str, Any]) -> None:
@@ -242,6 +245,7 @@ def test_an_instrument_that_costs_time_shows_a_significant_ratio() -> None:
     import torch
 
     from reportgen.profile import instrumentation as inst
+    from reportgen.profile.structure import derive
 
     model = torch.nn.Linear(4, 4)
     x = torch.randn(2, 4)
@@ -281,7 +285,8 @@ def test_an_instrument_that_costs_time_shows_a_significant_ratio() -> None:
             handle.remove()
 
     step = Step()
-    ctx = inst.Context(model=model, step=step, cuda=False, compiled=False)
+    ctx = inst.Context(model=model, step=step, structure=derive(model, step), cuda=False, compiled=False)
+    clock[0] = 0.0  # the structure's recorded forward advanced it
     row = inst.compare(inst.Variant("costly", instrumented, ()), ctx, VirtualTimer(), forwards=2, budget_s=0.0)
     assert row["n_pairs"] == inst.MIN_PAIRS
     assert 1.0 < row["ci_low"] <= row["ratio"] <= row["ci_high"]
@@ -298,7 +303,7 @@ def test_hook_variants_do_not_apply_to_a_compiled_forward() -> None:
     from reportgen.profile.instrumentation import COMPILED, VARIANTS, Context
 
     ctx = Context(model=None, step=SimpleNamespace(device=SimpleNamespace(type="cuda")),  # type: ignore[arg-type]
-                  cuda=True, compiled=True)
+                  structure=None, cuda=True, compiled=True)  # type: ignore[arg-type]
     reasons = {v.name: v.not_applicable(ctx) for v in VARIANTS}
     assert {n for n, r in reasons.items() if r == COMPILED} == {"hooks-ranges", "hooks-clocks", "nvtx"}
     assert reasons["profiler-device"] is None and reasons["profiler-reportgen"] is None

@@ -236,16 +236,17 @@ def _combo(model: str) -> SimpleNamespace:
 
 @pytest.fixture(scope="module")
 def bert_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
-    from reportgen.profile import models
+    from reportgen.profile import building
+    from reportgen.profile.structure import derive
     from reportgen.profile.tools import study
 
     run_dir = tmp_path_factory.mktemp("run")
-    built = models.build(_combo("bert"), "cpu", seed=0)
+    built = building.build(_combo("bert"), "cpu", seed=0)
     try:
-        result = study(built, _combo("bert"), run_dir=run_dir, combo_id="bert-tiny",
+        result = study(built, derive(built.model, built.step), _combo("bert"), run_dir=run_dir, combo_id="bert-tiny",
                        budget_s=1.0)
     finally:
-        models.free(built)
+        building.free(built)
     return result, run_dir
 
 
@@ -339,7 +340,7 @@ def test_study_record_matches_the_schema(bert_study: tuple[dict[str, Any], Path]
 def test_a_compiled_forward_is_not_studied(tmp_path: Path) -> None:
     from reportgen.profile.tools import study
 
-    result = study(SimpleNamespace(step=None, model=None),
+    result = study(SimpleNamespace(step=None, model=None), None,
                    SimpleNamespace(**{**vars(_combo("bert")), "compile": "default"}),
                    run_dir=tmp_path, combo_id="x", budget_s=1.0)
     assert result["status"] == "not applicable" and "module boundaries" in result["reason"]

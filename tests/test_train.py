@@ -33,12 +33,12 @@ def combo(model: str = "gpt2", mode: str = "train", attn: str = "eager", seq: in
 @pytest.fixture(scope="module")
 def built() -> Any:
     """Tiny GPT-2 in both training modes, eager attention (its core ops are visible)."""
-    from reportgen.profile import models
+    from reportgen.profile import building
 
-    out = {mode: models.build(combo(mode=mode), "cpu") for mode in TRAIN_MODES}
+    out = {mode: building.build(combo(mode=mode), "cpu") for mode in TRAIN_MODES}
     yield out
     for b in out.values():
-        models.free(b)
+        building.free(b)
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +46,14 @@ def attributed(built: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Both methods on each training mode: the profiled pass, then the hooks pass."""
     from reportgen.profile.profiling import profile_step
     from reportgen.profile.regions import attribute
+    from reportgen.profile.structure import derive
 
     out = {}
     for mode, b in built.items():
         path = tmp_path_factory.mktemp(mode) / "t.trace.json.gz"
-        profiled = profile_step(b.step, b.model, iterations=2, trace_path=path)
-        out[mode] = (profiled, attribute(profiled, b.model, b.step, budget_s=0.2), path)
+        structure = derive(b.model, b.step)
+        profiled = profile_step(b.step, b.model, iterations=2, trace_path=path, labels=structure.roles)
+        out[mode] = (profiled, attribute(profiled, b.model, b.step, structure, budget_s=0.2), path)
     return out
 
 
@@ -98,9 +100,9 @@ def test_train_nooptim_has_no_optimizer_and_reset_clears_gradients(built: Any) -
 
 
 def test_an_encoder_trains_its_masked_lm_head_on_labels() -> None:
-    from reportgen.profile import models
+    from reportgen.profile import building
 
-    b = models.build(combo(model="bert-base", mode="train-nooptim"), "cpu")
+    b = building.build(combo(model="bert-base", mode="train-nooptim"), "cpu")
     try:
         assert type(b.model).__name__ == "BertForMaskedLM" and "labels" in b.step.kwargs
         assert b.step.inputs_info["loss"].startswith("cross entropy")
@@ -108,11 +110,11 @@ def test_an_encoder_trains_its_masked_lm_head_on_labels() -> None:
         grads = [p.grad for p in b.model.parameters()]
         assert sum(g is not None for g in grads) > len(grads) // 2
     finally:
-        models.free(b)
+        building.free(b)
 
 
 def test_a_model_without_a_loss_trains_on_its_outputs() -> None:
-    from reportgen.profile.models import training_loss
+    from reportgen.profile.modes import training_loss
 
     x = torch.ones(2, 3, requires_grad=True)
     loss = training_loss((x * 2, torch.zeros(2, dtype=torch.long), x.sum()))
@@ -249,10 +251,11 @@ def test_training_traffic_and_flops_count_the_backward() -> None:
 
 @pytest.mark.parametrize("mode", TRAIN_MODES)
 def test_training_memory_fields_are_positive(built: Any, mode: str) -> None:
+    from reportgen.profile.structure import derive
     from reportgen.profile.training import training_memory
 
     b = built[mode]
-    section = training_memory(b.model, b.step, combo(mode=mode), b.info, rise_bytes=1024,
+    section = training_memory(b.model, b.step, derive(b.model, b.step), combo(mode=mode), b.info, rise_bytes=1024,
                               scores_per_call=4096)
     saved = section["saved_activation_bytes"]
     assert section["saved_activation_bytes_total"] == sum(saved.values()) > 0
@@ -380,6 +383,7 @@ def test_the_attention_stand_in_keeps_a_training_step_differentiable(built: Any)
 def test_bench_training_combinations_and_a_paired_round(built: Any) -> None:
     from reportgen.bench import training_check
     from reportgen.bench.attribution_check import paired_forwards
+    from reportgen.profile.structure import derive
 
     combos = training_check.combinations(quick=True)
     assert {c.mode for c in combos} == set(TRAIN_MODES) and {c.scale for c in combos} == {"tiny"}
@@ -390,7 +394,7 @@ def test_bench_training_combinations_and_a_paired_round(built: Any) -> None:
     assert {c.seq_len for c in full} == {256} and {c.scale for c in full} == {"reference"}
     assert {c.seq_len for c in training_check.combinations(quick=False)} == {128}
     b = built["train"]
-    pairs = paired_forwards(b.step, b.model, budget_s=0.05, min_pairs=2, warmup=1)
+    pairs = paired_forwards(b.step, b.model, derive(b.model, b.step), budget_s=0.05, min_pairs=2, warmup=1)
     assert pairs["calls"] == 2 and len(pairs["full_ms"]) >= 2
     # hooked pairs: (full step ms, its attention.core ms, stand-in ms, its attention.core ms),
     # the core clocked in the step's backward as well as its forward
@@ -400,12 +404,12 @@ def test_bench_training_combinations_and_a_paired_round(built: Any) -> None:
 
 def test_hooked_phases_split_the_step_by_phase_and_category(built: Any) -> None:
     from reportgen.profile import regions
-    from reportgen.profile.structure import module_categories
+    from reportgen.profile.structure import derive
 
     b = built["train"]
     phases: list[dict[str, dict[str, float]]] = []
     ms, cats = regions.hooked_forward(b.model, b.step, regions.device_clock(b.step),
-                                      module_categories(b.model, b.step), phases=phases)
+                                      derive(b.model, b.step), phases=phases)
     b.step.reset()
     assert len(phases) == 1 and set(phases[0]) == set(PHASES)
     # the phases tile the step: their categories add up to the whole step's

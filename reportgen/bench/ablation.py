@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from reportgen.records.bench import FAIL, NOT_MEASURED, PASS
 from reportgen.stats import hodges_lehmann, median, percentiles, ratio_of_sums
 from reportgen.stats.bootstrap import resample, two_level
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 # with the attributed time within AGREEMENT (relative), the whole 95% interval inside.
 AGREEMENT = 0.10
 RESOLUTION = 0.05
-VERDICTS = ("pass", "fail", "below resolution")
+VERDICTS = (PASS, FAIL, "below resolution")
 # The categories a stand-in can remove, and the structural role of the modules that do
 # that category's work (attention.core is an attention function, not a module).
 TARGETS: tuple[str, ...] = ("attention.core", "moe.experts", "mixer")
@@ -362,11 +363,6 @@ def category_series(section: dict[str, Any], category: str = DEFAULT_TARGET
     return [float(x) for x in entry["per_iteration_ms"]], forward
 
 
-def core_series(section: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """(attention.core ms, forward ms) per iteration of an attribution method's section."""
-    return category_series(section, "attention.core")
-
-
 def hooked_pair(full_ms: float, full_categories: dict[str, float], stub_ms: float,
                 stub_categories: dict[str, float], category: str = DEFAULT_TARGET
                 ) -> tuple[float, float, float, float]:
@@ -520,13 +516,13 @@ def verdict(share: float, rel: float, low: float, high: float) -> str:
         return "below resolution"
     values = (rel, low, high)
     if any(v is None or math.isnan(v) for v in values):
-        return "fail"
-    return "pass" if all(abs(v) <= AGREEMENT for v in values) else "fail"
+        return FAIL
+    return PASS if all(abs(v) <= AGREEMENT for v in values) else FAIL
 
 
 def figure_status(verdicts: list[str]) -> str:
     """The figure passes when every combination at resolution passes and one does."""
     judged = [v for v in verdicts if v != "below resolution"]
     if not judged:
-        return "not measured"
-    return "pass" if all(v == "pass" for v in judged) else "fail"
+        return NOT_MEASURED
+    return PASS if all(v == PASS for v in judged) else FAIL

@@ -33,7 +33,7 @@ from reportgen.execute.rounds import Policy
 from reportgen.records import fields
 
 
-def paired_forwards(step: Any, model: Any, *, budget_s: float, min_pairs: int,
+def paired_forwards(step: Any, model: Any, structure: Any, *, budget_s: float, min_pairs: int,
                     hooked_every: int = HOOKED_EVERY, warmup: int = 2,
                     category: str = DEFAULT_TARGET) -> dict[str, Any]:
     """Forwards in back-to-back pairs, one with the target ``category``'s work (one of
@@ -45,22 +45,21 @@ def paired_forwards(step: Any, model: Any, *, budget_s: float, min_pairs: int,
     on a host whose speed wanders by tens of percent within a minute: only the ratio of
     neighbours is steady.
 
-    Returns ``full_ms`` and ``ablated_ms`` (the unprofiled pairs), ``hooked`` (per hooked
+    ``structure``: the model's (`structure.derive`). Returns ``full_ms`` and
+    ``ablated_ms`` (the unprofiled pairs), ``hooked`` (per hooked
     pair: full ms, its ``category`` ms, stand-in ms, its ``category`` ms), ``calls``
     (stand-in calls per forward) and ``category``.
     """
     import time
 
     from reportgen.profile import regions
-    from reportgen.profile.structure import module_categories
 
     clock = regions.device_clock(step)
-    proj_category = module_categories(model, step)
 
     def one(stub: bool, hooked: bool) -> tuple[float, dict[str, float]]:
         with category_stand_in(model, category) if stub else contextlib.nullcontext():
             if hooked:
-                ms, cats = regions.hooked_forward(model, step, clock, proj_category)
+                ms, cats = regions.hooked_forward(model, step, clock, structure)
             else:
                 t0 = time.perf_counter()
                 step()
@@ -109,11 +108,11 @@ def _probe(step: Any, model: Any, category: str) -> Any:
     return probe
 
 
-def _profiler_series(built: Any, iterations: int, trace_dir: Path, name: str,
+def _profiler_series(built: Any, structure: Any, iterations: int, trace_dir: Path, name: str,
                      category: str = DEFAULT_TARGET) -> tuple[list[float], list[float]]:
     from reportgen.profile import regions
 
-    profiled = profile_pass(built, iterations, trace_dir, name)
+    profiled = profile_pass(built, structure.roles, iterations, trace_dir, name)
     return category_series(regions.profiler_method(profiled["per_iteration"],
                                                    fields.get(profiled, "attribution.basis")), category)
 
@@ -149,7 +148,8 @@ def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float
     in place."""
     import gc
 
-    from reportgen.profile import models
+    from reportgen.profile import building
+    from reportgen.profile.structure import derive
 
     with stopwatch() as wall:
         # as in the suite's workers: what outlives a combination (the libraries' objects)
@@ -159,16 +159,17 @@ def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float
         built = build(combo)
         try:
             patched = list(_probe(built.step, built.model, category).patched)
+            structure = derive(built.model, built.step)  # once: every pass below reads it
             profiler = None
             if profiled:
-                full = _profiler_series(built, iterations, trace_dir, "full", category)
+                full = _profiler_series(built, structure, iterations, trace_dir, "full", category)
                 with category_stand_in(built.model, category):
-                    left = _profiler_series(built, iterations, trace_dir, "ablated", category)
+                    left = _profiler_series(built, structure, iterations, trace_dir, "ablated", category)
                 profiler = {"full": full, "left": left}
-            pairs = paired_forwards(built.step, built.model, budget_s=budget_s, min_pairs=min_pairs,
-                                    category=category)
+            pairs = paired_forwards(built.step, built.model, structure, budget_s=budget_s,
+                                    min_pairs=min_pairs, category=category)
         finally:
-            models.free(built)
+            building.free(built)
     return {"combination": combo_label(combo), **pairs, "patched": patched, "profiler": profiler,
             "wall_s": wall[0]}
 

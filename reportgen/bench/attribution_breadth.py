@@ -13,6 +13,7 @@ from typing import Any
 from reportgen.bench.common import build, cpu_combo, profile_pass, stopwatch
 from reportgen.bench.results import figure
 from reportgen.records import fields
+from reportgen.records.bench import FAIL
 
 # Encoders, decoders, encoder-decoders; fused (gpt2, gpt_neox, falcon, bloom, phi's dense
 # out only) and separate QKV; learned, rotary, relative-bias and ALiBi positions.
@@ -61,7 +62,8 @@ def _traits(model: Any) -> dict[str, Any]:
 
 
 def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2) -> dict[str, Any]:
-    from reportgen.profile import models
+    from reportgen.profile import building
+    from reportgen.profile.structure import classify
 
     row: dict[str, Any] = {"model_type": model_type}
     built = None
@@ -77,7 +79,7 @@ def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2)
         return row
     row.pop("error", None)
     try:
-        result = profile_pass(built, iterations, trace_dir, model_type)
+        result = profile_pass(built, classify(built.model), iterations, trace_dir, model_type)
         cats = fields.get(result, "attribution.categories")
         shares = {c: float(v["share"]) for c, v in cats.items()}
         total = sum(shares.values())
@@ -91,7 +93,7 @@ def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2)
     except Exception as exc:  # noqa: BLE001 - a failing architecture is a finding
         row.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
     finally:
-        models.free(built)
+        building.free(built)
     return row
 
 
@@ -122,7 +124,7 @@ def architectures(model_types: Sequence[str] = ARCHITECTURES, *,
               for r in failed]
     if skipped:
         notes.append("time limit reached; not tried: " + ", ".join(skipped))
-    status = None if not failed else "fail"
+    status = None if not failed else FAIL
     return figure(
         "Attribution across architectures", ARCH_QUESTION,
         value=len(passed), unit="architectures",

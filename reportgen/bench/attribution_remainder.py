@@ -9,6 +9,7 @@ from typing import Any
 
 from reportgen.bench.results import figure
 from reportgen.records import fields
+from reportgen.records.bench import FAIL, NOT_MEASURED, PASS
 from reportgen.records.status import is_ok
 
 REMAINDER_GOAL = 0.10
@@ -53,7 +54,7 @@ def other_overhead(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     judged = [r for r in rows if r["judged"]]
     if not judged:
         return figure("Unnamed time (other + overhead)", REMAINDER_QUESTION, value=None,
-                      unit="share", goal=goal, goal_spec=spec, status="not measured",
+                      unit="share", goal=goal, goal_spec=spec, status=NOT_MEASURED,
                       notes=["no forward or prefill record"], rows=rows)
     worst = max(judged, key=lambda r: r["share"])
     over = [r for r in judged if r["share"] > REMAINDER_GOAL]
@@ -70,5 +71,5 @@ def other_overhead(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
                   interval=([worst["share_low"], worst["share_high"]]
                             if worst["share_low"] is not None else None),
                   interval_kind="worst forward/prefill combination, bootstrap over iterations",
-                  goal=goal, goal_spec=spec, status="fail" if over else "pass",
+                  goal=goal, goal_spec=spec, status=FAIL if over else PASS,
                   notes=notes, rows=rows)

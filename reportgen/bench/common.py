@@ -17,15 +17,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from reportgen.stats import median
-
 
 def build(combo: Any, device: str = "cpu") -> Any:
-    """``reportgen.profile.models.build`` in eval mode, with the garbage of the previous model gone."""
-    from reportgen.profile import models
+    """``reportgen.profile.building.build`` in eval mode, with the garbage of the previous model gone."""
+    from reportgen.profile import building
 
     gc.collect()
-    return models.build(combo, device)
+    return building.build(combo, device)
 
 
 def cpu_combo(model: str, *, scale: str, mode: str = "forward", attn: str = "sdpa",
@@ -37,12 +35,13 @@ def cpu_combo(model: str, *, scale: str, mode: str = "forward", attn: str = "sdp
                        attn_implementation=attn, batch_size=1, seq_len=seq_len, device="cpu")
 
 
-def profile_pass(built: Any, iterations: int, trace_dir: Path, name: str) -> dict[str, Any]:
-    """reportgen's profiled pass over a built model, its trace to ``trace_dir/<name>``."""
+def profile_pass(built: Any, roles: Any, iterations: int, trace_dir: Path, name: str) -> dict[str, Any]:
+    """reportgen's profiled pass over a built model (``roles``: its modules' roles, as
+    `structure.classify` gives them), its trace to ``trace_dir/<name>``."""
     from reportgen.profile import profiling
 
     return profiling.profile_step(built.step, built.model, iterations=iterations,
-                                  trace_path=trace_dir / f"{name}.trace.json.gz")
+                                  trace_path=trace_dir / f"{name}.trace.json.gz", labels=roles)
 
 
 def build_frozen(model: str, *, scale: str, mode: str, attn: str, seq_len: int) -> tuple[Any, Any]:
@@ -121,22 +120,6 @@ def _threads() -> int:
     import torch
 
     return int(torch.get_num_threads())
-
-
-def loop_median(fn: Callable[[], Any], sync: Callable[[], Any], *, iterations: int,
-                warmup: int = 2) -> float:
-    """Median of ``iterations`` host-clock samples of ``fn()`` (ms); the plain reference
-    loop used where reportgen's own timing is not the thing compared."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    samples = []
-    for _ in range(iterations):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        samples.append((time.perf_counter() - t0) * 1000.0)
-    return median(samples)
 
 
 def each_combo(combos: Sequence[Any], name: str, measure: Callable[[Any], dict[str, Any]],

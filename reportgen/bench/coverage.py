@@ -23,6 +23,7 @@ from typing import Any
 
 from reportgen.bench.results import figure
 from reportgen.records import fields
+from reportgen.records.bench import NOT_MEASURED
 from reportgen.records.paths import combination_files
 from reportgen.records.status import is_ok
 from reportgen.reruns import agree
@@ -85,7 +86,7 @@ def summarise(table: Sequence[Mapping[str, Any]], *, duration_s: float | None = 
     spec = {"kind": "above", "target": GOAL}
     if not table:
         return figure("Interval coverage", QUESTION, value=None, unit="share", goal=goal, goal_spec=spec,
-                      status="not measured", notes=list(notes) or ["no combination measured twice"])
+                      status=NOT_MEASURED, notes=list(notes) or ["no combination measured twice"])
     inside = sum(bool(r["inside"]) for r in table)
     agreeing = sum(bool(r["agree"]) for r in judged)
     value = (agreeing if by_agreement else inside) / len(table)

@@ -8,7 +8,6 @@ profiler-overhead, FLOPs and trace figures, so the suite is measured once.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,7 +110,3 @@ def _count(items: Any) -> dict[str, int]:
     for item in items:
         out[str(item)] = out.get(str(item), 0) + 1
     return out
-
-
-def ok_records(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in records if is_ok(r)]

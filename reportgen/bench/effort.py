@@ -28,6 +28,7 @@ from typing import Any
 
 from reportgen.bench.results import figure
 from reportgen.records import fields
+from reportgen.records.bench import NOT_MEASURED
 from reportgen.records.status import is_ok
 
 TINY_GOAL_S = 120.0
@@ -219,7 +220,7 @@ def reference_effort(measured: Measured, optimum_wall: float | None, why: str,
         "inline launcher measuring the same shapes in the same bench run?",
         value=ratio, unit="ratio", goal=f"at most {REFERENCE_GOAL:g}x optimum-benchmark's time",
         goal_spec={"kind": "below", "target": REFERENCE_GOAL + 1e-9},
-        status=None if ratio is not None else "not measured",
+        status=None if ratio is not None else NOT_MEASURED,
         rows=rows, notes=notes, duration_s=measured.wall_s + (optimum_wall or 0.0),
         extra={"reportgen_s": measured.wall_s, "optimum_benchmark_s": optimum_wall})
 

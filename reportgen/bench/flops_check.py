@@ -15,6 +15,7 @@ from typing import Any
 
 from reportgen.bench.results import figure
 from reportgen.records import fields
+from reportgen.records.bench import NOT_MEASURED
 from reportgen.records.status import is_ok
 
 TOLERANCE = 0.01
@@ -33,7 +34,7 @@ def op_census(combo: Any) -> dict[str, int]:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from reportgen.bench.common import build
-    from reportgen.profile import models
+    from reportgen.profile import building
 
     counts: dict[str, int] = {}
 
@@ -49,7 +50,7 @@ def op_census(combo: Any) -> dict[str, int]:
         with Census(), torch.inference_mode():
             built.step()
     finally:
-        models.free(built)
+        building.free(built)
     return counts
 
 
@@ -123,7 +124,7 @@ def run(records: Sequence[Mapping[str, Any]], combos_by_id: Mapping[str, Any], *
     if not rows:
         return figure("FLOPs two ways", QUESTION, value=None, unit="fraction",
                       goal="every disagreement over 1% explained by name", goal_spec=None,
-                      status="not measured", notes=["no FLOPs in the suite run's records"])
+                      status=NOT_MEASURED, notes=["no FLOPs in the suite run's records"])
     value = explained / disagreements if disagreements else 1.0
     agree = sum(1 for r in rows if r["rel_diff"] is not None and abs(r["rel_diff"]) <= TOLERANCE)
     notes = [

@@ -22,6 +22,7 @@ from reportgen.bench.common import (
 from reportgen.bench.results import figure
 from reportgen.intervals import achieved_confidence
 from reportgen.paired import interleave
+from reportgen.records.bench import FAIL, NOT_MEASURED, PASS
 from reportgen.stats import bootstrap_median, median, median_ci
 
 GOAL = 0.03
@@ -97,14 +98,14 @@ def summarise(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), *, roun
     spec = {"kind": "ratio_within", "target": GOAL}
     if not rows:
         return figure("Latency agreement", QUESTION, value=None, unit="ratio", goal=goal,
-                      goal_spec=spec, status="not measured",
+                      goal_spec=spec, status=NOT_MEASURED,
                       notes=list(notes) or ["no combination measured"])
     ratios = [r["ratio"] for r in rows]
     value, lo, hi = bootstrap_median(ratios)
     worst = max(rows, key=lambda r: abs(r["ratio"] - 1.0))
     within = sum(abs(r["ratio"] - 1.0) <= GOAL for r in rows)
     misses = [r for r in rows if r["ratio_low"] > 1 + GOAL or r["ratio_high"] < 1 - GOAL]
-    status = "pass" if abs(value - 1.0) <= GOAL and not misses else "fail"
+    status = PASS if abs(value - 1.0) <= GOAL and not misses else FAIL
     out_notes = [
         f"{within} of {len(rows)} combinations have a point ratio within {GOAL:.0%}; "
         f"{len(misses)} lie significantly outside"

@@ -24,6 +24,7 @@ from typing import Any
 
 from reportgen.bench import results as R
 from reportgen.records.bench import load_results
+from reportgen.records.stamps import utc_now
 
 REPO = Path(__file__).resolve().parents[2]
 SCRATCH = REPO / ".bench"
@@ -50,7 +51,7 @@ ABLATION_GROUPS: tuple[str, ...] = ("attention", "moe", "hybrid")
 
 
 def ablation_cases(seq_len: int) -> tuple[AblationCase, ...]:
-    """The ablation's mixture-of-experts and hybrid combinations (``models.PRESETS``, as the
+    """The ablation's mixture-of-experts and hybrid combinations (``presets.PRESETS``, as the
     cpu-today suite measures them): ibm-granite/granite-3.0-1b-a400m's widths and experts
     (32, 8 per token) at 4 of its 24 layers, whose experts stand in (the router kept);
     tiiuae/Falcon-H1-0.5B's widths (attention beside a Mamba-2 mixer in every layer) at 4 of
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     t_start = time.perf_counter()
-    created = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = utc_now(fraction=False)
     p = plan(args.quick)
     environment = environment_summary("cpu")
     environment["load_average_at_start"] = _load()
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             # other processes on a 2-core host move every timing figure: record the load
             fig["load_average"] = {"before": load_before, "after": _load()}
             fig["other_cpu_busy_before"] = busy_before
-            fig["measured_at"] = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            fig["measured_at"] = utc_now(fraction=False)
         figures.update(got)
         save()
         log(f"{name} done in {time.perf_counter() - t0:.0f} s: "

@@ -23,6 +23,7 @@ from reportgen.bench.latency import describe_ratio
 from reportgen.bench.results import figure
 from reportgen.paired import interleave
 from reportgen.records import fields
+from reportgen.records.bench import FAIL, NOT_MEASURED, PASS
 from reportgen.records.status import is_ok
 from reportgen.stats import bootstrap_median, bootstrap_ratio, median
 
@@ -57,7 +58,7 @@ def profiler_overhead(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if not rows:
         return figure("Profiler overhead", PROFILER_QUESTION, value=None, unit="ratio",
                       goal="shown for every combination (no pass/fail)", goal_spec=None,
-                      status="not measured", notes=["no ok records from the suite run"])
+                      status=NOT_MEASURED, notes=["no ok records from the suite run"])
     ratios = [r["ratio"] for r in rows]
     lo, hi = min(ratios), max(ratios)
     worst = max(rows, key=lambda r: r["ratio"])
@@ -82,8 +83,10 @@ def instrumentation_compare(combo: Any, *, rounds: int, budget_s: float) -> dict
     def bare() -> float:
         return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
 
+    roles = structure.classify(model)
+
     def instrumented() -> float:
-        with structure.install_hooks(model):
+        with structure.install_hooks(model, roles):
             return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
 
     with stopwatch() as wall:
@@ -124,7 +127,7 @@ def instrumentation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str]
     spec = {"kind": "below", "target": limit}
     if not rows:
         return figure("Instrumentation overhead", INSTRUMENTATION_QUESTION, value=None,
-                      unit="ratio", goal=goal, goal_spec=spec, status="not measured",
+                      unit="ratio", goal=goal, goal_spec=spec, status=NOT_MEASURED,
                       notes=list(notes) or ["no combination measured"])
     value, lo, hi = bootstrap_median([r["ratio"] for r in rows])
     worst = max(rows, key=lambda r: r["ratio"])
@@ -132,7 +135,7 @@ def instrumentation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str]
     by_mode: dict[str, list[float]] = {}
     for r in rows:
         by_mode.setdefault(str(r["mode"]), []).append(r["ratio"])
-    status = "pass" if value < limit and not over else "fail"
+    status = PASS if value < limit and not over else FAIL
     out_notes = [
         f"{sum(r['ratio'] < limit for r in rows)} of {len(rows)} combinations have a point "
         f"ratio under {limit:.2f}; {len(over)} are significantly above"

@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from reportgen.bench.results import figure
+from reportgen.records.bench import FAIL, INFO, NOT_MEASURED
 
 QUESTION = (
     "Does the site scale? Synthetic runs trees (the record format, plausible numbers) of "
@@ -130,7 +131,7 @@ def run(repo: Path, scratch: Path, *, sizes: Sequence[int] = SIZES,
     reason = _unavailable(repo)
     if reason:
         return figure("Render scaling", QUESTION, value=None, unit="ratio", goal=goal,
-                      goal_spec=None, status="not measured", notes=[reason])
+                      goal_spec=None, status=NOT_MEASURED, notes=[reason])
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     t_start = time.perf_counter()
@@ -150,14 +151,14 @@ def run(repo: Path, scratch: Path, *, sizes: Sequence[int] = SIZES,
     duration = time.perf_counter() - t_start
     if len(rows) < 3:
         return figure("Render scaling", QUESTION, value=None, unit="ratio", goal=goal,
-                      goal_spec=None, status="not measured" if not rows else "fail",
+                      goal_spec=None, status=NOT_MEASURED if not rows else FAIL,
                       notes=notes or ["fewer than three sizes measured"], rows=rows,
                       duration_s=duration)
     marg = [(b["total_s"] - a["total_s"]) / (b["combinations"] - a["combinations"])
             for a, b in zip(rows, rows[1:])]
     if marg[0] <= 0:
         return figure("Render scaling", QUESTION, value=None, unit="ratio", goal=goal,
-                      goal_spec=None, status="info", rows=rows, duration_s=duration,
+                      goal_spec=None, status=INFO, rows=rows, duration_s=duration,
                       notes=["the first step added no measurable time (fixed costs dominate at "
                              "these sizes): linearity not judged", *notes])
     ratio = marg[-1] / marg[0]

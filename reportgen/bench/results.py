@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reportgen.records.bench import FIGURES, KIND, SCHEMA_VERSION, STATUSES
+from reportgen.records.bench import FAIL, FIGURES, INFO, KIND, NOT_MEASURED, PASS, SCHEMA_VERSION, STATUSES
 from reportgen.records.store import atomic_write_bytes
 
 
@@ -64,7 +64,7 @@ def not_measured(title: str, question: str, goal: str, reason: str, *, unit: str
     """A figure that could not be measured here, with the reason on the page."""
     return figure(
         title, question, value=None, unit=unit, goal=goal, goal_spec=None,
-        status="not measured", notes=[reason],
+        status=NOT_MEASURED, notes=[reason],
     )
 
 
@@ -77,9 +77,9 @@ def verdict(goal_spec: Mapping[str, Any] | None, value: float | None,
     fraction of rows passing; pass when it is 1).
     """
     if goal_spec is None:
-        return "info"
+        return INFO
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "not measured"
+        return NOT_MEASURED
     kind = goal_spec["kind"]
     target = float(goal_spec.get("target", 0.0))
     if kind == "ratio_within":
@@ -94,7 +94,7 @@ def verdict(goal_spec: Mapping[str, Any] | None, value: float | None,
         ok = value >= 1.0
     else:
         raise ValueError(f"unknown goal kind {kind!r}")
-    return "pass" if ok else "fail"
+    return PASS if ok else FAIL
 
 
 # ---------------------------------------------------------------- file I/O

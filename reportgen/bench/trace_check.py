@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.records import fields
+from reportgen.records.bench import NOT_MEASURED
 from reportgen.records.status import is_ok
 
 EPS_US = 1e-3  # timestamps carry nanoseconds as fractions of a microsecond
@@ -183,10 +184,6 @@ def _inside(wins: Sequence[tuple[float, float]], start: float, end: float) -> bo
     return False
 
 
-def profiler_step_window(event: Mapping[str, Any]) -> bool:
-    return str(event.get("name", "")).startswith("ProfilerStep#")
-
-
 def compare_totals(mine_ms: Mapping[str, float], theirs_ms: Mapping[str, float],
                    *, scale: float = 1.0) -> dict[str, Any]:
     """Agreement of two per-name totals (``theirs`` multiplied by ``scale`` first, e.g. the
@@ -328,7 +325,7 @@ def run(records: Sequence[Mapping[str, Any]], run_dir: Path, *,
     spec = {"kind": "below", "target": GOAL}
     if not rows:
         return figure("Trace read independently", QUESTION, value=None, unit="fraction",
-                      goal=goal, goal_spec=spec, status="not measured",
+                      goal=goal, goal_spec=spec, status=NOT_MEASURED,
                       notes=notes or ["no traces in the suite run"])
     worst = max(rows, key=lambda r: r["weighted_rel_diff"])
     hta = try_hta(run_dir / "traces")

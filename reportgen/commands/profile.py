@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         suite = suite.with_device(runner.resolve_device(suite.settings.device))
     combos = suite.combinations()
     if any(c.layers is not None for c in combos):
-        from reportgen.profile.models import check_layers
+        from reportgen.profile.modelspec import check_layers
 
         check_layers(combos)  # before anything is written
 

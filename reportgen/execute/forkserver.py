@@ -96,7 +96,7 @@ def preload_for(combos: Iterable[Any], measure_paths: Iterable[str | None]) -> d
 def _model_types(models: Sequence[Sequence[Any]]) -> list[str]:
     """The transformers model types of (name, Hub source) pairs. A model that cannot be
     resolved here is left out: its worker imports it as a spawned one would."""
-    from reportgen.profile.models import ModelSpec, resolve
+    from reportgen.profile.modelspec import ModelSpec, resolve
 
     types: list[str] = []
     for name, source in models:

@@ -18,8 +18,8 @@ from reportgen.errors import Skip
 from reportgen.execute import rounds
 from reportgen.execute.console import Progress
 from reportgen.execute.job import Job, rounds_combo
-from reportgen.execute.record import utc_now
 from reportgen.execute.supervisor import Outcome
+from reportgen.records.stamps import utc_now
 from reportgen.records.status import FAILED, OK, SKIPPED
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from reportgen.execute import rounds
 from reportgen.execute.plan import read_record
-from reportgen.execute.record import combination_record, utc_now
+from reportgen.execute.record import combination_record
 from reportgen.execute.supervisor import Outcome
+from reportgen.records.stamps import utc_now
 from reportgen.records.status import FAILED, OK, is_failed
 from reportgen.records.store import RunStore
 from reportgen.suite import Combination, Settings

@@ -19,10 +19,10 @@ from reportgen.execute.console import Progress
 from reportgen.execute.forkserver import ForkServer, preload_for
 from reportgen.execute.job import Job, rounds_combo
 from reportgen.execute.plan import HEARTBEAT_S, Claims
-from reportgen.execute.record import utc_now
 from reportgen.execute.supervisor import Supervisor
 from reportgen.execute.worker import WorkerSpec
 from reportgen.records import paths
+from reportgen.records.stamps import utc_now
 
 
 class LocalExecutor:

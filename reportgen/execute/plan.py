@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from reportgen.records.paths import combination_path
 from reportgen.records.schema import load_combination
+from reportgen.records.stamps import utc_now
 from reportgen.records.status import PENDING, RUNNING, is_failed
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def owner(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     environ = os.environ if environ is None else environ
     slurm = {key: environ[name] for key, name in _SLURM_IDS.items() if environ.get(name)}
     return {"host": socket.gethostname(), "pid": os.getpid(),
-            "claimed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "slurm": slurm or None}
+            "claimed": utc_now(fraction=False), "slurm": slurm or None}
 
 
 def slurm_label(slurm: Any) -> str | None:

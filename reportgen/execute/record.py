@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +11,7 @@ from reportgen.records.schema import (
     SCHEMA_VERSION,
     SECTIONS,
 )
+from reportgen.records.stamps import utc_now
 from reportgen.records.status import COMBINATION_STATUSES, COMPLETE, INCOMPLETE, PENDING
 
 if TYPE_CHECKING:
@@ -20,10 +20,6 @@ if TYPE_CHECKING:
 
 # Sections the executor adds beside what ``measure`` returns (all optional in the schema).
 EXECUTION_SECTIONS: tuple[str, ...] = ("preflight", "device", "execution")
-
-
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def git_of(environment: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,8 @@ from reportgen.execute import plan
 from reportgen.execute.console import Progress
 from reportgen.execute.devices import MEASURE, PREFLIGHT, worker_specs
 from reportgen.execute.job import Job
-from reportgen.execute.record import environment_differences, git_of, run_record, utc_now
+from reportgen.execute.record import environment_differences, git_of, run_record
+from reportgen.records.stamps import utc_now
 from reportgen.records.status import FAILED, INTERRUPTED, RUNNING
 from reportgen.records.store import RunStore
 from reportgen.suite import Settings, Suite

@@ -32,9 +32,9 @@ from typing import Any, Self
 
 from reportgen.errors import UserError
 from reportgen.execute import plan
-from reportgen.execute.record import utc_now
 from reportgen.execute.slurm_task import after, task_main
 from reportgen.records.schema import load_run
+from reportgen.records.stamps import utc_now
 from reportgen.records.status import COMBINATION_STATUSES, FAILED, PENDING, PLAN_STATES, RUNNING
 from reportgen.records.store import run_names
 from reportgen.suite import Suite

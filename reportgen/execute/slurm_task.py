@@ -29,8 +29,9 @@ from reportgen.execute import plan
 from reportgen.execute.console import Progress
 from reportgen.execute.job import Job
 from reportgen.execute.local import LocalExecutor
-from reportgen.execute.record import git_of, run_record, utc_now
+from reportgen.execute.record import git_of, run_record
 from reportgen.execute.supervisor import Outcome, Supervisor
+from reportgen.records.stamps import utc_now
 from reportgen.records.status import FAILED, RUNNING
 from reportgen.records.store import RunStore
 from reportgen.suite import Suite

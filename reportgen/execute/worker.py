@@ -114,7 +114,7 @@ def release_memory() -> None:
 
     gc.collect()
     # What survives is the interpreter's and the libraries' own (torch and transformers
-    # hold about a million objects): frozen, later collections skip it, so models.free's
+    # hold about a million objects): frozen, later collections skip it, so building.free's
     # collection and the automatic ones inside timed forwards take milliseconds, not
     # 0.2 s each. Nothing of the previous combination is alive here (serve drops its
     # result first), so nothing measurable is frozen with it.

@@ -49,7 +49,8 @@ def check(model_type: str, *, seq_len: int = 32, mode: str = "forward",
           attn: str = "eager") -> dict[str, Any]:
     """One model type at tiny scale: status, reason, category shares, parameters."""
     from reportgen.errors import Skip
-    from reportgen.profile import models, regions
+    from reportgen.profile import building, regions
+    from reportgen.profile.structure import derive
     from reportgen.suite import Combination
 
     row: dict[str, Any] = {"model_type": model_type, "mode": mode, "seq_len": seq_len}
@@ -58,8 +59,9 @@ def check(model_type: str, *, seq_len: int = 32, mode: str = "forward",
     try:
         combo = Combination(model=model_type, scale="tiny", mode=mode, dtype="fp32",
                             attn_implementation=attn, batch_size=1, seq_len=seq_len, device="cpu")
-        built = models.build(combo, "cpu")
-        section = regions.hooks_method(built.model, built.step, min_iterations=ITERATIONS,
+        built = building.build(combo, "cpu")
+        section = regions.hooks_method(built.model, built.step, derive(built.model, built.step),
+                                       min_iterations=ITERATIONS,
                                        max_iterations=ITERATIONS, budget_s=0.0)
         shares = median_shares(section)
         row.update(status=OK, shares=shares, parameters=int(built.info["parameters"]),
@@ -77,7 +79,7 @@ def check(model_type: str, *, seq_len: int = 32, mode: str = "forward",
         row.update(status=FAILED,
                    reason=f"{type(exc).__name__}: {str(exc).strip()[:300]}" + (f" ({notes})" if notes else ""))
     finally:
-        models.free(built)
+        building.free(built)
     row["seconds"] = round(time.perf_counter() - started, 2)
     return row
 

@@ -58,17 +58,17 @@ class Census:
 
 def config_of(entry: Entry) -> Any:
     """The transformers config of a catalog entry (its published config.json values)."""
-    from reportgen.profile.models import resolve
+    from reportgen.profile.modelspec import resolve
 
     return resolve(entry.name).make_config()
 
 
 def build_meta(config: Any) -> nn.Module:
     """The model a profile run builds from ``config``, on the meta device."""
-    from reportgen.profile.models import _auto_class, architecture
+    from reportgen.profile.autoclass import architecture, auto_class
 
     with torch.device("meta"):
-        model: nn.Module = _auto_class(config, architecture(config)).from_config(config)
+        model: nn.Module = auto_class(config, architecture(config)).from_config(config)
     return model
 
 

@@ -15,7 +15,6 @@ torch is imported inside functions so that ``reportgen.profile.env`` stays cheap
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import platform
 import re
@@ -31,6 +30,7 @@ from typing import Any
 from reportgen import __version__
 from reportgen.errors import UserError
 from reportgen.profile import nvml
+from reportgen.records.stamps import utc_now
 from reportgen.scrub import interpreter
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
@@ -525,10 +525,6 @@ def _git(where: Path, *args: str) -> str | None:
 # The record
 
 
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def collect(device: str = "auto", *, nvml_raw: Mapping[str, Any] | None = None,
             probe: bool = True) -> dict[str, Any]:
     """The full environment record; ``nvml_raw`` replaces a live NVML read (tests). On a
@@ -539,7 +535,7 @@ def collect(device: str = "auto", *, nvml_raw: Mapping[str, Any] | None = None,
     host = host_info()
     driver = nvml.driver_info(raw)
     record = {
-        "time": utc_now(),
+        "time": utc_now(fraction=False),
         "host": host,
         "python": python_info(),
         "libraries": library_versions(),

@@ -15,7 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch import nn
+
 from reportgen.categories import CATEGORIES
+from reportgen.profile.layers import first as _first
+from reportgen.profile.layers import is_int as _int
+from reportgen.profile.shrink import TOP_K_NAMES
+from reportgen.profile.structure import ModuleRole, is_attention, is_experts, is_projection
 from reportgen.traffic import cfg, gated, shapes
 from reportgen.vocabulary import TRAIN_MODES
 
@@ -46,8 +53,8 @@ TRAIN_NOTE = ("training step: analytic FLOPs are the forward's three times over 
 
 
 def analytic(info: Mapping[str, Any], combo: Any, hints: Mapping[str, Any] | None = None) -> dict[str, float]:
-    """FLOPs of one step per category, from the model's dims (`models.model_info`) and the
-    combination's shapes. ``hints`` (`models.analytic_hints`) gives the MLP's weight
+    """FLOPs of one step per category, from the model's dims (`building.model_info`) and the
+    combination's shapes. ``hints`` (`analytic_hints`) gives the MLP's weight
     elements from the structure; without it the MLP is read as gated or not from the
     config's activation. A training step counts its forward ``TRAIN_FLOPS_FACTOR`` times."""
     out = _forward_analytic(info, combo, hints)
@@ -222,3 +229,93 @@ def counted(model: Any, step: Any, module_categories: Mapping[str, str], *,
                 why = f" (ops without a formula: {', '.join(missing)})" if missing else ""
                 notes.append(f"flop_counter counted no FLOPs in {category} (analytic {a:.4g}){why}")
     return out, notes
+
+
+# --- what the analytic count reads from the model's structure ---------------------------
+
+
+def _first_block(model: nn.Module) -> nn.Module | None:
+    """The first item of a ModuleList that holds an attention module: a transformer block."""
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) > 0:
+            first = module[0]
+            if any(is_attention(m) for m in first.modules()):
+                return first
+    return None
+
+
+def _mlp_projections(block: nn.Module) -> list[nn.Module]:
+    found: list[nn.Module] = []
+
+    def walk(module: nn.Module) -> None:
+        for child in module.children():
+            if is_attention(child):
+                continue
+            if is_projection(child):
+                found.append(child)
+            walk(child)
+
+    walk(block)
+    return found
+
+
+def _mlp_weights(model: nn.Module) -> list[torch.Tensor]:
+    """The weights of the first block's MLP projections."""
+    block = _first_block(model)
+    projs = _mlp_projections(block) if block is not None else []
+    return [p.weight for p in projs]  # type: ignore[misc]
+
+
+def mlp_width(model: nn.Module) -> int | None:
+    return max((max(w.shape) for w in _mlp_weights(model)), default=None)
+
+
+def analytic_hints(model: nn.Module, roles: Mapping[str, ModuleRole]) -> dict[str, Any]:
+    """What the analytic FLOP count reads from the model's structure (``roles``: its
+    `structure.classify`, a `structure.Structure`'s) rather than its config: the MLP's
+    projections per block (3 when gated, 2 when a fused gate-up is one module), their
+    weight elements (2 FLOPs each per token, whatever the fusion), and whether a pooler
+    follows the encoder."""
+    weights = _mlp_weights(model)
+    width = max((max(w.shape) for w in weights), default=None)
+    params = sum(int(w.numel()) for w in weights)
+    pooler = any("Pooler" in type(m).__name__ for m in model.modules())
+    hints: dict[str, Any] = {"mlp_projections": len(weights) or None, "mlp_width": width,
+                             "mlp_weight_elements": params or None, "pooler": pooler}
+    parts = _mixture_parts(model, roles)
+    if parts is not None:
+        hints["parts"] = parts
+    return hints
+
+
+def _mixture_parts(model: nn.Module, roles: Mapping[str, ModuleRole]) -> dict[str, Any] | None:
+    """For a model with experts or token mixers (whose layers differ from a dense
+    transformer's): weight elements a token meets in each category over the whole model,
+    read from the structure. Routed experts count ``top_k`` of their experts per token
+    (the config's experts per token); shared experts, routers, token mixers and dense
+    MLPs all their projections; and how many softmax-attention calls a forward makes."""
+    modules = dict(model.named_modules())
+    if not any(r.role in ("mixer", "moe", "experts") for r in roles.values()):
+        return None
+    config: Any = getattr(model, "config", None)
+    top_k = _first(config, TOP_K_NAMES) if config is not None else None
+    found = {"mlp": 0, "moe.router": 0, "moe.experts": 0, "mixer": 0}
+    for fqn, info in roles.items():
+        module = modules.get(fqn)
+        if module is None:
+            continue
+        if info.role == "experts" and info.container == "moe" and is_experts(module):
+            if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+                items = list(module.children())
+                per_expert = sum(int(m.weight.numel()) for m in items[0].modules()  # type: ignore[operator,misc]
+                                 if is_projection(m))
+                count = len(items)
+            else:
+                stacked = [p for p in module.parameters(recurse=False) if p.dim() >= 3]
+                count = max(int(p.shape[0]) for p in stacked)
+                per_expert = sum(int(p.numel()) for p in stacked) // count
+            found["moe.experts"] += per_expert * int(top_k if _int(top_k) else 1)
+        elif is_projection(module) and info.category in found:
+            found[info.category] += int(module.weight.numel())  # type: ignore[union-attr]
+    attention = sum(1 for r in roles.values() if r.role == "attn")
+    return {"weight_elements": found, "attention_calls": attention, "top_k": top_k if _int(top_k) else None}

@@ -23,15 +23,16 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 
 from reportgen.paired import interleave
 from reportgen.profile.step import StepLike
+from reportgen.profile.structure import Structure, install_hooks, nvtx_ranges
 from reportgen.profile.timing import Timer, default_timer
+from reportgen.records.status import FAILED, NOT_APPLICABLE, OK
 from reportgen.stats import bootstrap_ratio, median
 
 __all__ = ["CONFIDENCE", "MIN_PAIRS", "VARIANTS", "Variant", "compare", "study"]
@@ -58,17 +59,9 @@ class Context:
 
     model: nn.Module
     step: StepLike
+    structure: Structure  # the model's, derived once for the combination
     cuda: bool
     compiled: bool
-    _categories: dict[str, str] | None = field(default=None, repr=False)
-
-    def proj_categories(self) -> dict[str, str]:
-        """``structure.module_categories`` (one recorded forward), once per study."""
-        if self._categories is None:
-            from reportgen.profile.structure import module_categories
-
-            self._categories = module_categories(self.model, self.step)
-        return self._categories
 
 
 @dataclass(frozen=True)
@@ -118,18 +111,14 @@ def _profiler(*, device: bool, **options: bool) -> Callable[[Context], AbstractC
 def _reportgen_profiled(ctx: Context) -> Iterator[Ready]:
     """What the profiled pass runs (``profiling._record``): the module hooks' ranges under
     a profiler that records shapes, memory and FLOPs."""
-    from reportgen.profile.structure import install_hooks
-
-    hooks = install_hooks(ctx.model) if not ctx.compiled else contextlib.nullcontext()
+    hooks = install_hooks(ctx.model, ctx.structure.roles) if not ctx.compiled else contextlib.nullcontext()
     with hooks, _profiler(device=True, record_shapes=True, profile_memory=True, with_flops=True)(ctx):
         yield None
 
 
 @contextlib.contextmanager
 def _hook_ranges(ctx: Context) -> Iterator[Ready]:
-    from reportgen.profile.structure import install_hooks
-
-    with install_hooks(ctx.model):
+    with install_hooks(ctx.model, ctx.structure.roles):
         yield None
 
 
@@ -137,37 +126,15 @@ def _hook_ranges(ctx: Context) -> Iterator[Ready]:
 def _hook_clocks(ctx: Context) -> Iterator[Ready]:
     from reportgen.profile import regions
 
-    categories = ctx.proj_categories()
-    with regions.clocked(ctx.model, regions.device_clock(ctx.step), categories) as ready:
+    with regions.clocked(ctx.model, regions.device_clock(ctx.step), ctx.structure) as ready:
         yield ready
 
 
 @contextlib.contextmanager
 def _nvtx(ctx: Context) -> Iterator[Ready]:
     """NVTX ranges named like the profiler's at the same module boundaries."""
-    from reportgen.profile.structure import classify, label
-
-    push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
-    modules = dict(ctx.model.named_modules())
-    handles = []
-    for fqn, info in classify(ctx.model).items():
-        if info.role is None or fqn not in modules:
-            continue
-        name = label(info.role, fqn)
-
-        def pre(_m: nn.Module, _a: Any, name: str = name) -> None:
-            push(name)
-
-        def post(_m: nn.Module, _a: Any, _o: Any) -> None:
-            pop()
-
-        handles.append(modules[fqn].register_forward_pre_hook(pre))
-        handles.append(modules[fqn].register_forward_hook(post, always_call=True))
-    try:
+    with nvtx_ranges(ctx.model, ctx.structure.roles):
         yield None
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -239,7 +206,7 @@ def compare(variant: Variant, ctx: Context, timer: Timer, *, forwards: int, budg
     ratio, low, high = bootstrap_ratio(values["instrumented"], values["bare"], paired=True,
                                        confidence=CONFIDENCE)
     return {
-        "name": variant.name, "status": "ok", "reason": None,
+        "name": variant.name, "status": OK, "reason": None,
         # the percentile interval of a median ratio can miss its own point with few
         # pairs; widened to hold it
         "ratio": ratio, "ci_low": min(ratio, low), "ci_high": max(ratio, high),
@@ -259,13 +226,14 @@ def _row(variant: Variant, ctx: Context, status: str, reason: str) -> dict[str, 
             "gives": variant.gives_here(ctx)}
 
 
-def study(built: Any, combo: Any, *, run_dir: Any, combo_id: str, budget_s: float,
+def study(built: Any, structure: Structure, combo: Any, *, run_dir: Any, combo_id: str, budget_s: float,
           variants: tuple[Variant, ...] = VARIANTS) -> dict[str, Any]:
     """The study's record (``studies.instrumentation``): every variant of ``variants``
-    measured, not applicable or failed, on ``built``'s warm model and step."""
+    measured, not applicable or failed, on ``built``'s warm model and step (``structure``:
+    the model's)."""
     started = time.perf_counter()
     step = built.step
-    ctx = Context(model=built.model, step=step, cuda=step.device.type == "cuda",
+    ctx = Context(model=built.model, step=step, structure=structure, cuda=step.device.type == "cuda",
                   compiled=getattr(step, "compiled", None) is not None)
     timer = default_timer(step)
     probe = median(_block(step, timer, PROBE_FORWARDS))
@@ -276,16 +244,16 @@ def study(built: Any, combo: Any, *, run_dir: Any, combo_id: str, budget_s: floa
     rows = []
     for variant, why in plan:
         if why is not None:
-            rows.append(_row(variant, ctx, "not applicable", why))
+            rows.append(_row(variant, ctx, NOT_APPLICABLE, why))
             continue
         try:
             rows.append(compare(variant, ctx, timer, forwards=forwards, budget_s=share))
         except Exception as exc:  # noqa: BLE001 - one instrument failing leaves the others
             step.reset()
             message = (str(exc).strip().splitlines() or [""])[0]
-            rows.append(_row(variant, ctx, "failed", f"{type(exc).__name__}: {message}"))
+            rows.append(_row(variant, ctx, FAILED, f"{type(exc).__name__}: {message}"))
     return {
-        "status": "ok", "device": step.device.type, "clock": timer.method,
+        "status": OK, "device": step.device.type, "clock": timer.method,
         "method": "abba-blocks", "confidence": CONFIDENCE, "min_pairs": MIN_PAIRS,
         "budget_s": budget_s, "variant_budget_s": share, "forwards_per_block": forwards,
         "probe_bare_ms": probe, "duration_s": time.perf_counter() - started,

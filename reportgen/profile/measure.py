@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,10 @@ import torch
 
 from reportgen import peaks, traffic
 from reportgen.errors import Skip
-from reportgen.profile import compiling, heap, models
+from reportgen.profile import building, compiling, flops, heap
 from reportgen.profile import flops as flops_mod
+from reportgen.profile.step import StepLike
+from reportgen.profile.structure import Structure, derive
 from reportgen.profile.timing import time_step
 from reportgen.records.paths import trace_file
 from reportgen.vocabulary import COMPILE_NONE, TRAIN_MODES
@@ -61,24 +63,35 @@ def _peaks(device: torch.device) -> tuple[int | None, int | None]:
     return int(torch.cuda.max_memory_allocated(device)), int(torch.cuda.max_memory_reserved(device))
 
 
-def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, device: torch.device) -> dict[str, Any]:
-    from reportgen.profile.structure import module_categories
+@contextlib.contextmanager
+def _eager(step: StepLike) -> Iterator[None]:
+    """A compiled step calls its eager model meanwhile: the same arithmetic and module
+    calls, where a counting mode or a recorded forward around the compiled model would
+    only make it compile again."""
+    compiled = getattr(step, "compiled", None)
+    if compiled is None:
+        yield
+        return
+    step.compiled = None  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        step.compiled = compiled  # type: ignore[attr-defined]
 
-    hints = models.analytic_hints(built.model)
+
+def _flops_section(built: building.BuiltModel, structure: Structure, combo: Any, median_ms: float,
+                   device: torch.device) -> dict[str, Any]:
+    hints = flops.analytic_hints(built.model, structure.roles)
     analytic = flops_mod.analytic(built.info, combo, hints)
     notes = [flops_mod.CORE_NOTE]
     if combo.mode in TRAIN_MODES:
         notes.append(flops_mod.TRAIN_NOTE)
     if hints.get("parts"):
         notes.append(flops_mod.PARTS_NOTE)
-    # FLOPs are counted on the eager model: the same arithmetic, and a counting mode
-    # around a compiled model would only make it compile again
-    compiled = getattr(built.step, "compiled", None)
     try:
-        if compiled is not None:
-            built.step.compiled = None  # type: ignore[attr-defined]
-        categories = module_categories(built.model, built.step)
-        counted, counter_notes = flops_mod.counted(built.model, built.step, categories, analytic=analytic)
+        with _eager(built.step):  # FLOPs are counted on the eager model
+            counted, counter_notes = flops_mod.counted(built.model, built.step, structure.categories,
+                                                       analytic=analytic)
         notes += counter_notes
     except torch.OutOfMemoryError:
         raise
@@ -87,9 +100,6 @@ def _flops_section(built: models.BuiltModel, combo: Any, median_ms: float, devic
         notes.append(f"flop_counter failed: {type(exc).__name__}: {exc}")
         with contextlib.suppress(Exception):
             built.step.reset()
-    finally:
-        if compiled is not None:
-            built.step.compiled = compiled  # type: ignore[attr-defined]
     analytic.pop("overhead", None)
     if counted is not None:
         counted.pop("overhead", None)
@@ -133,7 +143,7 @@ def _depth_section(facts: dict[str, Any], combo: Any) -> dict[str, Any]:
 
 
 def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
-             profile_iterations: int, holder: list[models.BuiltModel], profiled: bool = True,
+             profile_iterations: int, holder: list[building.BuiltModel], profiled: bool = True,
              studies: Sequence[str] = (), study_budget_s: float | None = None,
              converge: bool = True, target_rel_halfwidth: float | None = None,
              gpu_index: int | None = None) -> dict[str, Any]:
@@ -147,7 +157,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         raise Skip(f"{combo.mode} is measured eagerly only: a compiled training step's backward "
                    "keeps no module boundaries and is not attributed yet")
     steady_heap = heap.steady()  # before the build: the model's own blocks too
-    built = models.build(combo, device, seed=seed)
+    built = building.build(combo, device, seed=seed)
     holder.append(built)
     compiled: dict[str, Any] | None = None
     if compile_mode != COMPILE_NONE:
@@ -170,13 +180,17 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         # a later round of a combination measured in rounds: its timing only
         return {"model": built.info, "inputs": dict(built.step.inputs_info), "timing": timing}
 
+    # the model's structure, once (one recorded forward, on the eager model): everything
+    # below that reads the structure is handed this one
+    with _eager(built.step):
+        structure = derive(built.model, built.step)
     trace_path = trace_file(run_dir, combo_id)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     # module hooks cannot fire inside a compiled graph: a compiled forward is read from
     # its kernels alone (reportgen.attribution, category "compiled")
     sampler.start()
     recorded = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path,
-                            label_modules=compiled is None)
+                            labels=structure.roles if compiled is None else None)
     pass_reading = sampler.stop()
     profile = dict(recorded["profile"])
     if pass_reading is not None:
@@ -203,7 +217,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
 
         # after the profiled pass (whose memory events give a CPU's rise over a step)
         memory["training"] = training_memory(
-            built.model, built.step, combo, built.info,
+            built.model, built.step, structure, combo, built.info,
             rise_bytes=(recorded.get("memory") or {}).get("peak_allocated_bytes"),
             scores_per_call=activation["analytic"])
 
@@ -213,11 +227,11 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         "timing": timing,
         "profile": profile,
         # both attribution methods; the hooks pass (unprofiled) runs after the profiled one
-        "attribution": attribute(recorded, built.model, built.step, budget_s=budget_s / 3,
+        "attribution": attribute(recorded, built.model, built.step, structure, budget_s=budget_s / 3,
                                  hooks=compiled is None),
         "ops": recorded["ops"],
         "memory": memory,
-        "flops": _flops_section(built, combo, timing["median"], device),
+        "flops": _flops_section(built, structure, combo, timing["median"], device),
     }
     if built.depth is not None:
         result["depth"] = _depth_section(built.depth, combo)
@@ -227,14 +241,14 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         from reportgen.profile.routing import expert_load
 
         # one more forward, untimed: where the router sent this step's tokens
-        load = expert_load(built.model, built.step)
+        load = expert_load(built.model, built.step, structure)
         if load is not None:
             result["moe"] = load
     if studies:
         from reportgen.profile.studies import run_studies
 
         # after attribution, on the warm model; a study that fails is recorded, never raised
-        result["studies"] = run_studies(studies, built, combo, run_dir=Path(run_dir), combo_id=combo_id,
+        result["studies"] = run_studies(studies, built, structure, combo, run_dir=Path(run_dir), combo_id=combo_id,
                                         budget_s=study_budget_s or budget_s, reset=built.step.reset)
     return result
 
@@ -253,7 +267,7 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
     ``reportgen.profile.timing.time_step``); ``target_rel_halfwidth`` replaces its default
     target. ``gpu_index`` (the GPU's NVML index) lets each pass read the device's side of
     contention (``reportgen.profile.contention``)."""
-    holder: list[models.BuiltModel] = []
+    holder: list[building.BuiltModel] = []
     oom: str | None = None
     try:
         return _measure(combo, run_dir=run_dir, combo_id=combo_id, budget_s=budget_s, seed=seed,
@@ -265,7 +279,7 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
         oom = "out of memory: " + (str(exc).strip().splitlines() or ["(no message)"])[0]
     finally:
         compiled = getattr(combo, "compile", COMPILE_NONE) != COMPILE_NONE
-        models.free(holder.pop() if holder else None)
+        building.free(holder.pop() if holder else None)
         if compiled:
             compiling.release()
     raise OutOfMemory(oom)

@@ -1,3 +1,4 @@
+
 """GPU readings through NVML (``pynvml`` from nvidia-ml-py), read-only.
 
 Two stages so the interesting part is testable without a GPU:
@@ -25,11 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import datetime as _dt
 import hashlib
 import importlib
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from reportgen.records.stamps import utc_now
 
 # Enum values from nvml.h; they are ABI and have not changed since NVML 1.0, so the raw
 # keys stay stable even if a pynvml release renames its Python constants.
@@ -588,14 +590,14 @@ def snapshot(index: int, pynvml_module: Any = None) -> dict[str, Any]:
     ``field: why`` per field) and ``nvml_errors`` (the same, as a dict). A call that
     fails costs its own field only. Only getters are called (METHOD.md rule 13).
     """
-    time = _utc_now()
+    time = utc_now()
     calls = tuple((function, args) for _, _, function, args in SNAPSHOT_CALLS)
     return snapshot_from_raw(read_device(index, calls, pynvml_module), time=time)
 
 
 def snapshot_from_raw(reading: Mapping[str, Any], time: str | None = None) -> dict[str, Any]:
     """:func:`snapshot` of a :func:`read_device` reading (pure); ``time`` defaults to now."""
-    out: dict[str, Any] = {"time": time if time is not None else _utc_now()}
+    out: dict[str, Any] = {"time": time if time is not None else utc_now()}
     out.update({field: None for field, _, _, _ in SNAPSHOT_CALLS})
     out["throttled"] = None
     if reading.get("error"):
@@ -671,8 +673,6 @@ def snapshot_delta(
     }
 
 
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # --- CUDA_VISIBLE_DEVICES -> NVML indices -------------------------------------------------

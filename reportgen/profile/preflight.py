@@ -9,8 +9,8 @@ parameters, 27 GB in fp32).
 The estimate comes from the config alone:
 
 * **parameters** (and buffers) are counted exactly by building the model on the ``meta``
-  device through the very path `models.build` uses (`models.spec_of`,
-  `ModelSpec.make_config` with ``--scale``, `models.architecture`, `models._auto_class`);
+  device through the very path `building.build` uses (`modelspec.spec_of`,
+  `ModelSpec.make_config` with ``--scale``, `autoclass.architecture`, `autoclass.auto_class`);
   meta tensors have shapes and dtypes and no storage, so a 70B config takes well under a
   second and allocates nothing. transformers' ``no_init_weights`` is deliberately *not*
   used: it also skips weight tying (GPT-2's tied head would be counted twice), and
@@ -42,7 +42,7 @@ The estimate comes from the config alone:
   T5-style: the bias is computed once and passed through every layer), the logits
   ``batch x positions x vocab x bytes`` for a model with an LM head (x2 with
   ``final_logit_softcapping``; positions = 1 where the model keeps only the last
-  position's logits in prefill/decode, as `models.make_step` asks), and, for an
+  position's logits in prefill/decode, as `inputs.make_step` asks), and, for an
   implementation that materialises scores, one more score-sized tensor ``batch x heads x
   Lq x Lk x bytes``: scaling, masking and softmax each hold input and output at once, so
   even naive-inplace (which `measure.attention_activation_bytes` counts x1) peaks at two.
@@ -100,7 +100,8 @@ import torch
 
 from reportgen import kvcache
 from reportgen.errors import Skip, UserError
-from reportgen.profile import models
+from reportgen.profile import autoclass, building, dtypes, inputs, modelspec
+from reportgen.profile.layers import first
 from reportgen.vocabulary import ATTENTION_MICRO, DECODE_NOCACHE, TRAIN, TRAIN_MODES, positions_needed
 
 __all__ = ["SAFETY_MARGIN", "available", "check", "estimate", "format_gib"]
@@ -173,7 +174,7 @@ def _micro_model(combo: Any) -> tuple[int, int, dict[str, Any]]:
     from reportgen.profile import micro
 
     variant = str(_field(combo, "attn_implementation", "naive"))
-    dtype = models.TORCH_DTYPES.get(str(_field(combo, "dtype", "fp32")), torch.float32)
+    dtype = dtypes.TORCH_DTYPES.get(str(_field(combo, "dtype", "fp32")), torch.float32)
     with torch.device("meta"):
         attn = micro.PostAttention(variant if variant in micro.VARIANTS else "sdpa-math",
                                    micro.HIDDEN_SIZE // micro.NUM_HEADS)
@@ -188,14 +189,14 @@ def _micro_model(combo: Any) -> tuple[int, int, dict[str, Any]]:
 
 
 def _meta_model(combo: Any) -> tuple[torch.nn.Module, Any, str, str]:
-    """(model on meta, config, architecture, spec name): `models.build`'s config path."""
-    spec = models.spec_of(combo)
+    """(model on meta, config, architecture, spec name): `building.build`'s config path."""
+    spec = modelspec.spec_of(combo)
     needed = positions_needed(str(combo.mode), int(combo.seq_len))
     config = spec.make_config(_field(combo, "scale", "reference"), min_positions=needed,
                               layers=_field(combo, "layers", None))
-    arch = models.architecture(config)
-    cls = models._auto_class(config, arch, str(combo.mode))
-    dtype = models.torch_dtype(combo.dtype)
+    arch = autoclass.architecture(config)
+    cls = autoclass.auto_class(config, arch, str(combo.mode))
+    dtype = building.torch_dtype(combo.dtype)
     # meta init draws no random numbers, but the caller's RNG state is not ours to touch
     with torch.random.fork_rng(devices=[]), torch.device("meta"):
         model = cls.from_config(config, dtype=dtype, **({"trust_remote_code": True} if spec.remote_code else {}))
@@ -207,8 +208,8 @@ def _layers(config: Any, info: dict[str, Any], arch: str) -> tuple[int, int]:
     layers = int(info.get("num_layers") or 1)
     if arch != "encoder-decoder":
         return (0, layers) if arch == "decoder" else (layers, 0)
-    enc = models._first(config, ("encoder_layers", "num_layers", "num_hidden_layers")) or layers
-    dec = models._first(config, ("num_decoder_layers", "decoder_layers")) or enc
+    enc = first(config, ("encoder_layers", "num_layers", "num_hidden_layers")) or layers
+    dec = first(config, ("num_decoder_layers", "decoder_layers")) or enc
     return int(enc), int(dec)
 
 
@@ -231,7 +232,7 @@ def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]
     from reportgen.profile.measure import attention_activation_bytes
 
     mode = str(combo.mode)
-    nbytes = models.torch_dtype(combo.dtype).itemsize
+    nbytes = building.torch_dtype(combo.dtype).itemsize
     batch = int(combo.batch_size)
     length = int(combo.seq_len)
     hidden = int(info.get("hidden_size") or 0)
@@ -306,7 +307,7 @@ def _device_type(device: str | torch.device | None) -> str:
 def estimate(combo: Any, *, device: str | None = None, profile_iterations: int = PROFILE_ITERATIONS) -> dict[str, Any]:
     """Peak memory of measuring ``combo`` on ``device`` (default ``combo.device``), from
     its config alone; nothing real is allocated. Raises `UserError` for a model name
-    `models.build` would refuse too. Formulas: the module docstring."""
+    `building.build` would refuse too. Formulas: the module docstring."""
     combo = combo if not isinstance(combo, dict) else SimpleNamespace(**combo)
     dev = _device_type(device if device is not None else _field(combo, "device", "cpu"))
     if combo.model == ATTENTION_MICRO:
@@ -320,11 +321,11 @@ def estimate(combo: Any, *, device: str | None = None, profile_iterations: int =
         weights = param_bytes + buffer_bytes
         with_duplicates = sum(p.numel() * p.element_size() for _, p in model.named_parameters(remove_duplicate=False))
         transient = with_duplicates - param_bytes
-        info = models.model_info(name, model, arch)
+        info = building.model_info(name, model, arch)
         enc_layers, dec_layers = _layers(config, info, arch)
         shape = _Shape(arch=arch, enc_layers=enc_layers, dec_layers=dec_layers,
                        lm_head=model.get_output_embeddings() is not None,  # type: ignore[operator]
-                       keeps_last_logits="logits_to_keep" in models._forward_params(model),
+                       keeps_last_logits="logits_to_keep" in inputs.forward_params(model),
                        relative_bias=bool(getattr(config, "relative_attention_num_buckets", None)),
                        logit_softcapping=bool(getattr(config, "final_logit_softcapping", None)),
                        cache=tuple(kvcache.layer_memory(config)) if arch == "decoder" else ())
@@ -333,7 +334,7 @@ def estimate(combo: Any, *, device: str | None = None, profile_iterations: int =
     parts.update(_analytic(combo, info, shape))
     if str(combo.mode) in TRAIN_MODES:
         # gradients of every parameter; AdamW's moments in mode train
-        parts["gradients"] = int(params * models.torch_dtype(combo.dtype).itemsize)
+        parts["gradients"] = int(params * building.torch_dtype(combo.dtype).itemsize)
         parts["optimizer_state"] = ADAMW_STATES * parts["gradients"] if str(combo.mode) == TRAIN else 0
     if dev == "cuda":
         parts["profiler"] = 0  # the trace lives in host memory, not on the device

@@ -11,7 +11,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from reportgen.attribution import ATTRIBUTION_KEYS, ITERATION_LABEL, LABEL_PREFIX, PHASE_ROLE, analyse_trace
 from reportgen.profile.step import StepLike
-from reportgen.profile.structure import install_hooks
+from reportgen.profile.structure import ModuleRole, install_hooks
 from reportgen.records.paths import trace_ref
 from reportgen.records.store import atomic_write_bytes
 from reportgen.scrub import gzip_trace, trace_name
@@ -64,13 +64,16 @@ def phase_ranges(step: StepLike) -> Iterator[None]:
 
 
 def record_pass(step: StepLike, model: nn.Module, iterations: int, warmup: int, out: Path,
-                label_modules: bool = True) -> profile:
+                labels: Mapping[str, ModuleRole] | None) -> profile:
     """Run the profiled forwards, export their Chrome trace to ``out`` and return the
-    profiler (its ``key_averages()`` covers the same ``iterations``)."""
+    profiler (its ``key_averages()`` covers the same ``iterations``). ``labels``: the
+    model's roles (a `structure.Structure`'s), whose modules get their ranges; None
+    leaves the module hooks out."""
     activities = [ProfilerActivity.CPU]
     if step.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with install_hooks(model) if label_modules else contextlib.nullcontext(), phase_ranges(step):
+    hooks = install_hooks(model, labels) if labels is not None else contextlib.nullcontext()
+    with hooks, phase_ranges(step):
         with profile(activities=activities,
                      schedule=schedule(wait=0, warmup=warmup, active=iterations, repeat=1),
                      record_shapes=True, profile_memory=True, with_flops=True) as prof:
@@ -87,7 +90,7 @@ def record_pass(step: StepLike, model: nn.Module, iterations: int, warmup: int, 
 
 
 def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmup: int = 1,
-                 trace_path: Path, label_modules: bool = True) -> dict[str, Any]:
+                 trace_path: Path, labels: Mapping[str, ModuleRole] | None) -> dict[str, Any]:
     """Profile ``iterations`` forwards of ``step`` (after ``warmup`` profiled-but-dropped
     ones) and attribute them.
 
@@ -96,8 +99,8 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     ``profile.overhead_ratio`` (the caller has the unprofiled timing), and
     ``per_iteration``: (forward ms, category ms) of each profiled iteration alone (and for
     a training step ``per_iteration_phases``, each iteration's phases).
-    ``label_modules=False`` leaves the module hooks out (a compiled forward, where they
-    would not fire).
+    ``labels``: the model's roles (its `structure.Structure`'s ``roles``); None leaves the
+    module hooks out (a compiled forward, where they would not fire).
     """
     if iterations < 1 or warmup < 0:
         raise ValueError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
@@ -108,7 +111,7 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        record_pass(step, model, iterations, warmup, tmp, label_modules)
+        record_pass(step, model, iterations, warmup, tmp, labels)
         raw = trace_name(tmp.read_bytes(), trace_ref(trace_path))
     finally:
         tmp.unlink(missing_ok=True)

@@ -10,7 +10,7 @@ iteration's timed calls into the categories (``attention.core`` = the attention 
 its projections, norms and position-bias embeddings; ``other`` = the model's and blocks'
 own time; ``overhead`` = the iteration outside the model's forward).
 
-A training step (``reportgen.profile.models.TrainStep``) is clocked at its phases
+A training step (``reportgen.profile.modes.TrainStep``) is clocked at its phases
 (forward, backward, optimizer: the step's ``phase_hook``) and, in its backward, at the
 same modules' backward boundaries: when the gradient of a call's outputs is ready and
 when the gradient of its inputs is (an identity autograd node on each side, as
@@ -37,7 +37,7 @@ from torch import nn
 from reportgen import shares
 from reportgen.attribution import profiler_iterations
 from reportgen.profile.step import StepLike
-from reportgen.profile.structure import classify, module_categories
+from reportgen.profile.structure import Structure
 from reportgen.stats import bootstrap_ratio, median
 
 __all__ = ["attribute", "attribution_section", "clocked", "device_clock", "hooked_forward", "hooks_method",
@@ -142,7 +142,7 @@ class _Recorder:
     """Hooks that append ``(key, event, stamp)`` at every labelled module call (and, for
     a training step, at its phases and its modules' backward boundaries)."""
 
-    def __init__(self, model: nn.Module, clock: Any, proj_category: dict[str, str],
+    def __init__(self, model: nn.Module, clock: Any, structure: Structure,
                  training: bool = False) -> None:
         self.clock = clock
         self.log: list[tuple[int, int, Any]] = []
@@ -152,9 +152,9 @@ class _Recorder:
         self._handles: list[Any] = []
         modules = dict(model.named_modules())
         targets: list[tuple[str, str, str | None]] = [("", "model", None)]
-        for fqn, info in classify(model).items():
+        for fqn, info in structure.roles.items():
             if info.role is not None and fqn in modules:
-                targets.append((fqn, info.role, proj_category.get(fqn) if info.role == "proj"
+                targets.append((fqn, info.role, structure.categories.get(fqn) if info.role == "proj"
                                 else None))
         log, mark = self.log, clock.mark
         self.phase_keys: dict[str, int] = {}
@@ -305,13 +305,13 @@ class _Recorder:
         return calls
 
 
-def hooked_forward(model: nn.Module, step: StepLike, clock: Any, proj_category: dict[str, str],
+def hooked_forward(model: nn.Module, step: StepLike, clock: Any, structure: Structure,
                    phases: list[dict[str, dict[str, float]]] | None = None) -> tuple[float, dict[str, float]]:
     """One ``step()`` under the method's clocks, installed for it alone: (wall ms,
-    category ms). ``proj_category`` from ``module_categories``. A training step is clocked
+    category ms). ``structure``: the model's (`structure.derive`). A training step is clocked
     in its backward too (its categories are the whole step's); ``phases``, when given,
     receives its ``{phase: {category: ms}}`` (the phases tile the step)."""
-    recorder = _Recorder(model, clock, proj_category, training=hasattr(step, "phase_hook"))
+    recorder = _Recorder(model, clock, structure, training=hasattr(step, "phase_hook"))
     try:
         ms, categories, _ = recorder.iteration(step, phases=phases)
     finally:
@@ -326,11 +326,11 @@ def device_clock(step: StepLike) -> Any:
 
 
 @contextmanager
-def clocked(model: nn.Module, clock: Any, proj_category: dict[str, str]) -> Iterator[Callable[[], None]]:
-    """The method's clock hooks installed on ``model`` (``proj_category`` from
-    ``module_categories``), for running forwards under them; yields a callable that readies
+def clocked(model: nn.Module, clock: Any, structure: Structure) -> Iterator[Callable[[], None]]:
+    """The method's clock hooks installed on ``model`` (``structure``: the model's), for
+    running forwards under them; yields a callable that readies
     them for the next forward (its clock readings cleared, the event pool reused)."""
-    recorder = _Recorder(model, clock, proj_category)
+    recorder = _Recorder(model, clock, structure)
 
     def ready() -> None:
         recorder.log.clear()
@@ -350,7 +350,7 @@ def _bare(step: StepLike, clock: Any) -> float:
     return clock.resolve([start, end])[1]
 
 
-def hooks_method(model: nn.Module, step: StepLike, *, min_iterations: int = 6,
+def hooks_method(model: nn.Module, step: StepLike, structure: Structure, *, min_iterations: int = 6,
                  max_iterations: int = 40, budget_s: float = 2.0,
                  wall: Callable[[], float] = time.monotonic,
                  clock: Any | None = None) -> dict[str, Any]:
@@ -362,7 +362,6 @@ def hooks_method(model: nn.Module, step: StepLike, *, min_iterations: int = 6,
     """
     if clock is None:
         clock = device_clock(step)
-    proj_category = module_categories(model, step)  # qkv or out: one recorded forward
     training = hasattr(step, "phase_hook")  # a training step: its phases and backward too
     phases: list[dict[str, dict[str, float]]] = []
     per_iteration: list[dict[str, float]] = []
@@ -379,7 +378,7 @@ def hooks_method(model: nn.Module, step: StepLike, *, min_iterations: int = 6,
                 bare.append(_bare(step, clock))
                 step.reset()
                 continue
-            recorder = _Recorder(model, clock, proj_category, training=training)
+            recorder = _Recorder(model, clock, structure, training=training)
             try:
                 ms, cats, calls = recorder.iteration(step, sources, phases)
             finally:
@@ -423,7 +422,7 @@ def profiler_method(rows: Sequence[tuple[float, dict[str, float]]], basis: str,
                                  clock="torch.profiler", basis=basis)
 
 
-def attribute(profiled: dict[str, Any], model: nn.Module, step: StepLike, *,
+def attribute(profiled: dict[str, Any], model: nn.Module, step: StepLike, structure: Structure, *,
               budget_s: float, hooks: bool = True) -> dict[str, Any]:
     """Both methods for a profiled combination (``profiling.profile_step``'s result):
     the hooks pass runs here, unprofiled; returns the record's ``attribution``.
@@ -435,7 +434,7 @@ def attribute(profiled: dict[str, Any], model: nn.Module, step: StepLike, *,
     failed = None
     if hooks:
         try:
-            methods["hooks"] = hooks_method(model, step, budget_s=budget_s)
+            methods["hooks"] = hooks_method(model, step, structure, budget_s=budget_s)
         except RuntimeError as exc:
             if not hasattr(step, "phase_hook"):
                 raise

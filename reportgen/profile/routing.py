@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from reportgen.profile.step import StepLike, run_hooked
-from reportgen.profile.structure import classify, is_experts
+from reportgen.profile.structure import Structure, is_experts
 
 
 def _stacked_count(module: nn.Module) -> int:
@@ -35,10 +35,11 @@ def _index_tensor(args: tuple[Any, ...], kwargs: dict[str, Any], experts: int) -
     return None
 
 
-def expert_load(model: nn.Module, step: StepLike) -> dict[str, Any] | None:
+def expert_load(model: nn.Module, step: StepLike, structure: Structure) -> dict[str, Any] | None:
     """Tokens per expert in one forward of ``step`` (then ``step.reset()``); None for a
-    model without routed experts, or whose experts' inputs say nothing of the routing."""
-    roles = classify(model)
+    model without routed experts (``structure``: the model's), or whose experts' inputs
+    say nothing of the routing."""
+    roles = structure.roles
     modules = dict(model.named_modules())
     targets = [(fqn, modules[fqn]) for fqn, info in roles.items()
                if info.role == "experts" and fqn in modules and is_experts(modules[fqn])

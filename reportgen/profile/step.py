@@ -1,5 +1,5 @@
 """`StepLike`: what timing, profiling, structure and FLOP counting need of one measured
-iteration. `reportgen.profile.models.Step` and the micro-benchmark's step implement it."""
+iteration. `reportgen.profile.modes.Step` and the micro-benchmark's step implement it."""
 
 from __future__ import annotations
 

@@ -18,8 +18,7 @@ module of a block that holds experts), ``experts`` (its experts, routed or share
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -37,8 +36,8 @@ from reportgen.attribution import (
 )
 from reportgen.profile.step import StepLike
 
-__all__ = ["ITERATION_LABEL", "ModuleRole", "classify", "install_hooks", "label",
-           "module_categories"]
+__all__ = ["ITERATION_LABEL", "ModuleRole", "Structure", "classify", "derive", "install_hooks",
+           "label", "nvtx_ranges"]
 
 HEAD_MARKERS = ("Pooler", "Head", "Prediction", "Classifier")
 # Category of an unremarkable module inside a container ("core": a position-bias
@@ -234,7 +233,7 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
 class _Hooks:
     """Forward pre/post hooks opening and closing one profiler range per call."""
 
-    def __init__(self, model: nn.Module, roles: dict[str, ModuleRole]) -> None:
+    def __init__(self, model: nn.Module, roles: Mapping[str, ModuleRole]) -> None:
         self._handles: list[Any] = []
         modules = dict(model.named_modules())
         enter = torch.ops.profiler._record_function_enter_new
@@ -268,17 +267,44 @@ class _Hooks:
 
 
 @contextmanager
-def install_hooks(model: nn.Module) -> Iterator[dict[str, ModuleRole]]:
-    """Label the model's module calls with ``rg|<role>|<fqn>`` profiler ranges.
+def install_hooks(model: nn.Module, roles: Mapping[str, ModuleRole]) -> Iterator[Mapping[str, ModuleRole]]:
+    """Label the model's module calls with ``rg|<role>|<fqn>`` profiler ranges, one per
+    module ``roles`` (``classify``'s, or a `Structure`'s) gives a role.
 
-    Yields the classification; the hooks are removed on exit, even after an error.
+    Yields ``roles``; the hooks are removed on exit, even after an error.
     """
-    roles = classify(model)
     hooks = _Hooks(model, roles)
     try:
         yield roles
     finally:
         hooks.remove()
+
+
+@contextmanager
+def nvtx_ranges(model: nn.Module, roles: Mapping[str, ModuleRole]) -> Iterator[None]:
+    """The same module ranges as ``install_hooks``, named alike, as NVTX ranges (what
+    Nsight Systems reads); removed on exit."""
+    push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    modules = dict(model.named_modules())
+    handles = []
+    for fqn, info in roles.items():
+        if info.role is None or fqn not in modules:
+            continue
+        name = label(info.role, fqn)
+
+        def pre(_m: nn.Module, _a: Any, name: str = name) -> None:
+            push(name)
+
+        def post(_m: nn.Module, _a: Any, _o: Any) -> None:
+            pop()
+
+        handles.append(modules[fqn].register_forward_pre_hook(pre))
+        handles.append(modules[fqn].register_forward_hook(post, always_call=True))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 class _Recorder(TorchFunctionMode):
@@ -302,30 +328,30 @@ class _Recorder(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def module_categories(model: nn.Module, step: StepLike) -> dict[str, str]:
-    """Module FQN ("" = root) -> category of that module's own (exclusive) ops.
+@dataclass(frozen=True)
+class Structure:
+    """What the structure says about one built model, derived once (`derive`) and handed
+    to everything that reads it: the profiled pass's labels, both attribution methods,
+    the FLOP count, a training step's memory, the experts' load and the studies.
 
-    Structure decides most modules; one hooked forward (``step()``, then
-    ``step.reset()``) settles attention projections (qkv or out: before or after the
-    core ops) and the ops after an attention or MLP call's output projection (other).
-    The answer is kept for the model and step it was found for: the attribution and
-    the FLOP count of one combination ask for it with the same pair, and the forward
-    is not run twice.
+    ``roles``: `classify`'s answer, by FQN. ``categories``: module FQN ("" = root) ->
+    category of that module's own (exclusive) ops, settled by one recorded forward.
     """
-    known = _CATEGORIES.get(model)
-    if known is not None and known[0] is step:
-        return dict(known[1])
-    categories = _module_categories(model, step)
-    _CATEGORIES[model] = (step, dict(categories))
-    return categories
+
+    roles: Mapping[str, ModuleRole]
+    categories: Mapping[str, str]
 
 
-# model -> (step, its module_categories): weak, so a freed model takes its entry along
-_CATEGORIES: weakref.WeakKeyDictionary[nn.Module, tuple[Any, dict[str, str]]] = weakref.WeakKeyDictionary()
-
-
-def _module_categories(model: nn.Module, step: StepLike) -> dict[str, str]:
+def derive(model: nn.Module, step: StepLike) -> Structure:
+    """The model's `Structure`: `classify`, then one hooked forward (``step()``, then
+    ``step.reset()``) that settles what structure alone cannot: attention projections
+    (qkv or out: before or after the core ops) and the ops after an attention or MLP
+    call's output projection (other)."""
     roles = classify(model)
+    return Structure(roles, _module_categories(model, step, roles))
+
+
+def _module_categories(model: nn.Module, step: StepLike, roles: Mapping[str, ModuleRole]) -> dict[str, str]:
     modules = dict(model.named_modules())
     recorder = _Recorder()
     spans: dict[str, tuple[int, int]] = {}

@@ -2,8 +2,9 @@
 
 A study runs in a combination's profiled round, after its attribution, on the model and
 step already built and warm, and returns one JSON-ready dict that the record keeps at
-``studies.<name>``. Each study is a function ``study(built, combo, *, run_dir, combo_id,
-budget_s) -> dict`` named in ``REGISTRY`` as ``"module:function"`` and imported only when
+``studies.<name>``. Each study is a function ``study(built, structure, combo, *, run_dir,
+combo_id, budget_s) -> dict`` (``structure``: the model's `structure.Structure`, derived
+once for the combination) named in ``REGISTRY`` as ``"module:function"`` and imported only when
 asked for. Whatever one study does, the combination keeps its record: a study that raises
 is recorded ``{"status": "failed", "reason": "<Type>: <message>"}``, and a name the
 vocabulary knows but this install has no code for is ``{"status": "not available"}``.
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from reportgen.records.status import FAILED, NOT_AVAILABLE, OK
 from reportgen.vocabulary import STUDIES
 
 __all__ = ["REGISTRY", "run_studies", "run_study"]
@@ -36,22 +38,22 @@ def _load(target: str) -> Study:
     return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
 
 
-def run_study(name: str, built: Any, combo: Any, *, run_dir: Path, combo_id: str,
+def run_study(name: str, built: Any, structure: Any, combo: Any, *, run_dir: Path, combo_id: str,
               budget_s: float) -> dict[str, Any]:
     """Run one study; raises what the study raises (``run_studies`` records it)."""
     if name not in STUDIES:
         raise ValueError(f"unknown study {name!r}; valid: {', '.join(STUDIES)}")
     target = REGISTRY.get(name)
     if target is None:
-        return {"status": "not available",
+        return {"status": NOT_AVAILABLE,
                 "reason": f"this reportgen has no code for the {name!r} study"}
-    result = dict(_load(target)(built, combo, run_dir=Path(run_dir), combo_id=combo_id,
+    result = dict(_load(target)(built, structure, combo, run_dir=Path(run_dir), combo_id=combo_id,
                                 budget_s=budget_s))
-    result.setdefault("status", "ok")
+    result.setdefault("status", OK)
     return result
 
 
-def run_studies(names: Iterable[str], built: Any, combo: Any, *, run_dir: Path, combo_id: str,
+def run_studies(names: Iterable[str], built: Any, structure: Any, combo: Any, *, run_dir: Path, combo_id: str,
                 budget_s: float, reset: Callable[[], None] | None = None) -> dict[str, dict[str, Any]]:
     """Every study in ``names``, in order: ``{name: its dict}``. A study that raises is
     recorded as failed and the next one still runs; ``reset`` (the step's) puts the
@@ -59,11 +61,11 @@ def run_studies(names: Iterable[str], built: Any, combo: Any, *, run_dir: Path, 
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         try:
-            out[name] = run_study(name, built, combo, run_dir=run_dir, combo_id=combo_id,
+            out[name] = run_study(name, built, structure, combo, run_dir=run_dir, combo_id=combo_id,
                                   budget_s=budget_s)
         except Exception as exc:  # noqa: BLE001 - a study never costs the combination
             message = (str(exc).strip().splitlines() or [""])[0]
-            out[name] = {"status": "failed", "reason": f"{type(exc).__name__}: {message}"}
+            out[name] = {"status": FAILED, "reason": f"{type(exc).__name__}: {message}"}
             if reset is not None:
                 with contextlib.suppress(Exception):  # the record above says what went wrong
                     reset()

@@ -48,10 +48,11 @@ import torch
 from reportgen import toolcompare
 from reportgen.attribution import ITERATION_LABEL, analyse_trace, classify_ops
 from reportgen.categories import CATEGORIES
-from reportgen.profile import models
+from reportgen.profile import building
 from reportgen.profile.profiling import record_pass, write_gzip_atomic
-from reportgen.profile.structure import classify, label, module_categories
+from reportgen.profile.structure import Structure, classify, nvtx_ranges
 from reportgen.records.paths import trace_file, trace_ref
+from reportgen.records.status import FAILED, MEASURED, MISSING, NOT_APPLICABLE, OK
 from reportgen.scrub import trace_name
 from reportgen.vocabulary import COMPILE_NONE
 
@@ -99,7 +100,7 @@ def reportgen_tool(trace: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     """reportgen's profiler-method breakdown of the trace, and the ``analyse_trace`` result."""
     result = analyse_trace(trace)
     cats = result["categories"]
-    entry = _tool("measured", version=_version("reportgen"), basis=result["basis"],
+    entry = _tool(MEASURED, version=_version("reportgen"), basis=result["basis"],
                   totals={c: float(cats[c]["ms"]) for c in CATEGORIES},
                   forward_ms=float(result["forward_ms"]), idle_ms=result["device_idle_ms"],
                   notes=["reportgen.attribution on the trace: exclusive time of each "
@@ -148,7 +149,7 @@ def key_averages_tool(averages: Any, module_category: Mapping[str, str], iterati
               "time (ops outside every module range) is other")]
     if folded["negative"]:
         notes.append(f"ranges holding less than their nested ranges: {folded['negative']}")
-    entry = _tool("measured", version=torch.__version__, basis="cpu", totals=folded["totals"],
+    entry = _tool(MEASURED, version=torch.__version__, basis="cpu", totals=folded["totals"],
                   forward_ms=folded["forward_ms"], notes=notes, ranges=len(totals))
     return entry, _by_category(selfs, module_category, iterations)
 
@@ -200,7 +201,7 @@ def hta_tool(trace_path: Path, module_category: Mapping[str, str], iterations: i
         with _quiet():
             from hta.trace_analysis import TraceAnalysis
     except ImportError as exc:
-        return _tool("missing", version=version,
+        return _tool(MISSING, version=version,
                      reason=f"HolisticTraceAnalysis is not importable ({exc}); {INSTALL_HINT}")
     on_device = device_type == "cuda"
     notes: list[str] = []
@@ -215,15 +216,15 @@ def hta_tool(trace_path: Path, module_category: Mapping[str, str], iterations: i
                     use_gpu_annotation=on_device, visualize=False, num_kernels=10**9,
                     duration_ratio=1.0)
         except Exception as exc:  # noqa: BLE001 - a tool failing is its result, not ours
-            return _tool("failed", version=version,
+            return _tool(FAILED, version=version,
                          reason=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         kind = "gpu_user_annotation" if on_device else "user_annotation"
         if frame is None or frame.empty:
-            return _tool("failed", version=version,
+            return _tool(FAILED, version=version,
                          reason=f"HTA found no {kind} events in the trace")
         totals = {str(n): float(s) / 1000.0 for n, s in zip(frame["name"], frame["sum (us)"])}
         if ITERATION_LABEL not in totals:
-            return _tool("failed", version=version,
+            return _tool(FAILED, version=version,
                          reason=f"HTA's {kind} breakdown has no {ITERATION_LABEL} range")
         folded = toolcompare.fold_ranges(totals, module_category, iterations=iterations)
         notes.append(f"get_gpu_user_annotation_breakdown(use_gpu_annotation={on_device}): "
@@ -257,7 +258,7 @@ def hta_tool(trace_path: Path, module_category: Mapping[str, str], iterations: i
                          f"{type(exc).__name__}")
     if folded["negative"]:
         notes.append(f"ranges holding less than their nested ranges: {folded['negative']}")
-    return _tool("measured", version=version, basis="device" if on_device else "cpu",
+    return _tool(MEASURED, version=version, basis="device" if on_device else "cpu",
                  totals=folded["totals"], forward_ms=folded["forward_ms"], idle_ms=idle_ms,
                  notes=notes, kernel_types_ms=kernel_types)
 
@@ -267,11 +268,11 @@ def nsys_availability(device_type: str, which: Callable[[str], str | None] = shu
                       ) -> tuple[str | None, dict[str, Any] | None]:
     """(path of nsys, None) where it can run, else (None, the tool entry saying why)."""
     if device_type != "cuda":
-        return None, _tool("not applicable", reason=f"Nsight Systems projects CUDA work; this "
+        return None, _tool(NOT_APPLICABLE, reason=f"Nsight Systems projects CUDA work; this "
                                                     f"forward ran on the {device_type.upper()}")
     exe = which("nsys")
     if exe is None:
-        return None, _tool("missing", reason="nsys (Nsight Systems) is not on PATH")
+        return None, _tool(MISSING, reason="nsys (Nsight Systems) is not on PATH")
     return exe, None
 
 
@@ -301,20 +302,20 @@ def nsys_tool(combo: Any, module_category: Mapping[str, str], iterations: int, *
                 done = subprocess.run(cmd, capture_output=True, text=True, check=False,
                                       timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                return _tool("failed", version=version,
+                return _tool(FAILED, version=version,
                              reason=f"nsys {cmd[1]} ran past {timeout_s:.0f} s")
             if done.returncode != 0:
                 tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-                return _tool("failed", version=version,
+                return _tool(FAILED, version=version,
                              reason=f"nsys {cmd[1]} exited {done.returncode}: {tail[0]}")
         report = Path(f"{base}_nvtx_gpu_proj_sum.csv")
         if not report.is_file():
-            return _tool("failed", version=version,
+            return _tool(FAILED, version=version,
                          reason="nsys stats wrote no nvtx_gpu_proj_sum report")
         try:
             rows = toolcompare.parse_nvtx_gpu_proj_sum(report.read_text(encoding="utf-8"))
         except ValueError as exc:
-            return _tool("failed", version=version, reason=str(exc))
+            return _tool(FAILED, version=version, reason=str(exc))
     return nsys_entry(rows, module_category, iterations, version=version)
 
 
@@ -324,7 +325,7 @@ def nsys_entry(rows: list[dict[str, Any]], module_category: Mapping[str, str], i
     totals = {r["range"]: r["proj_ns"] / 1e6 for r in rows if r["range"].startswith("rg|")}
     count = {r["range"]: r["instances"] for r in rows}.get(ITERATION_LABEL)
     if count != iterations:
-        return _tool("failed", version=version,
+        return _tool(FAILED, version=version,
                      reason=f"the report holds {count} {ITERATION_LABEL} ranges, "
                             f"expected {iterations}")
     folded = toolcompare.fold_ranges(totals, module_category, iterations=iterations)
@@ -334,66 +335,45 @@ def nsys_entry(rows: list[dict[str, Any]], module_category: Mapping[str, str], i
               "model with the same seed, so these are other forwards than the trace's")]
     if folded["negative"]:
         notes.append(f"ranges holding less than their nested ranges: {folded['negative']}")
-    return _tool("measured", version=version, basis="device", totals=folded["totals"],
+    return _tool(MEASURED, version=version, basis="device", totals=folded["totals"],
                  forward_ms=folded["forward_ms"], notes=notes)
-
-
-class _NvtxHooks:
-    """The module ranges of ``structure.install_hooks`` as NVTX ranges."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        modules = dict(model.named_modules())
-        self.handles = []
-        for fqn, info in classify(model).items():
-            if info.role is None or fqn not in modules:
-                continue
-            name = label(info.role, fqn)
-            self.handles.append(modules[fqn].register_forward_pre_hook(
-                lambda *_a, name=name: torch.cuda.nvtx.range_push(name)))
-            self.handles.append(modules[fqn].register_forward_hook(
-                lambda *_a: torch.cuda.nvtx.range_pop(), always_call=True))
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
 
 
 def _nsys_child(spec: dict[str, Any], iterations: int, seed: int) -> None:
     from reportgen.suite import Combination
 
     combo = Combination(**spec)
-    built = models.build(combo, seed=seed)
+    built = building.build(combo, seed=seed)
     step = built.step
     for _ in range(WARMUP):  # outside every range: lazy initialisation stays out
         step()
         step.sync()
         step.reset()
-    hooks = _NvtxHooks(built.model)
-    try:
+    # a process of its own, with a model of its own: the labels need only its roles
+    with nvtx_ranges(built.model, classify(built.model)):
         for _ in range(iterations):
             torch.cuda.nvtx.range_push(ITERATION_LABEL)
             step()
             step.sync()
             torch.cuda.nvtx.range_pop()
             step.reset()
-    finally:
-        hooks.remove()
 
 
 # the study ---------------------------------------------------------------------------------
-def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
+def study(built: building.BuiltModel, structure: Structure, combo: Any, *, run_dir: Path, combo_id: str,
           budget_s: float) -> dict[str, Any]:
-    """The record's ``studies.tools`` for one combination (runs/README.md)."""
+    """The record's ``studies.tools`` for one combination (runs/README.md; ``structure``:
+    the model's)."""
     del budget_s  # a fixed number of iterations: the study apportions, it does not time
     tools: dict[str, dict[str, Any]] = {}
     if getattr(combo, "compile", COMPILE_NONE) != COMPILE_NONE:
         reason = ("a compiled forward keeps no module boundaries, so no tool has module "
                   "ranges to report")
-        return {"status": "not applicable", "reason": reason, "iterations": 0, "trace": None,
+        return {"status": NOT_APPLICABLE, "reason": reason, "iterations": 0, "trace": None,
                 "tools": {}, "comparison": None}
     step, model = built.step, built.model
     seed = int(getattr(step, "inputs_info", {}).get("seed", 0) or 0)
-    module_category = module_categories(model, step)
+    module_category = structure.categories
     trace_path = trace_file(run_dir, combo_id, "tools")
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -405,7 +385,7 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
         gzipped: list[tuple[Path, int]] = []
         for index in range(toolcompare.PASSES):
             raw_path = Path(scratch) / f"pass-{index}.json"
-            prof = record_pass(step, model, ITERATIONS, WARMUP, raw_path, label_modules=True)
+            prof = record_pass(step, model, ITERATIONS, WARMUP, raw_path, structure.roles)
             raw = trace_name(raw_path.read_bytes(), trace_ref(trace_path))
             raw_path.unlink()
             averages = prof.key_averages()
@@ -429,7 +409,7 @@ def study(built: models.BuiltModel, combo: Any, *, run_dir: Path, combo_id: str,
         kept, trace_bytes = gzipped[summary["pass"]]
         os.replace(kept, trace_path)
     tools = summary["tools"]
-    return {"status": "ok", "reason": None, "iterations": n_iter, "passes": len(passes),
+    return {"status": OK, "reason": None, "iterations": n_iter, "passes": len(passes),
             "trace": trace_ref(trace_path), "trace_bytes": trace_bytes,
             "tools": tools, "evidence": summary["evidence"],
             "comparison": summary["comparison"], "duration_s": time.monotonic() - started}

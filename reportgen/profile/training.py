@@ -29,7 +29,7 @@ from torch import nn
 from reportgen import traffic
 from reportgen.categories import CATEGORIES
 from reportgen.profile.step import StepLike, run_hooked
-from reportgen.profile.structure import classify, module_categories
+from reportgen.profile.structure import Structure
 from reportgen.vocabulary import TRAIN
 
 __all__ = ["resident_bytes", "saved_activation_bytes", "training_memory"]
@@ -45,17 +45,17 @@ def _role_category(role: str, category: str, proj: str | None) -> str:
     return category if category in CATEGORIES else "other"
 
 
-def saved_activation_bytes(model: nn.Module, step: StepLike) -> dict[str, int]:
+def saved_activation_bytes(model: nn.Module, step: StepLike, structure: Structure) -> dict[str, int]:
     """Bytes the forward of one training step saves for its backward, per category
-    (see the module docstring). Runs ``step()`` once, then ``step.reset()``."""
-    proj_category = module_categories(model, step)
+    (see the module docstring; ``structure``: the model's). Runs ``step()`` once, then
+    ``step.reset()``."""
     modules = dict(model.named_modules())
     stack: list[str] = ["other"]
     handles = []
-    for fqn, info in classify(model).items():
+    for fqn, info in structure.roles.items():
         if info.role is None or fqn not in modules or not fqn:
             continue
-        category = _role_category(info.role, info.category, proj_category.get(fqn))
+        category = _role_category(info.role, info.category, structure.categories.get(fqn))
 
         def pre(_m: nn.Module, _a: Any, category: str = category) -> None:
             stack.append(category)
@@ -151,11 +151,11 @@ def analytic_memory(info: dict[str, Any], combo: Any, scores_per_call: int) -> d
             "attention_scores": int(scores_per_call) * layers}
 
 
-def training_memory(model: nn.Module, step: StepLike, combo: Any, info: dict[str, Any], *,
-                    rise_bytes: int | None, scores_per_call: int) -> dict[str, Any]:
-    """The record's ``memory.training`` section (see the module docstring).
-    ``rise_bytes``: the profiled pass's largest rise over a step's start (CPU)."""
-    saved = saved_activation_bytes(model, step)
+def training_memory(model: nn.Module, step: StepLike, structure: Structure, combo: Any,
+                    info: dict[str, Any], *, rise_bytes: int | None, scores_per_call: int) -> dict[str, Any]:
+    """The record's ``memory.training`` section (see the module docstring; ``structure``:
+    the model's). ``rise_bytes``: the profiled pass's largest rise over a step's start (CPU)."""
+    saved = saved_activation_bytes(model, step, structure)
     resident = resident_bytes(model, step)
     with contextlib.suppress(AttributeError):
         resident["gradients"] = _gradient_bytes(model, step)

@@ -30,7 +30,8 @@ from reportgen.errors import UserError
 KIND = "reportgen.bench"
 SCHEMA_VERSION = 1
 
-STATUSES: tuple[str, ...] = ("pass", "fail", "info", "not measured")
+PASS, FAIL, INFO, NOT_MEASURED = "pass", "fail", "info", "not measured"
+STATUSES: tuple[str, ...] = (PASS, FAIL, INFO, NOT_MEASURED)
 
 # Display order of the figures on the Validation page (and in the results file).
 FIGURES: tuple[str, ...] = (

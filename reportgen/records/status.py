@@ -20,6 +20,16 @@ INCOMPLETE = "incomplete"
 INTERRUPTED = "interrupted"
 RUN_STATUSES: tuple[str, ...] = (RUNNING, COMPLETE, INCOMPLETE, INTERRUPTED)
 
+# a study's "status" (``studies.<name>``), and each instrument's or tool's within it:
+# ``ok`` and ``failed`` as a combination's; a study or instrument the device or the
+# combination cannot run is ``not applicable``, a study this install has no code for
+# ``not available``; a tool's reading is ``measured`` or ``missing``
+NOT_APPLICABLE = "not applicable"
+NOT_AVAILABLE = "not available"
+MEASURED = "measured"
+MISSING = "missing"
+STUDY_STATUSES: tuple[str, ...] = (OK, NOT_APPLICABLE, NOT_AVAILABLE, FAILED)
+
 #: a combination's state in a run (``execute.plan.states``): its record's status, else
 #: ``running`` while claimed, else ``pending``
 PLAN_STATES: tuple[str, ...] = (*COMBINATION_STATUSES, RUNNING, PENDING)

@@ -87,10 +87,6 @@ def _label_from_slug(slug: str) -> str:
     return SEP.join([kind] + ([name] if name else []) + ([count] if count else []))
 
 
-def _yes_no(value: Any) -> str | None:
-    return None if value is None else ("yes" if value else "no")
-
-
 def _bytes_gib(value: Any) -> str | None:
     """A memory size the record states (a positive, finite byte count), else None."""
     if (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0

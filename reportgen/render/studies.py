@@ -12,7 +12,7 @@ import pandas as pd
 
 from reportgen.records import fields
 from reportgen.records.schema import Run
-from reportgen.records.status import is_ok
+from reportgen.records.status import FAILED, NOT_APPLICABLE, OK, is_ok
 from reportgen.render import charts
 from reportgen.render.charts import Chart
 
@@ -33,7 +33,7 @@ def verdict(row: Mapping[str, Any]) -> str | None:
     """``slower`` / ``faster`` where the interval of the ratio excludes 1, else ``no
     significant difference`` (METHOD.md rule 5); None where nothing was measured."""
     low, high = row.get("ci_low"), row.get("ci_high")
-    if row.get("status") != "ok" or low is None or high is None:
+    if row.get("status") != OK or low is None or high is None:
         return None
     if low > 1.0:
         return "slower"
@@ -72,7 +72,7 @@ def chart_frame(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
              "ci_low": v["ci_low"], "ci_high": v["ci_high"], "n_pairs": v["n_pairs"],
              "bare_ms": v["bare_ms"], "instrumented_ms": v["instrumented_ms"],
              "gives": ", ".join(v["gives"]) or "nothing", "baseline": 1.0}
-            for e in entries if e["status"] == "ok" for v in e["variants"] if v["status"] == "ok"]
+            for e in entries if e["status"] == OK for v in e["variants"] if v["status"] == OK]
     return pd.DataFrame(rows, columns=["combination", "variant", "ratio", "ci_low", "ci_high",
                                        "n_pairs", "bare_ms", "instrumented_ms", "gives", "baseline"])
 
@@ -86,7 +86,7 @@ def capabilities(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             row = seen.setdefault(v["name"], {"variant": v["name"], "gives": [], "measured": 0,
                                               "not_applicable": 0, "failed": 0})
             row["gives"] += [g for g in v["gives"] if g not in row["gives"]]
-            key = {"ok": "measured", "not applicable": "not_applicable"}.get(v["status"], "failed")
+            key = {OK: "measured", NOT_APPLICABLE: "not_applicable"}.get(v["status"], "failed")
             row[key] += 1
     return list(seen.values())
 
@@ -109,9 +109,9 @@ def instrumentation_page(runs: Sequence[Run], *, labels: Mapping[str, str], char
                      "variant": v["name"], **{k: v.get(k) for k in COLUMNS[4:] if k != "gives"},
                      "gives": " ".join(v["gives"])} for v in e["variants"]]
             combos.append({**e, "link": combination_page(hw, e["model"]),
-                           "measured": [v for v in e["variants"] if v["status"] == "ok"],
-                           "not_applicable": [v for v in e["variants"] if v["status"] == "not applicable"],
-                           "failed": [v for v in e["variants"] if v["status"] == "failed"],
+                           "measured": [v for v in e["variants"] if v["status"] == OK],
+                           "not_applicable": [v for v in e["variants"] if v["status"] == NOT_APPLICABLE],
+                           "failed": [v for v in e["variants"] if v["status"] == FAILED],
                            "data": table(PATH, f"{hw}-{e['combo_id']}", rows)})
         frame = chart_frame(mine)
         entry: dict[str, Any] = {"hardware": label, "combinations": combos,

@@ -11,7 +11,6 @@ site's script embeds), with an SVG fallback image when ``svg_url`` maps a chart 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,11 +25,6 @@ from reportgen.render.charts import script_block
 from reportgen.render.templating import make_environment
 
 ChartBlock = Callable[[str, Mapping[str, Any]], str]
-
-
-def fenced_vegalite(name: str, spec: Mapping[str, Any]) -> str:
-    """A plain fenced block, for sites without the chart script."""
-    return "```vegalite\n" + json.dumps(spec, indent=1, sort_keys=True) + "\n```"
 
 
 def site_chart_block(svg_url: Mapping[str, str] | None = None) -> ChartBlock:
