@@ -359,10 +359,10 @@ def layers_that_fit(combo: Any, budget: float, *, device: str | None = None,
     if _field(combo, "layers", None) is not None or _field(combo, "model", None) == ATTENTION_MICRO:
         return None
     try:
-        config = models.spec_of(combo).make_config(_field(combo, "scale", "reference"))
+        config = modelspec.spec_of(combo).make_config(_field(combo, "scale", "reference"))
     except Exception:  # noqa: BLE001 - a config the estimate could read but not cut
         return None
-    total = models._first(config, _LAYER_COUNT_NAMES)
+    total = first(config, _LAYER_COUNT_NAMES)
     if not isinstance(total, int) or total < 2:
         return None
 
