@@ -18,6 +18,7 @@ from reportgen.intervals import unstable_reason
 from reportgen.records import fields
 from reportgen.records.schema import Run
 from reportgen.records.status import OK, is_ok
+from reportgen.releases import is_history
 from reportgen.render.shown import shown_categories
 from reportgen.shares import disagreement
 
@@ -38,7 +39,8 @@ _num = fields.as_number
 
 
 def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.DataFrame:
-    """One row per (hardware, combination id); a later run replaces an earlier one
+    """One row per (hardware, combination id); a later run replaces an earlier one, and a
+    suite's own run one of a history (another release set's, ``reportgen history``)
     (``latest_only`` False: one row per run that holds the combination)."""
     rows: list[dict[str, Any]] = []
     for run in runs:
@@ -54,6 +56,7 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "hardware": run.hardware, "run_id": run.run_id, "run_rel": run.rel,
                 "run_updated": str(fields.run_get(run.record, "updated")
                                    or fields.run_get(run.record, "started") or ""),
+                "run_plain": 0 if is_history(run.record) else 1,
                 "combo_id": str(fields.get(rec, "id") or combo.path.stem),
                 "json_rel": f"{run.rel}/{combo.path.relative_to(run.path).as_posix()}",
                 "trace_rel": (f"{run.rel}/{combo.trace.relative_to(run.path).as_posix()}"
@@ -135,7 +138,7 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
     df = pd.DataFrame(rows, columns=columns)
     if df.empty:
         return df
-    df = df.sort_values(["hardware", "combo_id", "run_updated", "run_id"], kind="mergesort")
+    df = df.sort_values(["hardware", "combo_id", "run_plain", "run_updated", "run_id"], kind="mergesort")
     if latest_only:
         df = df.drop_duplicates(["hardware", "combo_id"], keep="last")
     return df.sort_values(["hardware", "model", *SETTING, "seq", "combo_id"],

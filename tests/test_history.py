@@ -1,0 +1,308 @@
+"""History across torch and transformers releases: release parsing, the environments'
+names, a release that cannot be installed, skip reasons, steps against the host's drift,
+the History pages, and the rest of the site reading the current release's runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from run_copies import RUN, scaled_copy
+
+from reportgen.errors import UserError
+from reportgen.records.load import load_runs
+from reportgen.records.schema import current_runs
+from reportgen.releases import ReleaseSet, parse_spec, release_sets, releases, resolve, run_base
+
+TRANSFORMERS = ["5.25.0", "5.24.0", "5.23.0", "5.22.2", "5.22.1", "5.22.0", "5.21.1", "5.21.0",
+                "5.20.2", "5.20.1", "5.20.0", "5.19.0", "5.2.0", "5.25.0rc1", "4.57.6"]
+HW = "cpu-amd-epyc-2c"
+
+
+# --- which releases ------------------------------------------------------------------------
+
+def test_release_flags_parse_lists_and_last_n() -> None:
+    assert parse_spec("last:6", "--releases") == 6
+    assert parse_spec("5.15, 5.20.1,5.15", "--transformers") == ["5.15", "5.20.1"]
+    assert parse_spec(None, "--torch") is None
+    for bad, words in (("last:0", "N of 1 or more"), ("5.x", "'5.x' is not a release version"),
+                       ("5.15,,5.20", "separated by commas"), ("", "separated by commas")):
+        with pytest.raises(UserError, match="--transformers") as exc:
+            parse_spec(bad, "--transformers")
+        assert words in str(exc.value)
+
+
+def test_last_n_takes_the_newest_patch_of_the_newest_minor_releases() -> None:
+    assert releases(TRANSFORMERS)[-4:] == ["5.22.2", "5.23.0", "5.24.0", "5.25.0"]
+    found, missing = resolve(6, TRANSFORMERS, "transformers")
+    assert found == ["5.20.2", "5.21.1", "5.22.2", "5.23.0", "5.24.0", "5.25.0"] and missing == []
+    # pre-releases never count; 5.2 is not 5.20
+    assert "5.25.0rc1" not in releases(TRANSFORMERS)
+    found, missing = resolve(["5.2", "5.20", "5.20.1", "5.99"], TRANSFORMERS, "transformers")
+    assert found == ["5.2.0", "5.20.1", "5.20.2"]
+    assert missing == ["transformers 5.99: no such release on the package index; skipped"]
+    # without the index, exact versions go through as given; last:N cannot
+    assert resolve(["2.13.0"], None, "torch") == (["2.13.0"], [])
+    with pytest.raises(UserError, match="last:3 needs torch's releases"):
+        resolve(3, None, "torch")
+
+
+def test_release_sets_pair_every_torch_with_every_transformers_oldest_first() -> None:
+    sets = release_sets(["2.14.1", "2.13.0"], ["5.20.2", "5.9.0"])
+    assert [s.name for s in sets] == ["2.13.0-5.9.0", "2.13.0-5.20.2", "2.14.1-5.9.0", "2.14.1-5.20.2"]
+    assert sets[0].label == "torch 2.13.0, transformers 5.9.0"
+    assert run_base("history", "f949989f00", sets[0].as_dict()) == "history-f949989f-torch2.13.0-transformers5.9.0"
+
+
+def test_the_cache_is_absolute_and_each_release_set_has_its_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reportgen.execute import history
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cache = history.default_cache()
+    assert cache.is_absolute() and cache == (tmp_path / "xdg" / "reportgen" / "history").resolve()
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert history.default_cache() == (Path.home() / ".cache" / "reportgen" / "history").resolve()
+    release = ReleaseSet("2.13.0", "5.20.2")
+    assert history.release_env(cache, release) == cache / "2.13.0-5.20.2"
+    assert history.torch_env(cache, "2.13.0") == cache / "torch-2.13.0"
+
+
+def _args(**kw: Any) -> argparse.Namespace:
+    base = {"torch": None, "transformers": None, "releases": None}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_the_plan_asks_the_index_only_where_a_flag_needs_it() -> None:
+    from reportgen.commands.history import plan
+
+    asked: list[str] = []
+
+    def index(package: str) -> list[str] | None:
+        asked.append(package)
+        return TRANSFORMERS if package == "transformers" else ["2.14.1", "2.13.0+cpu", "2.13.0"]
+
+    sets, lines = plan(_args(torch="2.13.0", releases="last:2"), index=index)
+    assert asked == ["transformers"]
+    assert [s.name for s in sets] == ["2.13.0-5.24.0", "2.13.0-5.25.0"] and lines == []
+    sets, _ = plan(_args(torch="2.13,2.14", transformers="5.25.0"), index=index)
+    assert [s.name for s in sets] == ["2.13.0-5.25.0", "2.14.1-5.25.0"]
+    with pytest.raises(UserError, match="--releases: the same as --transformers"):
+        plan(_args(transformers="5.20", releases="last:2"), index=index)
+    with pytest.raises(UserError, match="name the releases"):
+        plan(_args(), index=index)
+
+
+# --- installing ---------------------------------------------------------------------------
+
+class FakePip:
+    """Stands in for pip and venv: a venv is a directory; an install of a release in
+    ``missing`` fails as pip says it does."""
+
+    def __init__(self, missing: set[str]) -> None:
+        self.missing = missing
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Any, timeout_s: float) -> subprocess.CompletedProcess[str]:
+        argv = list(argv)
+        self.calls.append(argv)
+        if "venv" in argv:
+            Path(argv[-1], "bin").mkdir(parents=True, exist_ok=True)
+        for req in argv:
+            if req in self.missing:
+                return subprocess.CompletedProcess(argv, 1, "", (
+                    f"ERROR: Could not find a version that satisfies the requirement {req}\n"
+                    f"ERROR: No matching distribution found for {req}\n"))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+def test_a_release_that_cannot_be_installed_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reportgen.execute import history
+
+    monkeypatch.setattr(history, "_versions", lambda python: {"torch": "2.13.0+cpu", "transformers": "5.20.2"})
+    pip = FakePip({"transformers==5.99.0"})
+    with pytest.raises(history.InstallError) as exc:
+        history.ensure_release(tmp_path, ReleaseSet("2.13.0", "5.99.0"), run=pip, log=lambda _: None)
+    assert str(exc.value) == ("transformers 5.99.0: ERROR: Could not find a version that satisfies the "
+                              "requirement transformers==5.99.0")
+    assert not (tmp_path / "2.13.0-5.99.0").exists()  # the half-built one is never reused
+    # the torch environment it built stays, and is reused by the next release set
+    built = history.ensure_release(tmp_path, ReleaseSet("2.13.0", "5.20.2"), run=pip, log=lambda _: None)
+    assert built.prefix == tmp_path / "2.13.0-5.20.2" and (built.prefix / history.READY).is_file()
+    pth = history.site_packages(built.prefix) / history.PTH
+    assert pth.read_text().strip() == str(history.site_packages(tmp_path / "torch-2.13.0"))
+    torch_installs = [c for c in pip.calls if "--no-deps" in c]
+    assert len(torch_installs) == 1 and "torch==2.13.0" in torch_installs[0]
+    again = history.ensure_release(tmp_path, ReleaseSet("2.13.0", "5.20.2"), run=pip, log=lambda _: None)
+    assert again.seconds is None  # reused, not rebuilt
+
+
+def test_a_failed_install_is_one_line_and_the_other_releases_go_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from reportgen.commands import history as command
+    from reportgen.execute import history, runner
+    from reportgen.suite import load_suite
+
+    def ensure(cache: Path, release: ReleaseSet, **_: Any) -> history.Built:
+        if release.transformers == "5.2.0":
+            raise history.InstallError("transformers 5.2.0: ERROR: No matching distribution found")
+        return history.Built(cache / release.name, Path("/usr/bin/python3"))
+
+    measured: list[dict[str, str]] = []
+
+    def run_suite(suite: Any, **kw: Any) -> runner.RunResult:
+        measured.append(kw["release"])
+        store = argparse.Namespace(run_id=f"{HW}/{run_base(suite.name, suite.hash, kw['release'])}")
+        return runner.RunResult(store=store, records=[  # type: ignore[arg-type]
+            {"id": "llama-small--prefill--fp32--sdpa--b1--s128", "status": "skipped",
+             "reason": "llama: sdpa not in transformers 5.19.0"}, {"id": "x", "status": "ok"}])
+
+    monkeypatch.setattr(history, "ensure_release", ensure)
+    monkeypatch.setattr(history, "collect_environment", lambda python, device: {})
+    monkeypatch.setattr(runner, "run_suite", run_suite)
+    monkeypatch.setattr(runner, "local_executor", lambda suite, **kw: None)
+    sets = release_sets(["2.13.0"], ["5.2.0", "5.19.0", "5.25.0"])
+    outcomes = command.measure_all(load_suite("history", {}), sets, cache=tmp_path, out=tmp_path / "runs",
+                                   timeout_s=None, command="reportgen history")
+    assert [m["transformers"] for m in measured] == ["5.19.0", "5.25.0"]
+    out = capsys.readouterr().out
+    # once when it happens, once in the summary
+    assert out.count("torch 2.13.0, transformers 5.2.0: not measured: transformers 5.2.0: ERROR") == 2
+    assert "llama-small--prefill--fp32--sdpa--b1--s128: skipped: llama: sdpa not in transformers 5.19.0" in out
+    assert [o["run_id"] is None for o in outcomes] == [True, False, False]
+
+
+def test_an_attention_implementation_a_release_lacks_is_a_skip_naming_the_release(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import transformers
+
+    from reportgen.errors import Skip
+    from reportgen.profile import models
+
+    class NoSdpa:
+        @staticmethod
+        def from_config(*args: Any, **kwargs: Any) -> Any:
+            raise ValueError("LlamaForCausalLM does not support an attention implementation through "
+                             "torch.nn.functional.scaled_dot_product_attention yet.")
+
+    monkeypatch.setattr(models, "_auto_class", lambda *a, **k: NoSdpa)
+    monkeypatch.setattr(transformers, "__version__", "5.2.0")
+    config = transformers.LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=64, vocab_size=100)
+    with pytest.raises(Skip, match=r"^llama: sdpa not in transformers 5\.2\.0 \(does not support"):
+        models._instantiate(config, "decoder", "sdpa", torch.float32, torch.device("cpu"))
+
+
+# --- the pages -----------------------------------------------------------------------------
+
+def _history_run(root: Path, transformers: str, factor: float, *, torch: str = "2.13.0",
+                 only: str | None = None, started: str = "2099-01-01T00:00:00Z") -> Path:
+    """A copy of the committed run as a history's run of one release set."""
+    name = f"cpu-default-c11f32ec-torch{torch}-transformers{transformers}"
+    dest = scaled_copy(root, factor, name=name, transformers=transformers, only=only, started=started)
+    run = json.loads((dest / "run.json").read_text())
+    run["environment"]["libraries"]["torch"] = f"{torch}+cpu"
+    run["release"] = {"torch": torch, "transformers": transformers}
+    (dest / "run.json").write_text(json.dumps(run))
+    return dest
+
+
+def _tree(tmp: Path) -> Path:
+    root = tmp / "runs"
+    shutil.copytree(RUN, root / HW / RUN.name, ignore=shutil.ignore_patterns("traces", "logs"))
+    # measured newest release first, so the latest run is the oldest release
+    _history_run(root, "5.25.0", 1.0, started="2099-01-01T00:00:00Z")
+    _history_run(root, "5.20.0", 1.0, started="2099-01-02T00:00:00Z")
+    _history_run(root, "5.19.0", 1.5, only="bert-base--forward--fp32--sdpa", started="2099-01-03T00:00:00Z")
+    return root
+
+
+def _bench(floor: float) -> dict[str, Any]:
+    """A bench results document whose re-measurement moved every median by ``floor``."""
+    from test_changes import _bench as bench
+
+    return bench([floor] * 10)
+
+
+def test_steps_beyond_the_drift_are_marked_with_the_release_pair_and_categories(tmp_path: Path) -> None:
+    from reportgen.render import history
+
+    runs = load_runs(_tree(tmp_path))
+    (group,) = history.history_runs(runs).values()
+    assert [r.run_id.rsplit("-", 1)[-1] for r in group] == ["transformers5.19.0", "transformers5.20.0",
+                                                            "transformers5.25.0"]
+    pts = history.points(group)
+    found = history.steps(pts, "transformers", floor=0.05)
+    marked = [s for s in found if s.marked]
+    assert {(s.combo_id, s.base, s.new) for s in marked} == {
+        ("bert-base--forward--fp32--sdpa--b1--s128", "5.19.0", "5.20.0"),
+        ("bert-base--forward--fp32--sdpa--b1--s256", "5.19.0", "5.20.0")}
+    step = marked[0]
+    assert step.change == "faster" and step.ratio == pytest.approx(1 / 1.5, rel=0.01)
+    # every category's time fell by a third: each is named with its move
+    assert step.categories and all(c["change"] == pytest.approx(-1 / 3, abs=0.01) for c in step.categories)
+    assert "33% faster between transformers 5.19.0 and 5.20.0: " in step.text() and "−33%" in step.text()
+    # the unchanged steps are not marked
+    assert all(s.change != "faster" for s in found if s.combo_id.startswith("gpt2"))
+    # a drift larger than the step: the same step is within the noise, and said to be
+    wide = [s for s in history.steps(pts, "transformers", floor=0.6) if s.combo_id == step.combo_id]
+    assert [s.change for s in wide] == ["within noise", "no significant difference"]
+    assert "within this hardware's run-to-run drift" in wide[0].text()
+    # a skipped side is not compared
+    pts[0].status = "skipped"
+    assert history.steps(pts, "transformers", floor=0.05)[0].change == "not comparable"
+
+
+def test_the_history_page_shows_each_release_and_the_steps(tmp_path: Path) -> None:
+    from reportgen.render.pages import site_model
+    from reportgen.render.site import render_page
+    from reportgen.render.templating import environment
+
+    model = site_model(load_runs(_tree(tmp_path)), bench=_bench(0.05))
+    pages = {p.path: p for p in model.pages}
+    page = pages["history/cpu-amd-epyc-2c-cpu-default.md"]
+    text = render_page(environment(), page)
+    assert "## Steps beyond the noise" in text
+    assert "bert-base--forward--fp32--sdpa--b1--s128: 33% faster between transformers 5.19.0 and 5.20.0" in text
+    assert "up to 5.0%" in text
+    assert "One torch release measured (2.13.0)" in text
+    assert "### transformers 5.19.0, 5.20.0, 5.25.0 (with torch 2.13.0)" in text
+    assert len(page.charts) == 2 and {c.name for c in page.charts} == {
+        "transformers-torch-2.13.0-latency", "transformers-torch-2.13.0-shares"}
+    for bad in ("None", "nan", "undefined"):
+        assert bad not in text
+    index = render_page(environment(), pages["history/index.md"])
+    assert "| [cpu-default](cpu-amd-epyc-2c-cpu-default.md) |" in index and "| 5.19.0, 5.20.0, 5.25.0 | 2 |" in index
+
+
+def test_the_rest_of_the_site_reads_the_current_release(tmp_path: Path) -> None:
+    from reportgen.render.pages import site_model
+    from reportgen.render.site import render_page
+    from reportgen.render.templating import environment
+
+    root = _tree(tmp_path)
+    runs = load_runs(root)
+    # the suite's own run stays current, though the history's runs are later
+    (current,) = current_runs(runs)
+    assert current.run_id == f"{HW}/{RUN.name}"
+    model = site_model(runs)
+    pages = {p.path: p for p in model.pages}
+    changes = render_page(environment(), pages["changes/cpu-amd-epyc-2c-cpu-default.md"])
+    assert "transformers5.19.0" not in changes and "nothing to compare with" in changes
+    index = render_page(environment(), pages["changes/index.md"])
+    assert "3 runs measured by `reportgen history`" in index and "[History](../history/index.md)" in index
+    hardware = render_page(environment(), pages["hardware/cpu-amd-epyc-2c/index.md"])
+    assert "Measured with torch 2.13.0, transformers 5.24.0." in hardware
+    assert "[History](../../history/index.md)" in hardware
+    combo = render_page(environment(), next(p for p in model.pages if p.path.endswith("/bert-base.md")))
+    assert "transformers5.19.0" not in combo
+    # without the suite's own run, the newest release set's run is current, not the latest measured
+    shutil.rmtree(root / HW / RUN.name)
+    (current,) = current_runs(load_runs(root))
+    assert current.run_id.endswith("-transformers5.25.0")
