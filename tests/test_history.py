@@ -306,3 +306,49 @@ def test_the_rest_of_the_site_reads_the_current_release(tmp_path: Path) -> None:
     shutil.rmtree(root / HW / RUN.name)
     (current,) = current_runs(load_runs(root))
     assert current.run_id.endswith("-transformers5.25.0")
+
+
+def test_bisect_measures_the_releases_between_and_names_the_first_with_the_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_changes import _bench as bench
+
+    from reportgen.commands import history as command
+
+    root = tmp_path / "runs"
+    combo = "bert-base--forward--fp32--sdpa--b1--s128"
+    _history_run(root, "5.19.0", 1.5, only=combo)
+    _history_run(root, "5.25.0", 1.0)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / f"{HW}.json").write_text(json.dumps(bench([0.05] * 10)))
+    measured: list[str] = []
+
+    def measure_one(suite: Any, release: ReleaseSet, **_: Any) -> dict[str, Any]:
+        # the change came with 5.22.0: the releases before it are as slow as 5.19
+        measured.append(release.transformers)
+        faster = [int(p) for p in release.transformers.split(".")] >= [5, 22, 0]
+        run = _history_run(root, release.transformers, 1.0 if faster else 1.5, only=combo)
+        return {"run_id": f"{HW}/{run.name}", "line": "ok"}
+
+    monkeypatch.setattr(command, "measure_one", measure_one)
+    hash_ = json.loads((RUN / "run.json").read_text())["suite"]["hash"]
+    suite = argparse.Namespace(name="cpu-default", hash=hash_)
+    index = ["5.19.0", "5.20.0", "5.21.0", "5.22.0", "5.23.0", "5.24.0", "5.25.0", "5.25.0rc1"]
+    code = command.bisect(suite, combo, ["2.13.0"], cache=tmp_path / "cache", out=root, timeout_s=None,
+                          command="reportgen history", bench=tmp_path / "bench", index=lambda _: index)
+    assert code == 0
+    assert measured == ["5.22.0", "5.21.0"]  # halving: the middle of 5.20-5.24, then of 5.20-5.21
+    out = capsys.readouterr().out
+    assert "first transformers release with the change: 5.22.0 (torch 2.13.0)" in out
+    assert "between transformers 5.21.0 and 5.22.0" in out
+
+
+def test_compare_of_two_releases_says_which_versions_differ(tmp_path: Path) -> None:
+    from reportgen.commands.compare import text
+    from reportgen.render.compare import Side, compare
+
+    root = tmp_path / "runs"
+    _history_run(root, "5.19.0", 1.5, only="bert-base")
+    _history_run(root, "5.25.0", 1.0, torch="2.14.1")
+    old, new = sorted(load_runs(root), key=lambda r: r.run_id)
+    report = text(compare(Side(old.run_id, (old,)), Side(new.run_id, (new,))).as_dict())
+    assert "  torch: 2.13.0+cpu -> 2.14.1+cpu" in report and "  transformers: 5.19.0 -> 5.25.0" in report

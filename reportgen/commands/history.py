@@ -18,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.errors import UserError
-from reportgen.releases import ReleaseSet, parse_spec, public, release_sets, resolve
+from reportgen.releases import (
+    ReleaseSet,
+    is_final,
+    is_history,
+    parse_spec,
+    public,
+    release_of,
+    release_sets,
+    resolve,
+    version_key,
+)
 
 DEFAULT_SUITE = "history"
 
@@ -43,6 +53,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "this interpreter has)")
     parser.add_argument("--releases", metavar="VERSIONS",
                         help="the same as --transformers (e.g. last:6: the six newest transformers releases)")
+    parser.add_argument("--bisect", metavar="COMBINATION",
+                        help="for this combination, measure the transformers releases between two measured "
+                        "ones whose step is beyond this host's drift, halving until the first release with "
+                        "the change is named (with the torch of --torch, default this interpreter's)")
+    parser.add_argument("--bench", default="bench", metavar="DIR",
+                        help="bench results (<hardware>.json), whose re-measurement gives this host's "
+                        "run-to-run drift (for --bisect; default: bench)")
     parser.add_argument("--cache", metavar="DIR",
                         help="where the environments are kept (default: ~/.cache/reportgen/history)")
     parser.add_argument("--out", default="runs", metavar="DIR", help="results root (default: runs)")
@@ -69,7 +86,7 @@ def plan(args: argparse.Namespace, *, index: Callable[[str], list[str] | None]) 
     specs = {"torch": parse_spec(args.torch, "--torch"),
              "transformers": parse_spec(args.transformers if args.transformers is not None else args.releases,
                                         "--transformers" if args.transformers is not None else "--releases")}
-    if specs["torch"] is None and specs["transformers"] is None:
+    if specs["torch"] is None and specs["transformers"] is None and getattr(args, "bisect", None) is None:
         raise UserError("history: name the releases to measure: --torch, --transformers or --releases "
                         "(e.g. --transformers 5.15,5.20,5.25 or --releases last:6)")
     versions: dict[str, list[str]] = {}
@@ -88,7 +105,7 @@ def plan(args: argparse.Namespace, *, index: Callable[[str], list[str] | None]) 
 def command_line(args: argparse.Namespace) -> str:
     parts = ["reportgen", "history"]
     for flag, dest in (("--suite", "suite"), ("--torch", "torch"), ("--transformers", "transformers"),
-                       ("--releases", "releases"), ("--cache", "cache"),
+                       ("--releases", "releases"), ("--bisect", "bisect"), ("--cache", "cache"),
                        ("--timeout", "timeout_s")):
         value = getattr(args, dest)
         if value is not None and not (dest == "suite" and value == DEFAULT_SUITE):
@@ -115,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
     cache = Path(args.cache).expanduser().resolve() if args.cache else history.default_cache()
     if cache.exists() and not cache.is_dir():
         raise UserError(f"--cache: '{cache}' exists and is not a directory")
+    if args.bisect is not None and args.bisect not in {c.id for c in suite.combinations()}:
+        raise UserError(f"--bisect: {args.bisect!r} is not a combination of {suite.name} "
+                        "(reportgen profile --suite NAME --list prints them)")
     sets, lines = plan(args, index=history.index_versions)
     for line in lines:
         print(line)
@@ -125,6 +145,12 @@ def run(args: argparse.Namespace) -> int:
         for release in sets:
             print(f"{release.label}: {history.release_env(cache, release)}")
         return 0
+    if args.bisect is not None:
+        if not args.list:
+            measure_all(suite, sets, cache=cache, out=out, timeout_s=timeout_s, command=command_line(args))
+        return bisect(suite, args.bisect, sorted({s.torch for s in sets}), cache=cache, out=out,
+                      timeout_s=timeout_s, command=command_line(args), bench=Path(args.bench),
+                      index=history.index_versions)
     outcomes = measure_all(suite, sets, cache=cache, out=out, timeout_s=timeout_s, command=command_line(args))
     return 0 if all(o.get("run_id") for o in outcomes) else 1
 
@@ -172,3 +198,60 @@ def measure_one(suite: Any, release: ReleaseSet, *, cache: Path, out: Path, time
         if record.get("status") == "skipped":
             print(f"  {record.get('id')}: skipped: {record.get('reason')}", flush=True)
     return outcome
+
+
+BISECT_STEPS = 12  # at most this many releases measured by one --bisect
+
+
+def bisect(suite: Any, combo_id: str, torch_releases: list[str], *, cache: Path, out: Path,
+           timeout_s: float | None, command: str, bench: Path,
+           index: Callable[[str], list[str] | None]) -> int:
+    """Halve each step of ``combo_id`` beyond this host's drift (``render.history.steps``
+    over the runs under ``out``) until its two releases are neighbours on the index, then
+    name the first release with the change. Each release measured is an ordinary run of
+    the whole suite (its History page shows it)."""
+    from reportgen.records.load import load_runs
+    from reportgen.render import history as pages
+    from reportgen.render.compare import read_drift
+
+    available = index("transformers")
+    if available is None:
+        raise UserError("--bisect: transformers' releases could not be read from the package index")
+    ordered = sorted({public(v) for v in available if is_final(public(v))}, key=version_key)
+    drift = read_drift(bench)
+    found: list[str] = []
+    for torch in torch_releases:
+        for _ in range(BISECT_STEPS + 1):
+            runs = [r for r in load_runs(out) if is_history(r.record)
+                    and (r.record.get("suite") or {}).get("hash") == suite.hash
+                    and release_of(r.record)["torch"] == torch]
+            if not runs:
+                print(f"--bisect: no run of {suite.name} with torch {torch} under {out}: measure some releases first")
+                return 1
+            hardware = runs[-1].hardware
+            floor = (drift.get(hardware) or {}).get("floor")
+            pts = [p for p in pages.points([r for r in runs if r.hardware == hardware]) if p.combo_id == combo_id]
+            marked = [s for s in pages.steps(pts, "transformers", floor) if s.marked]
+            between = {s.new: [v for v in ordered if version_key(s.base) < version_key(v) < version_key(s.new)]
+                       for s in marked}
+            open_steps = [s for s in marked if between[s.new]]
+            if not open_steps:
+                if not marked:
+                    found.append(f"{combo_id} with torch {torch}: no step between measured transformers releases "
+                                 "is beyond the noise" + (f" ({floor:.1%} drift)" if floor else ""))
+                for s in marked:
+                    found.append(f"first transformers release with the change: {s.new} (torch {torch}): {s.text()}")
+                break
+            step = open_steps[0]
+            middle = between[step.new][len(between[step.new]) // 2]
+            print(f"bisecting {step.text()}: measuring transformers {middle}", flush=True)
+            outcome = measure_one(suite, ReleaseSet(torch, middle), cache=cache, out=out, timeout_s=timeout_s,
+                                  command=command)
+            if outcome["run_id"] is None:
+                found.append(f"bisection stopped: transformers {middle} could not be measured ({outcome['line']})")
+                break
+        else:
+            found.append(f"bisection stopped after {BISECT_STEPS} releases")
+    for line in found:
+        print(line)
+    return 0
