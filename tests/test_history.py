@@ -125,6 +125,7 @@ def test_a_release_that_cannot_be_installed_is_one_line(tmp_path: Path, monkeypa
     from reportgen.execute import history
 
     monkeypatch.setattr(history, "_versions", lambda python: {"torch": "2.13.0+cpu", "transformers": "5.20.2"})
+    monkeypatch.setattr(history, "_imports", lambda python: None)
     pip = FakePip({"transformers==5.99.0"})
     with pytest.raises(history.InstallError) as exc:
         history.ensure_release(tmp_path, ReleaseSet("2.13.0", "5.99.0"), run=pip, log=lambda _: None)
@@ -140,6 +141,26 @@ def test_a_release_that_cannot_be_installed_is_one_line(tmp_path: Path, monkeypa
     assert len(torch_installs) == 1 and "torch==2.13.0" in torch_installs[0]
     again = history.ensure_release(tmp_path, ReleaseSet("2.13.0", "5.20.2"), run=pip, log=lambda _: None)
     assert again.seconds is None  # reused, not rebuilt
+
+
+def test_a_torch_build_that_needs_its_libraries_to_import_gets_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reportgen.execute import history
+
+    reasons = ["ImportError: libcudnn.so.9: cannot open shared object file: No such file or directory", None]
+    monkeypatch.setattr(history, "_imports", lambda python: reasons.pop(0))
+    monkeypatch.setattr(history, "_versions", lambda python: {"torch": "2.14.1", "transformers": None})
+    pip, lines = FakePip(set()), []
+    built = history.ensure_torch(tmp_path, "2.14.1", run=pip, log=lines.append)
+    installs = [c[c.index("install"):] for c in pip.calls if "install" in c]
+    assert "--no-deps" in installs[0] and "--no-deps" not in installs[-1] and "torch==2.14.1" in installs[-1]
+    assert "torch 2.14.1 does not import without its dependencies (ImportError: libcudnn.so.9" in lines[-1]
+    assert (built.prefix / history.READY).is_file()
+    # one that does not import even then is one line, and nothing is marked ready
+    monkeypatch.setattr(history, "_imports", lambda python: "ImportError: libcuda.so.1")
+    with pytest.raises(history.InstallError, match="torch 2.13.0 does not import: ImportError: libcuda.so.1"):
+        history.ensure_torch(tmp_path, "2.13.0", run=pip, log=lines.append)
+    assert not (tmp_path / "torch-2.13.0").exists()
 
 
 def test_a_failed_install_is_one_line_and_the_other_releases_go_on(

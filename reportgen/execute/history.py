@@ -151,6 +151,21 @@ def _versions(python: Path) -> dict[str, Any]:
         raise InstallError(str(exc)) from None
 
 
+def import_torch() -> str:
+    """Import torch and run one operation (in the environment's fresh process): a CUDA
+    build missing a library it links against fails here, not in the measurement."""
+    import torch
+
+    torch.ones(2).add(1)
+    return str(torch.__version__)
+
+
+def _imports(python: Path) -> str | None:
+    """Why ``python`` cannot import torch and run one operation, or None where it can."""
+    result = fresh.run(import_torch, python=str(python), timeout_s=600.0)
+    return None if result.ok else str(result.reason)
+
+
 def _finish(partial: Path, final: Path) -> None:
     (partial / READY).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n")
     if final.exists():
@@ -172,13 +187,15 @@ def ensure_torch(cache: Path, torch: str, *, run: Runner = _run, log: Callable[[
     # torch alone first: a CUDA build's nvidia-* libraries are not needed to run on the CPU
     _pip(partial, ["--no-deps", f"torch=={torch}"], f"torch {torch}", run)
     _pip(partial, [*TORCH_PURE_DEPS, *PROFILE_PACKAGES], f"torch {torch}'s dependencies", run)
-    try:
-        found = _versions(interpreter_of(partial))
-    except InstallError as exc:
-        # a build that does need its declared libraries to import: install them after all
-        log(f"torch {torch} does not import without its dependencies ({exc}); installing them")
+    why = _imports(interpreter_of(partial))
+    if why is not None:
+        # a build linked against its CUDA libraries: they are needed to import it, even here
+        log(f"torch {torch} does not import without its dependencies ({why}); installing them")
         _pip(partial, [f"torch=={torch}"], f"torch {torch} with its dependencies", run)
-        found = _versions(interpreter_of(partial))
+        why = _imports(interpreter_of(partial))
+        if why is not None:
+            raise InstallError(f"torch {torch} does not import: {why}")
+    found = _versions(interpreter_of(partial))
     if public(str(found.get("torch") or "")) != torch:
         raise InstallError(f"torch {torch}: the environment imports torch {found.get('torch')}")
     built = Built(final, interpreter_of(final), time.monotonic() - t0, _size_mb(partial))

@@ -270,12 +270,14 @@ def sections_for(pts: Sequence[Point], library: str, floor: float | None) -> lis
         if len({p.release(library) for p in part}) < 2:
             continue
         found = steps(part, library, floor)
-        out.append({"library": library, "other": other, "held": held, "points": part,
-                    "releases": sorted({p.release(library) for p in part}, key=version_key),
-                    "marked": [s.as_dict() for s in found if s.marked],
-                    "noise": [s.as_dict() for s in found if not s.marked and s.ratio is not None],
-                    "not_compared": [s.as_dict() for s in found if s.ratio is None],
-                    "table": _table(part, library)})
+        section: dict[str, Any] = {
+            "library": library, "other": other, "held": held, "points": part,
+            "releases": sorted({p.release(library) for p in part}, key=version_key),
+            "marked": [s.as_dict() for s in found if s.marked],
+            "noise": [s.as_dict() for s in found if not s.marked and s.ratio is not None],
+            "not_compared": [s.as_dict() for s in found if s.ratio is None],
+            "table": _table(part, library)}
+        out.append(section)
     return out
 
 
@@ -291,7 +293,7 @@ def history_pages(b: Builder) -> list[Page]:
         pts = points(group)
         floor = (drift.get(hardware) or {}).get("floor")
         out_charts: list[charts.Chart] = []
-        libraries = []
+        libraries: list[dict[str, Any]] = []
         for library in LIBRARIES:
             secs = sections_for(pts, library, floor)
             for sec in secs:
