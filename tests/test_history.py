@@ -16,8 +16,8 @@ from run_copies import RUN, scaled_copy
 
 from reportgen.errors import UserError
 from reportgen.records.load import load_runs
+from reportgen.records.releases import ReleaseSet, parse_spec, release_sets, releases, resolve, run_base
 from reportgen.records.schema import current_runs
-from reportgen.releases import ReleaseSet, parse_spec, release_sets, releases, resolve, run_base
 
 TRANSFORMERS = ["5.25.0", "5.24.0", "5.23.0", "5.22.2", "5.22.1", "5.22.0", "5.21.1", "5.21.0",
                 "5.20.2", "5.20.1", "5.20.0", "5.19.0", "5.2.0", "5.25.0rc1", "4.57.6"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.errors import UserError
-from reportgen.releases import (
+from reportgen.records.releases import (
     ReleaseSet,
     is_final,
     is_history,

@@ -17,7 +17,7 @@ An environment is built under ``<name>.partial`` and renamed when it imports wit
 asked-for versions, so a half-built one is never reused. Each release set's suite is
 measured by the project's workers run by that environment's interpreter
 (``execute.fresh``: ``python=``), reportgen itself from this source tree; its run is a
-series of its own that names its release set (``reportgen.releases``). A release that
+series of its own that names its release set (``reportgen.records.releases``). A release that
 cannot be installed or started is one line, and the rest go on; a combination an old
 release cannot build is recorded ``skipped`` with the reason, as in any run. Rerunning
 resumes: finished runs are left as they are, environments are reused.
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from reportgen.execute import fresh
-from reportgen.releases import ReleaseSet, public
+from reportgen.records.releases import ReleaseSet, public
 
 # what the measuring side imports besides torch and transformers
 PROFILE_PACKAGES = ("numpy", "pandas", "pyarrow", "rich", "PyYAML")

@@ -118,7 +118,7 @@ def run_suite(
     environment = {**environment, "seeds": {"suite": suite.settings.seed}}
     base = None
     if release is not None:
-        from reportgen.releases import run_base
+        from reportgen.records.releases import run_base
 
         base = run_base(suite.name, suite.hash, release)
     store = RunStore(out, hardware or hardware_slug(environment), suite, base=base)

@@ -18,8 +18,8 @@ from typing import Any, Protocol, TypeVar
 
 from reportgen.errors import UserError
 from reportgen.records import paths
+from reportgen.records.releases import is_history, newest_first
 from reportgen.records.status import COMBINATION_STATUSES, COMPLETE
-from reportgen.releases import is_history, newest_first
 
 SCHEMA_VERSION = 1
 RUN_KIND = "reportgen.run"

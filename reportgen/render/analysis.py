@@ -16,9 +16,9 @@ from reportgen import depth, fmt, stats
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.intervals import unstable_reason
 from reportgen.records import fields
+from reportgen.records.releases import is_history
 from reportgen.records.schema import Run
 from reportgen.records.status import OK, is_ok
-from reportgen.releases import is_history
 from reportgen.render.shown import shown_categories
 from reportgen.shares import disagreement
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from reportgen.errors import UserError
 from reportgen.records import fields, schema
+from reportgen.records.releases import is_history
 from reportgen.records.schema import Run
-from reportgen.releases import is_history
 from reportgen.render.builder import rel
 from reportgen.render.compare import Side, compare, host_drift
 

@@ -24,8 +24,8 @@ import pandas as pd
 
 from reportgen.categories import CATEGORIES
 from reportgen.records import fields
+from reportgen.records.releases import LIBRARIES, is_history, release_of, version_key
 from reportgen.records.schema import Run
-from reportgen.releases import LIBRARIES, is_history, release_of, version_key
 from reportgen.render import charts
 from reportgen.render.builder import Builder, Page, rel, slugify
 from reportgen.render.compare import WITHIN_NOISE, compare_records, host_drift

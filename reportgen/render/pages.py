@@ -16,9 +16,9 @@ import pandas as pd
 from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.records import fields, paths
+from reportgen.records.releases import is_history, release_of
 from reportgen.records.schema import Run
 from reportgen.records.status import COMBINATION_STATUSES, OK
-from reportgen.releases import is_history, release_of
 from reportgen.render import (
     analysis,
     changes,
