@@ -373,3 +373,33 @@ def test_compare_of_two_releases_says_which_versions_differ(tmp_path: Path) -> N
     old, new = sorted(load_runs(root), key=lambda r: r.run_id)
     report = text(compare(Side(old.run_id, (old,)), Side(new.run_id, (new,))).as_dict())
     assert "  torch: 2.13.0+cpu -> 2.14.1+cpu" in report and "  transformers: 5.19.0 -> 5.25.0" in report
+
+
+def test_each_release_set_is_a_run_of_its_own_that_resumes(tmp_path: Path) -> None:
+    from test_runner import InProcessMeasure
+
+    from reportgen.execute import runner
+    from reportgen.suite import load_suite, parse_overrides
+
+    suite = load_suite("tiny", parse_overrides({"models": "bert-base,gpt2", "attn": "sdpa", "device": "cpu"}))
+    release = {"torch": "2.13.0", "transformers": "5.20.2"}
+    kw: dict[str, Any] = {"out": tmp_path, "environment": {"git": None}, "hardware": "test-host",
+                          "show_progress": False}
+    first = InProcessMeasure(interrupt_at=3)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_suite(suite, measure=first, release=release, **kw)
+    base = f"{suite.name}-{suite.hash[:8]}"
+    run_dir = tmp_path / "test-host" / f"{base}-torch2.13.0-transformers5.20.2"
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["release"] == release
+    again = InProcessMeasure()
+    runner.run_suite(suite, measure=again, release=release, **kw)
+    assert set(again.calls).isdisjoint(first.calls[:2])
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+    # another release set, and the suite's own run, never pool with it
+    runner.run_suite(suite, measure=InProcessMeasure(), release={**release, "transformers": "5.25.0"}, **kw)
+    plain = InProcessMeasure()
+    runner.run_suite(suite, measure=plain, **kw)
+    assert sorted(p.name for p in (tmp_path / "test-host").iterdir()) == [
+        base, f"{base}-torch2.13.0-transformers5.20.2", f"{base}-torch2.13.0-transformers5.25.0"]
+    assert len(plain.calls) == len(suite.combinations())
