@@ -403,3 +403,19 @@ def test_each_release_set_is_a_run_of_its_own_that_resumes(tmp_path: Path) -> No
     assert sorted(p.name for p in (tmp_path / "test-host").iterdir()) == [
         base, f"{base}-torch2.13.0-transformers5.20.2", f"{base}-torch2.13.0-transformers5.25.0"]
     assert len(plain.calls) == len(suite.combinations())
+
+
+def test_bad_history_flags_are_one_line_and_install_nothing(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from reportgen import cli
+
+    (tmp_path / "file").write_text("")
+    cases = ((["--transformers", "5.25.0", "--threads", "0"], "--threads: a number of threads, 1 or more, not '0'"),
+             (["--transformers", "5.x"], "--transformers: '5.x' is not a release version"),
+             (["--transformers", "5.25.0", "--cache", str(tmp_path / "file")], "--cache: "),
+             (["--transformers", "5.25.0", "--bisect", "nope"], "--bisect: 'nope' is not a combination of history"))
+    for argv, words in cases:
+        code = cli.main(["history", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]

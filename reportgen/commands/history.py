@@ -63,6 +63,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--cache", metavar="DIR",
                         help="where the environments are kept (default: ~/.cache/reportgen/history)")
     parser.add_argument("--out", default="runs", metavar="DIR", help="results root (default: runs)")
+    parser.add_argument("--threads", metavar="N",
+                        help="CPU threads of each measurement (OMP_NUM_THREADS; default: torch's own). "
+                        "On a host other work shares, 1 keeps a busy core from stretching every "
+                        "thread's barrier; each record states its thread count")
     parser.add_argument("--timeout", dest="timeout_s", metavar="SECONDS",
                         help="stop a combination's worker after this long and record it failed")
     parser.add_argument("--list", action="store_true",
@@ -106,7 +110,7 @@ def command_line(args: argparse.Namespace) -> str:
     parts = ["reportgen", "history"]
     for flag, dest in (("--suite", "suite"), ("--torch", "torch"), ("--transformers", "transformers"),
                        ("--releases", "releases"), ("--bisect", "bisect"), ("--cache", "cache"),
-                       ("--timeout", "timeout_s")):
+                       ("--threads", "threads"), ("--timeout", "timeout_s")):
         value = getattr(args, dest)
         if value is not None and not (dest == "suite" and value == DEFAULT_SUITE):
             parts += [flag, str(value)]
@@ -127,6 +131,14 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out: '{out}' exists and is not a directory")
     timeout_s = _timeout(args.timeout_s)
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        if not str(threads).isdigit() or int(threads) < 1:
+            raise UserError(f"--threads: a number of threads, 1 or more, not {threads!r}")
+        import os
+
+        # the workers and their fork server inherit it; each record states torch's thread count
+        os.environ["OMP_NUM_THREADS"] = str(int(threads))
     from reportgen.execute import history
 
     cache = Path(args.cache).expanduser().resolve() if args.cache else history.default_cache()
