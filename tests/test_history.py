@@ -323,10 +323,9 @@ def test_the_rest_of_the_site_reads_the_current_release(tmp_path: Path) -> None:
     assert "[History](../../history/index.md)" in hardware
     combo = render_page(environment(), next(p for p in model.pages if p.path.endswith("/bert-base.md")))
     assert "transformers5.19.0" not in combo
-    # without the suite's own run, the newest release set's run is current, not the latest measured
+    # a history's runs are never current, even in a series of their own
     shutil.rmtree(root / HW / RUN.name)
-    (current,) = current_runs(load_runs(root))
-    assert current.run_id.endswith("-transformers5.25.0")
+    assert current_runs(load_runs(root)) == []
 
 
 def test_bisect_measures_the_releases_between_and_names_the_first_with_the_change(
@@ -419,3 +418,19 @@ def test_bad_history_flags_are_one_line_and_install_nothing(tmp_path: Path,
         err = capsys.readouterr().err
         assert code == 2 and words in err and len(err.strip().splitlines()) == 1, (argv, err)
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_a_step_measured_under_contention_says_so(tmp_path: Path) -> None:
+    from reportgen.render import history
+
+    root = tmp_path / "runs"
+    combo = "bert-base--forward--fp32--sdpa--b1--s128"
+    _history_run(root, "5.19.0", 1.5, only=combo)
+    new = _history_run(root, "5.20.0", 1.0)
+    path = new / "combinations" / f"{combo}.json"
+    rec = json.loads(path.read_text())
+    rec["timing"]["unstable"] = "another process used 90% of the CPU while it was timed"
+    path.write_text(json.dumps(rec))
+    (group,) = history.history_runs(load_runs(root)).values()
+    (step,) = [s for s in history.steps(history.points(group), "transformers", 0.05) if s.combo_id == combo]
+    assert step.marked and step.unstable == "new: another process used 90% of the CPU while it was timed"

@@ -162,13 +162,3 @@ def release_of(run: Mapping[str, Any]) -> dict[str, str | None]:
 def is_history(run: Mapping[str, Any]) -> bool:
     """Whether a run measured one release set of a history (``reportgen history``)."""
     return isinstance(run.get("release"), Mapping)
-
-
-def newest_first(runs: Iterable[Any], record: Any = lambda r: r.record) -> list[Any]:
-    """Runs by their torch and transformers versions, newest first (``record`` gives a
-    run's run.json)."""
-    def key(run: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        rel = release_of(record(run))
-        return (version_key(rel["torch"] or ""), version_key(rel["transformers"] or ""))
-
-    return sorted(runs, key=key, reverse=True)

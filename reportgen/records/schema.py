@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from reportgen.errors import UserError
 from reportgen.records import paths
-from reportgen.records.releases import is_history, newest_first
+from reportgen.records.releases import is_history
 from reportgen.records.status import COMBINATION_STATUSES, COMPLETE
 
 SCHEMA_VERSION = 1
@@ -257,19 +257,14 @@ def current_runs(runs: Iterable[R]) -> list[R]:
     """The run each series is read from: its latest complete run (or, while none is
     complete, its latest). Earlier runs stay on disk and keep their meaning.
 
-    Runs of a history (``reportgen history``: one per torch and transformers release
-    set, run.json's ``release``) never displace the suite's own runs; where a series has
-    only a history's runs, its run is the one of the newest release set (newest torch,
-    then newest transformers), however long ago it was measured."""
+    A history's runs (``reportgen history``: one per torch and transformers release set,
+    run.json's ``release``) are never current: the History pages set them against the
+    releases, and every other page reads the runs ``reportgen profile`` measured with the
+    installed releases."""
     out = []
-    for group in series(runs).values():
-        plain = [r for r in group if not is_history(r.record)]
-        complete = [r for r in (plain or group) if r.record.get("status") == COMPLETE]
-        candidates = complete or plain or group
-        if plain:
-            out.append(candidates[-1])
-        else:  # the newest release set; of its runs, the latest (stable sort keeps their order)
-            out.append(newest_first(reversed(candidates))[0])
+    for group in series(r for r in runs if not is_history(r.record)).values():
+        complete = [r for r in group if r.record.get("status") == COMPLETE]
+        out.append((complete or group)[-1])
     return sorted(out, key=lambda r: r.run_id)
 
 

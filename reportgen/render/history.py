@@ -80,6 +80,7 @@ class Step:
     ci_high: float | None
     change: str
     categories: list[dict[str, Any]] = field(default_factory=list)
+    unstable: str | None = None  # a side measured while another process took its cores
 
     @property
     def marked(self) -> bool:
@@ -102,7 +103,7 @@ class Step:
         return {"library": self.library, "combination": self.combo_id, "held": self.held, "base": self.base,
                 "new": self.new, "ratio": self.ratio, "ci_low": self.ci_low, "ci_high": self.ci_high,
                 "change": self.change, "marked": self.marked, "categories": self.categories,
-                "text": self.text()}
+                "unstable": self.unstable, "text": self.text()}
 
 
 def _signed(x: float) -> str:
@@ -185,7 +186,8 @@ def steps(pts: Sequence[Point], library: str, floor: float | None) -> list[Step]
             change = str(row["change"])
             out.append(Step(library, combo_id, held, base.release(library), new.release(library),
                             row.get("ratio"), row.get("ci_low"), row.get("ci_high"), change,
-                            moved_categories(base, new, floor) if change in MOVED else []))
+                            moved_categories(base, new, floor) if change in MOVED else [],
+                            row.get("unstable")))
     return out
 
 
