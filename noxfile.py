@@ -91,6 +91,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(venv_params=VENV, default=False)
+def history(session: nox.Session) -> None:
+    """Measure the history suite once per torch and transformers release (reportgen history)."""
+    install(session, extras="profile")
+    session.run("reportgen", "history", *(session.posargs or ["--releases", "last:6"]))
+
+
+@nox.session(venv_params=VENV, default=False)
 def serve(session: nox.Session) -> None:
     """Render the committed runs and preview the site with live reload."""
     install(session)

@@ -3,4 +3,5 @@
 Command modules stay cheap to import: torch is imported inside ``run``.
 """
 
-COMMANDS: tuple[str, ...] = ("profile", "status", "env", "summary", "render", "check", "compare", "models")
+COMMANDS: tuple[str, ...] = ("profile", "status", "env", "summary", "render", "check", "compare", "models",
+                            "history")

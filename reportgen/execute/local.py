@@ -9,6 +9,7 @@ every finished record and leaves the unfinished ones pending.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,8 +30,10 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, specs: list[WorkerSpec], *, timeout_s: float,
-                 supervisor: Callable[..., Supervisor] = Supervisor, fork: bool = True) -> None:
+                 supervisor: Callable[..., Supervisor] = Supervisor, fork: bool = True,
+                 python: str = sys.executable) -> None:
         self.specs = specs
+        self.python = python  # the workers' interpreter (another: its torch and transformers)
         self.timeout_s = timeout_s
         self.make_supervisor = supervisor
         self.fork = fork  # CPU workers forked from a fork server (else each one spawned)
@@ -40,7 +43,7 @@ class LocalExecutor:
         if not self.fork or not cpu:
             return None
         measures = [p for spec in cpu for p in (spec.measure, spec.preflight)]
-        return ForkServer(log_dir=log_dir, preload=preload_for(job.todo, measures))
+        return ForkServer(log_dir=log_dir, preload=preload_for(job.todo, measures), python=self.python)
 
     def run(self, job: Job, progress: Progress) -> None:
         claims = Claims(job.store.run_dir)
@@ -55,7 +58,8 @@ class LocalExecutor:
         log_dir = paths.logs_dir(job.store.run_dir)
         forkserver = self._forkserver(job, log_dir)
         supervisors = [self.make_supervisor(spec, log_dir=log_dir, timeout_s=self.timeout_s,
-                                            **({"forkserver": forkserver} if forkserver else {}))
+                                            **({"forkserver": forkserver} if forkserver else {}),
+                                            **({"python": self.python} if self.python != sys.executable else {}))
                        for spec in self.specs]
 
         def next_unit() -> rounds.Unit | None:

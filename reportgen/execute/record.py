@@ -91,8 +91,10 @@ def run_record(
     state: str,
     finished: str | None,
     execution: Mapping[str, Any] | None = None,
+    release: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """run.json; ``state`` is running, interrupted or ended (complete if nothing pending)."""
+    """run.json; ``state`` is running, interrupted or ended (complete if nothing pending);
+    ``release``: the release set a history measured (``reportgen history``)."""
     ids = [c.id for c in suite.combinations()]
     counts = run_counts(store, ids)
     record = {
@@ -112,6 +114,8 @@ def run_record(
     }
     if execution is not None:
         record["execution"] = dict(execution)
+    if release is not None:
+        record["release"] = dict(release)
     return record
 
 

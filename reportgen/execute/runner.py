@@ -77,14 +77,15 @@ class RunResult:
 
 
 def local_executor(suite: Suite, *, devices: list[int] | None = None, gpu_count: int = 0,
-                   timeout_s: float | None = None) -> Executor:
+                   timeout_s: float | None = None, python: str = sys.executable) -> Executor:
     """Supervised workers on this host, each importing ``MEASURE`` and ``PREFLIGHT``
-    ("module:function" paths; tests point them at fakes)."""
+    ("module:function" paths; tests point them at fakes), run by ``python`` (another
+    interpreter: a virtual environment with other torch and transformers releases)."""
     from reportgen.execute.local import LocalExecutor
 
     specs = worker_specs(suite.settings.device, devices, gpu_count=gpu_count, measure=MEASURE,
                          preflight=PREFLIGHT)
-    return LocalExecutor(specs, timeout_s=timeout_s or default_timeout(suite.settings))
+    return LocalExecutor(specs, timeout_s=timeout_s or default_timeout(suite.settings), python=python)
 
 
 def run_suite(
@@ -99,12 +100,16 @@ def run_suite(
     environment: Mapping[str, Any] | None = None,
     hardware: str | None = None,
     show_progress: bool = True,
+    release: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Measure every combination of ``suite`` not yet done under ``out``.
 
     ``executor`` defaults to the local one (supervised workers); ``measure`` (a callable)
     runs in this process instead, without isolation. ``suite`` must be validated;
-    ``auto`` is resolved here if the caller has not.
+    ``auto`` is resolved here if the caller has not. ``release`` (a history's release
+    set, ``{"torch": ..., "transformers": ...}``): the run is its own series
+    (``<suite>-<hash8>-torch<version>-transformers<version>``) and its run.json says which
+    release set it measured, so runs of several releases never pool.
     """
     if suite.settings.device == "auto":
         suite = suite.with_device(resolve_device("auto"))
@@ -112,7 +117,12 @@ def run_suite(
     if environment is None:
         environment = collect_environment(suite.settings.device)
     environment = {**environment, "seeds": {"suite": suite.settings.seed}}
-    store = RunStore(out, hardware or hardware_slug(environment), suite)
+    base = None
+    if release is not None:
+        from reportgen.records.releases import run_base
+
+        base = run_base(suite.name, suite.hash, release)
+    store = RunStore(out, hardware or hardware_slug(environment), suite, base=base)
     if force and store.read_run() is not None:
         store = store.new_run()
     elif (earlier := store.read_run()) is not None:
@@ -138,7 +148,7 @@ def run_suite(
 
     def write_run(state: str, finished: str | None) -> None:
         store.write_run(run_record(store, suite, command=command, environment=environment, started=started,
-                                   state=state, finished=finished, execution=execution))
+                                   state=state, finished=finished, execution=execution, release=release))
 
     result = RunResult(store=store)
     todo = plan.todo(store, combos, force=force, retry_failed=retry_failed)

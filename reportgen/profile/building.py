@@ -213,7 +213,11 @@ def _instantiate(config: Any, arch: str, impl: str, dtype: torch.dtype, device: 
     except (ValueError, ImportError, NotImplementedError) as exc:
         message = str(exc)
         if "attn" in message.lower() or "attention" in message.lower():
-            raise Skip(f"{config.model_type} does not support attn_implementation={impl}: {message}") from exc
+            # an older transformers release may lack what a newer one has: say which release
+            import transformers
+
+            raise Skip(f"{config.model_type}: {impl} not in transformers {transformers.__version__} "
+                       f"(does not support attn_implementation={impl}: {message})") from exc
         raise
     return model.to(device).eval()
 

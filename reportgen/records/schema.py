@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from reportgen.errors import UserError
 from reportgen.records import paths
+from reportgen.records.releases import is_history
 from reportgen.records.status import COMBINATION_STATUSES, COMPLETE
 
 SCHEMA_VERSION = 1
@@ -254,9 +255,14 @@ def series(runs: Iterable[R]) -> dict[tuple[str, str], list[R]]:
 
 def current_runs(runs: Iterable[R]) -> list[R]:
     """The run each series is read from: its latest complete run (or, while none is
-    complete, its latest). Earlier runs stay on disk and keep their meaning."""
+    complete, its latest). Earlier runs stay on disk and keep their meaning.
+
+    A history's runs (``reportgen history``: one per torch and transformers release set,
+    run.json's ``release``) are never current: the History pages set them against the
+    releases, and every other page reads the runs ``reportgen profile`` measured with the
+    installed releases."""
     out = []
-    for group in series(runs).values():
+    for group in series(r for r in runs if not is_history(r.record)).values():
         complete = [r for r in group if r.record.get("status") == COMPLETE]
         out.append((complete or group)[-1])
     return sorted(out, key=lambda r: r.run_id)

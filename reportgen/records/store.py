@@ -138,11 +138,13 @@ class RunStore:
     """
 
     def __init__(self, root: str | Path, hardware_slug: str, suite: Suite,
-                 name: str | None = None) -> None:
+                 name: str | None = None, *, base: str | None = None) -> None:
         self.root = Path(root)
         self.hardware = hardware_slug
         self.suite = suite
-        self.base = f"{suite.name}-{suite.hash[:8]}"
+        # ``base``: another series of runs of the suite (a history's release set:
+        # ``<suite>-<hash8>-torch<version>-transformers<version>``)
+        self.base = base or f"{suite.name}-{suite.hash[:8]}"
         existing = run_names(self.root / hardware_slug, self.base)
         self.name = name or (existing[-1] if existing else self.base)
         self.run_id = f"{hardware_slug}/{self.name}"
@@ -157,14 +159,15 @@ class RunStore:
     def forced_run(self, submitted_at: str) -> RunStore:
         """The new run that every task of one Slurm submission (``--force``) writes into:
         named from the submission time, so the tasks agree without talking."""
-        return RunStore(self.root, self.hardware, self.suite, name=f"{self.base}-{stamp_of(submitted_at)}")
+        return RunStore(self.root, self.hardware, self.suite, name=f"{self.base}-{stamp_of(submitted_at)}",
+                        base=self.base)
 
     def _unique(self, name: str, existing: set[str]) -> RunStore:
         stamped, n = name, 1
         while stamped in existing:
             n += 1
             stamped = f"{name}-{n}"
-        return RunStore(self.root, self.hardware, self.suite, name=stamped)
+        return RunStore(self.root, self.hardware, self.suite, name=stamped, base=self.base)
 
     @property
     def run_path(self) -> Path:

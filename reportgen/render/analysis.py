@@ -17,6 +17,7 @@ from reportgen import depth, fmt, stats
 from reportgen.categories import ATTENTION_CATEGORIES, CATEGORIES, MOE_CATEGORIES, OPTIONAL_CATEGORIES
 from reportgen.intervals import unstable_reason, wide_reason
 from reportgen.records import fields
+from reportgen.records.releases import is_history
 from reportgen.records.schema import Run
 from reportgen.records.status import OK, is_ok
 from reportgen.render.shown import shown_categories
@@ -39,7 +40,8 @@ _num = fields.as_number
 
 
 def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.DataFrame:
-    """One row per (hardware, combination id); a later run replaces an earlier one
+    """One row per (hardware, combination id); a later run replaces an earlier one, and a
+    suite's own run one of a history (another release set's, ``reportgen history``)
     (``latest_only`` False: one row per run that holds the combination)."""
     rows: list[dict[str, Any]] = []
     for run in runs:
@@ -58,6 +60,7 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "transformers": str(fields.run_get(run.record, "environment.libraries.transformers") or ""),
                 "run_updated": str(fields.run_get(run.record, "updated")
                                    or fields.run_get(run.record, "started") or ""),
+                "run_plain": 0 if is_history(run.record) else 1,
                 "combo_id": str(fields.get(rec, "id") or combo.path.stem),
                 "json_rel": f"{run.rel}/{combo.path.relative_to(run.path).as_posix()}",
                 "trace_rel": (f"{run.rel}/{combo.trace.relative_to(run.path).as_posix()}"
@@ -141,7 +144,7 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
     df = pd.DataFrame(rows, columns=columns)
     if df.empty:
         return df
-    df = df.sort_values(["hardware", "combo_id", "run_updated", "run_id"], kind="mergesort")
+    df = df.sort_values(["hardware", "combo_id", "run_plain", "run_updated", "run_id"], kind="mergesort")
     if latest_only:
         df = df.drop_duplicates(["hardware", "combo_id"], keep="last")
     return df.sort_values(["hardware", "model", *SETTING, "seq", "combo_id"],

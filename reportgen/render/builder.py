@@ -23,6 +23,7 @@ import pandas as pd
 
 from reportgen.intervals import unstable_reason
 from reportgen.records import fields
+from reportgen.records.releases import is_history
 from reportgen.records.schema import Run, current_runs
 from reportgen.records.status import OK
 from reportgen.render import analysis, charts, machine, payoff
@@ -178,8 +179,10 @@ class Builder:
         f = self.frame
         self.hw_slugs = unique_slugs(f["hardware"]) if not f.empty else {}
         self.hw_env: dict[str, Mapping[str, Any]] = {}
-        by_update = sorted(self.runs,
-                           key=lambda r: (str(fields.run_get(r.record, "updated") or ""), r.run_id))
+        # a hardware's environment facts: its latest run's, a history's runs (other
+        # environments) only where it has no other
+        by_update = sorted(self.runs, key=lambda r: (not is_history(r.record),
+                                                     str(fields.run_get(r.record, "updated") or ""), r.run_id))
         for run in by_update:
             env = fields.run_get(run.record, "environment")
             if isinstance(env, Mapping) and env:

@@ -12,6 +12,7 @@ from typing import Any
 
 from reportgen.errors import UserError
 from reportgen.records import fields, schema
+from reportgen.records.releases import is_history
 from reportgen.records.schema import Run
 from reportgen.render.builder import rel
 from reportgen.render.compare import Side, compare, host_drift
@@ -21,15 +22,18 @@ INDEX = "changes/index.md"
 
 def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Callable[[str], str],
                  page_type: type, bench: Mapping[str, Any] | None = None,
-                 validation: str | None = None) -> list[Any]:
+                 validation: str | None = None, history: str | None = None) -> list[Any]:
     """``page_type(path, template, context)`` for the index and one page per series.
 
     ``slug`` makes a file name of a series label, ``data`` the docs/ path of a run file;
     ``bench`` (the Validation page's results, at docs/``validation``) gives the host's
-    run-to-run drift shown beside each comparison.
+    run-to-run drift shown beside each comparison. A history's runs (one per torch and
+    transformers release set) are left to the History pages (``history``, the docs/ path
+    of their index): a series compares the suite's own runs, measured one after another.
     """
     drift = host_drift(bench)
-    groups = schema.series(runs)
+    releases = [r for r in runs if is_history(r.record)]
+    groups = schema.series([r for r in runs if not is_history(r.record)])
     current = {r.run_id for r in schema.current_runs(runs)}
     entries = []
     pages = []
@@ -56,7 +60,9 @@ def series_pages(runs: Sequence[Run], *, slug: Callable[[str], str], data: Calla
             "validation": rel(path, validation) if validation and hardware in drift else None}))
         entries.append({"hardware": hardware, "suite": suite, "link": rel(INDEX, path),
                         "runs": len(group), "latest": latest})
-    pages.append(page_type(INDEX, "changes_index.md.j2", {"series": entries}))
+    pages.append(page_type(INDEX, "changes_index.md.j2", {
+        "series": entries, "history_runs": len(releases),
+        "history": rel(INDEX, history) if history and releases else None}))
     return pages
 
 

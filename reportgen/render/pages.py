@@ -16,6 +16,7 @@ import pandas as pd
 from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.records import fields, paths
+from reportgen.records.releases import is_history, release_of
 from reportgen.records.schema import Run
 from reportgen.records.status import COMBINATION_STATUSES, OK
 from reportgen.render import (
@@ -25,6 +26,7 @@ from reportgen.render import (
     cite,
     compiled,
     findings,
+    history,
     machine,
     moe,
     payoff_pages,
@@ -331,6 +333,16 @@ class SiteBuilder(Builder):
             "decode": any(c["mode"] == moe.DECODE for c in combos),
         }
 
+    def _history_link(self, path: str, hw: str) -> dict[str, Any] | None:
+        """Where this hardware's history across releases is, and the releases this page's
+        runs measured with; None without one."""
+        if not any(run.hardware == hw and is_history(run.record) for run in self.runs):
+            return None
+        shown = {(v["torch"], v["transformers"]) for run in self.current if run.hardware == hw
+                 for v in [release_of(run.record)]}
+        return {"link": rel(path, history.INDEX),
+                "releases": sorted(f"torch {t}, transformers {x}" for t, x in shown)}
+
     def hardware_page(self, hw: str, rows: pd.DataFrame) -> Page:
         path = self.hw_page(hw)
         out: list[Chart] = []
@@ -358,6 +370,7 @@ class SiteBuilder(Builder):
         longest_rows = pd.concat(longests, ignore_index=True) if longests else None
         groups = analysis.group_shares(longest_rows) if longest_rows is not None else []
         ctx: dict[str, Any] = {"hardware": self.hw_labels[hw], "models": models,
+                               "history": self._history_link(path, hw),
                                "not_ok": self._not_ok(path, rows),
                                "groups": _group_labels(groups),
                                "models_data": self.table(path, "models", [
@@ -587,7 +600,7 @@ class SiteBuilder(Builder):
 
 def _changes(b: Builder) -> list[Page]:
     return changes.series_pages(b.runs, slug=slugify, data=b.data, page_type=Page, bench=b.bench,
-                                validation=sections.VALIDATION)
+                                validation=sections.VALIDATION, history=history.INDEX)
 
 
 def _instrumentation(b: Builder) -> list[Page]:
@@ -601,7 +614,7 @@ def _instrumentation(b: Builder) -> list[Page]:
 
 PRODUCERS: tuple[Producer, ...] = (
     roofline_pages.findings_page, payoff_pages.speedups_page, payoff_pages.payoff_page, tools_page.page,
-    _changes, _instrumentation, findings.findings_pages, validation.validation_page)
+    _changes, history.history_pages, _instrumentation, findings.findings_pages, validation.validation_page)
 """The pages other modules produce, in the order they follow the site's own."""
 
 

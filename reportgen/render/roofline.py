@@ -24,6 +24,7 @@ from reportgen import fmt, peaks, stats
 from reportgen.categories import ATTENTION_CATEGORIES
 from reportgen.intervals import stated_confidence
 from reportgen.records import fields
+from reportgen.records.releases import is_history
 from reportgen.records.shares import category_share
 from reportgen.render.shown import shown_categories
 from reportgen.shares import combined_share
@@ -161,11 +162,12 @@ def cpu_roof(hardware: str, dtype: str, probe: tuple[str, Mapping[str, Any]] | N
 
 
 def latest_probe(runs: Iterable[Any], hardware: str) -> tuple[str, Mapping[str, Any]] | None:
-    """The CPU probe of the most recent run on ``hardware`` that has one."""
+    """The CPU probe of the most recent run on ``hardware`` that has one (a history's
+    runs, measured in other environments and perhaps with other thread counts, never)."""
     found: list[tuple[str, str, Mapping[str, Any]]] = []
     for run in runs:
         probe = fields.run_get(run.record, "environment.cpu_probe")
-        if run.hardware == hardware and isinstance(probe, Mapping):
+        if run.hardware == hardware and isinstance(probe, Mapping) and not is_history(run.record):
             when = fields.run_get(run.record, "updated") or fields.run_get(run.record, "started")
             found.append((str(when or ""), run.run_id, probe))
     if not found:
