@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.runs import RUN, scaled_copy
+from support.runs import RUN, coverage_bench, scaled_copy
 
 from reportgen.records.load import load_runs
 from reportgen.records.schema import current_runs
@@ -60,35 +60,18 @@ def test_older_runs_stay_reachable_and_pages_read_the_current_run(tmp_path: Path
     assert "20990101T000000" in text and f"{RUN.name}/" not in text.replace(f"{RUN.name}-2099", "")
 
 
-def _bench(shifts: list[float]) -> dict:
-    """A bench results document whose coverage step re-measured medians by ``shifts``."""
-    from reportgen.bench import coverage
-    from reportgen.bench.results import results_document
-
-    first = [{"id": f"c{i}", "status": "ok",
-              "timing": {"median": 100.0, "ci_low": 90.0, "ci_high": 110.0, "confidence": 0.9375}}
-             for i in range(len(shifts))]
-    again = [{"id": f"c{i}", "status": "ok", "timing": {"median": 100.0 * (1 + s)}}
-             for i, s in enumerate(shifts)]
-    figures = {"interval_coverage": {**coverage.summarise(coverage.rows(first, again)),
-                                     "measured_at": "2026-12-03T08:20:00Z"}}
-    return results_document(figures, environment={"hardware": "cpu-amd-epyc-2c"},
-                            created="2026-12-03T08:30:00Z", quick=False, duration_s=1.0,
-                            command="python scripts/bench.py")
-
-
 def test_host_drift_is_the_bench_re_measurement_shift() -> None:
     from reportgen.render.changes import host_drift
 
-    drift = host_drift(_bench([0.10, -0.02, 0.04, -0.30]))
+    drift = host_drift(coverage_bench([0.10, -0.02, 0.04, -0.30]))
     assert drift["cpu-amd-epyc-2c"]["median"] == pytest.approx(0.07)  # |shift|: 0.02, 0.04, 0.10, 0.30
     assert drift["cpu-amd-epyc-2c"]["max"] == pytest.approx(0.30) and drift["cpu-amd-epyc-2c"]["combinations"] == 4
-    assert host_drift(None) == {} and host_drift(_bench([])) == {}
+    assert host_drift(None) == {} and host_drift(coverage_bench([])) == {}
 
 
 def test_changes_page_states_the_hosts_drift_beside_the_comparison(tmp_path: Path) -> None:
     runs = load_runs(_tree(tmp_path))
-    pages = {p.path: p for p in site_model(runs, bench=_bench([0.05, 0.15, -0.25])).pages}
+    pages = {p.path: p for p in site_model(runs, bench=coverage_bench([0.05, 0.15, -0.25])).pages}
     text = render_page(environment(), pages["changes/cpu-amd-epyc-2c-cpu-default.md"])
     assert "its medians moved by 15.0%" in text and "largest 25.0%" in text
     assert "(../validation.md)" in text

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from run_copies import RUN, scaled_copy
+from support.runner import InProcessMeasure
+from support.runs import RUN, coverage_bench, scaled_copy
 
 from reportgen.errors import UserError
 from reportgen.records.load import load_runs
@@ -246,9 +247,7 @@ def _tree(tmp: Path) -> Path:
 
 def _bench(floor: float) -> dict[str, Any]:
     """A bench results document whose re-measurement moved every median by ``floor``."""
-    from test_changes import _bench as bench
-
-    return bench([floor] * 10)
+    return coverage_bench([floor] * 10)
 
 
 def test_steps_beyond_the_drift_are_marked_with_the_release_pair_and_categories(tmp_path: Path) -> None:
@@ -330,8 +329,6 @@ def test_the_rest_of_the_site_reads_the_current_release(tmp_path: Path) -> None:
 
 def test_bisect_measures_the_releases_between_and_names_the_first_with_the_change(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from test_changes import _bench as bench
-
     from reportgen.commands import history as command
 
     root = tmp_path / "runs"
@@ -339,7 +336,7 @@ def test_bisect_measures_the_releases_between_and_names_the_first_with_the_chang
     _history_run(root, "5.19.0", 1.5, only=combo)
     _history_run(root, "5.25.0", 1.0)
     (tmp_path / "bench").mkdir()
-    (tmp_path / "bench" / f"{HW}.json").write_text(json.dumps(bench([0.05] * 10)))
+    (tmp_path / "bench" / f"{HW}.json").write_text(json.dumps(coverage_bench([0.05] * 10)))
     measured: list[str] = []
 
     def measure_one(suite: Any, release: ReleaseSet, **_: Any) -> dict[str, Any]:
@@ -375,8 +372,6 @@ def test_compare_of_two_releases_says_which_versions_differ(tmp_path: Path) -> N
 
 
 def test_each_release_set_is_a_run_of_its_own_that_resumes(tmp_path: Path) -> None:
-    from test_runner import InProcessMeasure
-
     from reportgen.execute import runner
     from reportgen.suite import load_suite, parse_overrides
 

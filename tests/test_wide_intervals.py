@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from run_copies import RUN
+from support.runs import RUN
 
 from reportgen import fmt
 from reportgen.intervals import is_wide, wide_reason

@@ -158,8 +158,17 @@ def filter_environment(environ: Mapping[str, str] | None = None) -> dict[str, st
         value = source[name]
         if not is_relevant_name(name) or is_secret_name(name) or looks_like_credential(value):
             continue
-        kept[name] = _hash_uuids(value)
+        # a place on the machine (torch's inductor sets its cache directory once imported)
+        # is not published: that the variable was set is kept, not where it points
+        kept[name] = LOCAL_PATH if _is_local_path(value) else _hash_uuids(value)
     return kept
+
+
+LOCAL_PATH = "(a local path)"
+
+
+def _is_local_path(value: str) -> bool:
+    return value.startswith(("/", "~")) or re.match(r"^[A-Za-z]:[\\/]", value) is not None
 
 
 # --------------------------------------------------------------------------------------

@@ -91,10 +91,13 @@ def combination_section(b: Builder, page: str, hw: str, rows: pd.DataFrame,
     roofs = {i["panel"]: i["roof"] for i in items}
     table = [{"panel": i["panel"], **{k: c.get(k) for k in _TABLE_COLUMNS if k != "combo_id"},
               "combo_id": i["row"]["combo_id"]} for i in items for c in i["categories"]]
+    drawn_rows = roofline.chart_rows(points, roofs)
     return {
+        # no chart where no category has both FLOPs and modelled bytes (a state-space
+        # model's mixer): the sentence above the table names what cannot be placed
         "chart": b.chart(page, "roofline", "Roofline: each category at its arithmetic "
                           "intensity and achieved FLOP/s, under the device's roof",
-                          charts.roofline_chart(roofline.chart_rows(points, roofs)), out),
+                          charts.roofline_chart(drawn_rows), out) if drawn_rows else None,
         "items": [{"panel": i["panel"], "categories": i["categories"],
                    "roof": _roof_entry(i["panel"], i["roof"])} for i in items],
         "roofs": [_roof_entry(p, r) for p, r in roofs.items()],

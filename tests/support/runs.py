@@ -31,3 +31,20 @@ def scaled_copy(tmp: Path, factor: float, *, name: str, transformers: str | None
             timing["samples"] = [x * factor for x in timing["samples"]]
         path.write_text(json.dumps(rec))
     return dest
+
+
+def coverage_bench(shifts: list[float]) -> dict:
+    """A bench results document whose coverage step re-measured medians by ``shifts``."""
+    from reportgen.bench import coverage
+    from reportgen.bench.results import results_document
+
+    first = [{"id": f"c{i}", "status": "ok",
+              "timing": {"median": 100.0, "ci_low": 90.0, "ci_high": 110.0, "confidence": 0.9375}}
+             for i in range(len(shifts))]
+    again = [{"id": f"c{i}", "status": "ok", "timing": {"median": 100.0 * (1 + s)}}
+             for i, s in enumerate(shifts)]
+    figures = {"interval_coverage": {**coverage.summarise(coverage.rows(first, again)),
+                                     "measured_at": "2026-12-03T08:20:00Z"}}
+    return results_document(figures, environment={"hardware": "cpu-amd-epyc-2c"},
+                            created="2026-12-03T08:30:00Z", quick=False, duration_s=1.0,
+                            command="python scripts/bench.py")
