@@ -429,3 +429,37 @@ def test_a_step_measured_under_contention_says_so(tmp_path: Path) -> None:
     (group,) = history.history_runs(load_runs(root)).values()
     (step,) = [s for s in history.steps(history.points(group), "transformers", 0.05) if s.combo_id == combo]
     assert step.marked and step.unstable == "new: another process used 90% of the CPU while it was timed"
+
+
+def test_a_claim_says_under_which_releases_it_holds(tmp_path: Path) -> None:
+    from reportgen.claims.evaluate import check, releases_summary
+    from reportgen.render.findings import pages
+
+    root = _tree(tmp_path)  # transformers 5.19.0: BERT-base SDPA 1.5x slower than under 5.20.0, 5.25.0
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    (claims / "bert-fast.yaml").write_text(
+        "id: bert-fast\ntitle: BERT-base SDPA at 128 tokens in under 200 ms\n"
+        "quote: BERT-base runs a forward of 128 tokens in under 200 ms.\n"
+        "source: {title: A test claim, url: 'https://example.org/claim', date: 2026-12-01, quote_in_primary: found}\n"
+        "conditions: {model: bert-base, mode: forward, attn_implementation: sdpa, seq_len: {max: 128},"
+        " hardware: any, setting: inference}\n"
+        "predicate: {metric: latency, op: '<', value: 200}\n")
+    (result,) = check(root, claims).claims
+    # the site's verdict reads the installed release's run only (163 ms: supported)
+    assert result.verdict == "supported" and all("transformers" not in r["run_id"] for r in result.evidence)
+    by_release = {e["transformers"]: e for e in result.releases}
+    assert set(by_release) == {"5.19.0", "5.20.0", "5.25.0"}
+    assert by_release["5.19.0"]["verdict"] == "refuted" and by_release["5.19.0"]["decides"]
+    assert by_release["5.20.0"]["verdict"] == by_release["5.25.0"]["verdict"] == "supported"
+    assert by_release["5.19.0"]["measured"] == "245 ms"  # 1.5 x 163.3 ms
+    assert releases_summary(result.releases) == (
+        "The outcome depends on the release: refuted under torch 2.13.0 with transformers 5.19.0; "
+        "supported under torch 2.13.0 with transformers 5.20.0, torch 2.13.0 with transformers 5.25.0.")
+    page = pages(root, claims)["findings/bert-fast.md"]
+    assert "## Across releases" in page
+    assert "| a CPU (AMD EPYC, cpu-amd-epyc-2c) | 2.13.0 | 5.19.0 | 1 | 245 ms | refuted |" in page
+    # a claim the history's models never meet has no such section
+    (claims / "bert-fast.yaml").write_text((claims / "bert-fast.yaml").read_text().replace("bert-base", "mistral-7b"))
+    assert check(root, claims).claims[0].releases == []
+    assert "## Across releases" not in pages(root, claims)["findings/bert-fast.md"]
