@@ -350,13 +350,56 @@ def test_bisect_measures_the_releases_between_and_names_the_first_with_the_chang
     hash_ = json.loads((RUN / "run.json").read_text())["suite"]["hash"]
     suite = argparse.Namespace(name="cpu-default", hash=hash_)
     index = ["5.19.0", "5.20.0", "5.21.0", "5.22.0", "5.23.0", "5.24.0", "5.25.0", "5.25.0rc1"]
-    code = command.bisect(suite, combo, ["2.13.0"], cache=tmp_path / "cache", out=root, timeout_s=None,
-                          command="reportgen history", bench=tmp_path / "bench", index=lambda _: index)
+    code = command.bisect(suite, combo, [ReleaseSet("2.13.0", "5.25.0")], cache=tmp_path / "cache", out=root,
+                          timeout_s=None, command="reportgen history", bench=tmp_path / "bench",
+                          index=lambda _: index)
     assert code == 0
     assert measured == ["5.22.0", "5.21.0"]  # halving: the middle of 5.20-5.24, then of 5.20-5.21
     out = capsys.readouterr().out
     assert "first transformers release with the change: 5.22.0 (torch 2.13.0)" in out
     assert "between transformers 5.21.0 and 5.22.0" in out
+
+
+def test_bisect_halves_a_torch_step_with_transformers_held(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from reportgen.commands import history as command
+
+    root = tmp_path / "runs"
+    combo = "bert-base--forward--fp32--sdpa--b1--s128"
+    _history_run(root, "5.0.0", 1.5, torch="2.4.1", only=combo)
+    _history_run(root, "5.0.0", 1.0, torch="2.10.0")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / f"{HW}.json").write_text(json.dumps(coverage_bench([0.05] * 10)))
+    measured: list[tuple[str, str]] = []
+
+    def measure_one(suite: Any, release: ReleaseSet, **_: Any) -> dict[str, Any]:
+        # the change came with torch 2.6.0
+        measured.append((release.torch, release.transformers))
+        faster = [int(p) for p in release.torch.split(".")] >= [2, 6, 0]
+        run = _history_run(root, release.transformers, 1.0 if faster else 1.5, torch=release.torch, only=combo)
+        return {"run_id": f"{HW}/{run.name}", "line": "ok"}
+
+    monkeypatch.setattr(command, "measure_one", measure_one)
+    hash_ = json.loads((RUN / "run.json").read_text())["suite"]["hash"]
+    suite = argparse.Namespace(name="cpu-default", hash=hash_)
+    index = {"torch": ["2.4.1", "2.5.0", "2.5.1", "2.6.0", "2.7.0", "2.7.1", "2.8.0", "2.9.0", "2.10.0"],
+             "transformers": ["5.0.0"]}
+    sets = [ReleaseSet("2.4.1", "5.0.0"), ReleaseSet("2.10.0", "5.0.0")]
+    code = command.bisect(suite, combo, sets, cache=tmp_path / "cache", out=root, timeout_s=None,
+                          command="reportgen history", bench=tmp_path / "bench", index=lambda lib: index[lib])
+    assert code == 0
+    # the middle of 2.5.0-2.9.0 (2.7.0), then of 2.5.0-2.6.0 (2.5.1), then 2.6.0 alone
+    assert measured == [("2.7.0", "5.0.0"), ("2.5.1", "5.0.0"), ("2.6.0", "5.0.0")]
+    out = capsys.readouterr().out
+    assert "first torch release with the change: 2.6.0 (transformers 5.0.0)" in out
+    assert "between torch 2.5.1 and 2.6.0" in out
+    # no two releases of either library measured: nothing to halve, said so
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert command.bisect(suite, combo, sets, cache=tmp_path / "cache", out=empty, timeout_s=None,
+                          command="reportgen history", bench=tmp_path / "bench",
+                          index=lambda lib: index[lib]) == 1
+    assert "measure some releases first" in capsys.readouterr().out
 
 
 def test_compare_of_two_releases_says_which_versions_differ(tmp_path: Path) -> None:
