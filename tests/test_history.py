@@ -299,6 +299,63 @@ def test_the_history_page_shows_each_release_and_the_steps(tmp_path: Path) -> No
         assert bad not in text
     index = render_page(environment(), pages["history/index.md"])
     assert "| [cpu-default](cpu-amd-epyc-2c-cpu-default.md) |" in index and "| 5.19.0, 5.20.0, 5.25.0 | 2 |" in index
+    # no cause recorded: each marked step says so and links the new release's notes
+    assert text.count("Cause not identified; the release notes of transformers 5.20.0: "
+                      "[https://github.com/huggingface/transformers/releases/tag/v5.20.0]"
+                      "(https://github.com/huggingface/transformers/releases/tag/v5.20.0).") == 2
+
+
+CAUSES = """\
+- library: transformers
+  release: "5.20.0"
+  combinations: "bert-base--*--sdpa--*"
+  cause: >-
+    BERT's attention moved to the shared
+    attention interface.
+  source: {title: transformers 5.20.0 release notes, url: "https://github.com/huggingface/transformers/releases/tag/v5.20.0"}
+"""
+
+
+def test_a_recorded_cause_is_named_beside_the_steps_it_explains(tmp_path: Path) -> None:
+    from reportgen.records.causes import load_causes
+    from reportgen.render.pages import site_model
+    from reportgen.render.site import render_page
+    from reportgen.render.templating import environment
+
+    root = _tree(tmp_path)
+    (root / "causes.yaml").write_text(CAUSES)
+    causes = load_causes(root)
+    assert [(c.library, c.release) for c in causes] == [("transformers", "5.20.0")]
+    assert causes[0].explains("transformers", "5.19.0", "5.25.0", "bert-base--forward--fp32--sdpa--b1--s128")
+    assert not causes[0].explains("transformers", "5.20.0", "5.25.0", "bert-base--forward--fp32--sdpa--b1--s128")
+    assert not causes[0].explains("torch", "5.19.0", "5.20.0", "bert-base--forward--fp32--sdpa--b1--s128")
+    assert not causes[0].explains("transformers", "5.19.0", "5.20.0", "gpt2--forward--fp32--sdpa--b1--s128")
+    model = site_model(load_runs(root), bench=_bench(0.05), causes=causes)
+    page = next(p for p in model.pages if p.path == "history/cpu-amd-epyc-2c-cpu-default.md")
+    text = render_page(environment(), page)
+    assert text.count("Cause (transformers 5.20.0): BERT&#39;s attention moved to the shared attention interface. "
+                      "Source: [transformers 5.20.0 release notes]"
+                      "(https://github.com/huggingface/transformers/releases/tag/v5.20.0).") == 2
+    assert "Cause not identified" not in text
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("- {library: jax, release: '1.0', combinations: '*', cause: x, source: {title: t, url: 'https://a'}}",
+     r"causes.yaml: \[0\].library: 'jax' is not one of torch, transformers"),
+    ("- {library: torch, release: '2.6', combinations: '*', cause: x}", r"causes.yaml: \[0\]: missing source"),
+    ("- {library: torch, release: '2.6', combinations: '*', cause: x, source: {title: t, url: 'http://a'}}",
+     r"causes.yaml: \[0\].source.url: 'http://a' is not an https address"),
+    ("- {library: torch, release: '2.6', combinations: '*', cause: x, why: y, source: {title: t, url: 'https://a'}}",
+     r"causes.yaml: \[0\].why: unknown field"),
+    ("library: torch", r"causes.yaml: expected a list of causes"),
+    ("- [unclosed", r"causes.yaml: not valid YAML \(line 1\)"),
+])
+def test_a_malformed_causes_file_is_one_line_naming_the_entry(tmp_path: Path, content: str, message: str) -> None:
+    from reportgen.records.causes import load_causes
+
+    (tmp_path / "causes.yaml").write_text(content)
+    with pytest.raises(UserError, match=message):
+        load_causes(tmp_path)
 
 
 def test_the_rest_of_the_site_reads_the_current_release(tmp_path: Path) -> None:
