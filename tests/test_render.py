@@ -460,18 +460,6 @@ def test_one_loglog_fit_implementation() -> None:
     assert "polyfit" not in src and "lstsq" not in src
 
 
-def test_hardware_labels() -> None:
-    from reportgen.render.machine import hardware_label
-
-    env = {"host": {"cpu_model": "AMD EPYC 7B13", "physical_cores": 2, "usable_cores": 2}}
-    assert hardware_label("cpu-amd-epyc-2c", env) == "CPU · AMD EPYC 7B13 · 2 cores"
-    gpu = {"gpus": [{"name": "NVIDIA H200"}]}
-    assert hardware_label("nvidia-h200-1x", gpu) == "GPU · NVIDIA H200 · 1 GPU"
-    assert hardware_label("cpu-amd-epyc-2c", None) == "CPU · AMD EPYC · 2 cores"
-    assert hardware_label("nvidia-h100-8x", {}) == "GPU · NVIDIA H100 · 8 GPUs"
-    assert hardware_label("my-box", {}) == "my-box"
-
-
 def test_environment_facts_are_sentences_and_flag_a_dirty_tree() -> None:
     from reportgen.render.machine import environment_facts
 

@@ -162,7 +162,7 @@ def _points(result: ClaimResult) -> list[dict[str, Any]]:
         checks = checks[:1]  # one point per row: the checks share its value
     for row in result.evidence:
         combo = row["combination"]
-        name = row.get("device_name") or row["gpu_name"] or row["hardware"]
+        name = row["hardware_label"]
         base = {
             # the claim's hardware first; other hardware says so in its panel's title
             "hardware": name if row["on_claim_hardware"] else f"{name} (context)",
@@ -332,7 +332,7 @@ def _evidence_rows(result: ClaimResult, page: str, combination_page: Combination
             notes.append("also measured by run " + ", ".join(row["also_measured_in"])
                          + "; counted once, from this latest record")
         rows.append({
-            "hardware": row.get("device_name") or row["gpu_name"] or row["hardware"],
+            "hardware": row["hardware_label"],
             "run_id": row["run_id"],
             "setting": _setting(combo, variants),
             "measured": _measured_cells(result, row, shared),
