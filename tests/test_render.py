@@ -298,7 +298,7 @@ def test_intervals_state_the_level_their_records_reach(tmp_path: Path) -> None:
         record = json.loads(path.read_text(encoding="utf-8"))
         record["timing"]["confidence"] = 0.875
         path.write_text(json.dumps(record), encoding="utf-8")
-        intervals.append(fmt.escape(fmt.ci(record["timing"]["ci_low"], record["timing"]["ci_high"])))
+        intervals.append(fmt.markdown_cell(fmt.ci(record["timing"]["ci_low"], record["timing"]["ci_high"])))
     project = make_project(tmp_path / "p")
     render(runs, project / "docs", svg=False)
     docs = project / "docs"
@@ -369,7 +369,7 @@ def test_cli_missing_runs_is_a_user_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", [HOSTILE, "a|b", "**bold**", "[x](javascript:alert(1))",
                                    "`code`", "{: onclick=alert(1) }", "line\nbreak", "_u_"])
 def test_escape_makes_run_data_inert(value: str) -> None:
-    out = fmt.escape(value)
+    out = fmt.markdown_cell(value)
     for ch in "<>|*[]`{}\n_":
         assert ch not in out
 
