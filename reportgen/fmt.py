@@ -1,7 +1,9 @@
 """Display formatting and escaping for the Markdown templates: the one formatter set.
 
-Numbers are stored at full precision and rounded only here. Every value a template prints
-goes through :func:`escape` unless it is a :class:`Raw` built by reportgen's own code.
+Numbers are stored at full precision and rounded only here. Run data placed into a page is
+escaped here too, one function per place it goes (`markdown_text`, `markdown_cell`,
+`html_text`): every value a template prints goes through one of them unless it is a
+:class:`Raw` built by reportgen's own code.
 It imports nothing of reportgen, so the claim checks (a claim's threshold in words) use it
 as the pages do, without reaching up to the render side.
 """
@@ -28,21 +30,45 @@ class Raw(Markup):
     """
 
 
-# Characters that change meaning in Markdown or HTML; numeric entities render as the
-# character itself in every context (tables, headings, attribute lists, raw HTML).
-_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
-_ENTITIES.update({c: f"&#{ord(c)};" for c in "\\`*_[]|{}#"})
-_TABLE = str.maketrans(_ENTITIES)
+# -- escaping: run data placed into a page, one function per place it goes ---------------
+#
+# HTML's specials, and Markdown's that could start emphasis, code, a link or image, a
+# heading, a table cell, an attribute list, strikethrough or math: each becomes a numeric
+# entity, which renders as the character itself in every context (paragraphs, headings,
+# table cells, attribute lists, raw HTML).
+_MARKDOWN = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
+                          | {c: f"&#{ord(c)};" for c in "\\`*_{}[]#|~$"})
 
 
-def escape(value: object) -> str:
+# what starts a block at the start of a line (a list item, a setext heading's underline, a
+# rule): the value may be placed there; a lone "-" (a template's own "no value") is left be
+_BLOCK_START = re.compile(r"^( ?(?:\d+(?=[.)]))?)([-+=.)])(?=\s|[-=])")
+
+
+def markdown_text(value: object) -> str:
+    """Run data as inert text in Markdown (a paragraph, a list item, a heading, a link's
+    text): no character of it starts Markdown or HTML, and whitespace runs become one space
+    (a newline would end a list item or start a block). Markup built by reportgen's own
+    code passes as it is; None is empty."""
     if isinstance(value, Markup):
-        return value
+        return str(value)
     if value is None:
-        return DASH
-    text = str(value)
-    text = re.sub(r"\s+", " ", text)  # a newline would end a table row or a list item
-    return text.translate(_TABLE)
+        return ""
+    text = re.sub(r"\s+", " ", str(value)).translate(_MARKDOWN)
+    return _BLOCK_START.sub(lambda m: f"{m.group(1)}&#{ord(m.group(2))};", text, count=1)
+
+
+def markdown_cell(value: object) -> str:
+    """Run data as one cell of a Markdown table: `markdown_text`, whose ``|`` is an entity
+    (the cell is not split) and whose newlines are spaces (the row is not ended); a missing
+    value (None) is a dash."""
+    return DASH if value is None else markdown_text(value)
+
+
+def html_text(value: object) -> str:
+    """Run data as HTML text or a double-quoted attribute's value: ``& < > " '`` as
+    entities (Markdown is not read there)."""
+    return str(escape_html(str(value)))
 
 
 def url(path: str) -> Raw:
@@ -337,8 +363,10 @@ def code_block(value: Any, lang: str = "json", indent: int = 0) -> Raw:
 
 
 def finalize(value: object) -> Markup:
-    """Applied by Jinja to every ``{{ }}`` value: run data becomes inert text."""
-    return value if isinstance(value, Markup) else Markup(escape(value))
+    """Applied by Jinja to every ``{{ }}`` value of the site's pages: run data becomes inert
+    text (`markdown_cell`: the same text in a table cell or a sentence; a missing value a
+    dash, an empty one empty)."""
+    return value if isinstance(value, Markup) else Markup(markdown_cell(value))
 
 
 def front_matter_title(value: object) -> Raw:
@@ -349,18 +377,18 @@ def front_matter_title(value: object) -> Raw:
     must arrive escaped. JSON strings are valid YAML.
     """
     text = re.sub(r"\s+", " ", str(value))
-    return Raw(json.dumps(str(escape_html(text)), ensure_ascii=True))
+    return Raw(json.dumps(html_text(text), ensure_ascii=True))
 
 
 def html_attr(value: object) -> Raw:
     """A value for a double-quoted HTML attribute (the chart spec JSON)."""
-    return Raw(escape_html(str(value)))
+    return Raw(html_text(value))
 
 
 def breakable(value: object) -> Raw:
     """Escaped text with line-break opportunities after ``.``, ``/`` and ``--``, so long
     identifiers (run and combination ids, category names) wrap inside a table cell."""
-    text = escape(value)
+    text = markdown_cell(value)
     for sep in ("--", "/", "."):
         text = text.replace(sep, sep + "<wbr>")
     return Raw(text)
@@ -372,7 +400,7 @@ _WHEN = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2})(?::\d{2}(?:\.\d+)?)?(?:Z
 def when(value: object) -> str:
     """An ISO 8601 UTC time to the minute: ``2026-12-02 14:00 UTC``."""
     m = _WHEN.match(str(value or ""))
-    return escape(f"{m.group(1)} {m.group(2)} UTC" if m else value)
+    return markdown_cell(f"{m.group(1)} {m.group(2)} UTC" if m else value)
 
 
 def rerun(median: Any, low: Any, high: Any, runs: Any) -> str:
@@ -391,7 +419,13 @@ def _signed_pct(x: float) -> str:
     return "0%" if text in ("+0%", "-0%") else text.replace("-", "−")
 
 
-FILTERS = {"breakable": breakable, "when": when, "front_matter_title": front_matter_title, "html_attr": html_attr,
+def cell(value: object) -> Raw:
+    """A filter for a table cell printed where no finalize escapes (the README)."""
+    return Raw(markdown_cell(value))
+
+
+FILTERS = {"breakable": breakable, "cell": cell, "when": when, "front_matter_title": front_matter_title,
+           "html_attr": html_attr,
            "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
            "fixed": fixed, "integer": integer, "seq_length": length, "nbytes": nbytes, "flops": flops,
            "bandwidth": bandwidth, "quantity": quantity, "sig": sig, "general": general,

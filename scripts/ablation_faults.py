@@ -55,16 +55,18 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         held = {**held, "mmap_max_blocks": 65536}
     from reportgen.bench.ablation import category_stand_in
     from reportgen.bench.common import build_frozen, combo_label
+    from reportgen.profile.structure import derive
     from reportgen.stats import median
 
     combo, built = build_frozen(args.model, scale=args.scale, mode=args.mode, attn=args.attn,
                                 seq_len=args.seq_len)
+    roles = derive(built.model, built.step).roles  # once: every stand-in below reads it
 
     def step(stand_in: bool) -> tuple[float, int]:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start = time.perf_counter()
         if stand_in:
-            with category_stand_in(built.model, args.category):
+            with category_stand_in(built.model, args.category, roles=roles):
                 built.step()
         else:
             built.step()

@@ -96,7 +96,8 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         return ms, {name: (end - start) * 1e3 for name, (start, end) in marks.items()}
 
     def one(stand_in: bool, hooked: bool) -> dict[str, Any]:
-        with category_stand_in(model, args.category) if stand_in else contextlib.nullcontext():
+        with (category_stand_in(model, args.category, roles=structure.roles) if stand_in
+              else contextlib.nullcontext()):
             if hooked:
                 phases: list[dict[str, dict[str, float]]] = []
                 ms, _ = regions.hooked_forward(model, step, clock, structure, phases=phases)

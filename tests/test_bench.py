@@ -528,26 +528,37 @@ def _hooked_ops(built: Any, category: str, stand_in: bool) -> tuple[float, float
     from reportgen.profile.structure import derive
 
     proj = derive(built.model, built.step)
-    with category_stand_in(built.model, category) if stand_in else contextlib.nullcontext(), counting_ops() as clock:
+    with (category_stand_in(built.model, category, roles=proj.roles) if stand_in else contextlib.nullcontext(),
+          counting_ops() as clock):
         _, cats = regions.hooked_forward(built.model, built.step, clock, proj)
     built.step.reset()
     return cats.get(category, 0.0), cats.get("moe.router", 0.0)
 
 
 @pytest.mark.parametrize("model, category", [("mixtral", "moe.experts"), ("mamba", "mixer")])
-def test_module_stand_in_replaces_the_category_and_is_put_back(model: str, category: str) -> None:
+def test_module_stand_in_replaces_the_category_and_is_put_back(model: str, category: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     from reportgen.bench.ablation import category_stand_in
-    from reportgen.profile import building
+    from reportgen.profile import building, structure
 
     built = building.build(_tiny(model), "cpu")
     try:
         layers = int(built.model.config.num_hidden_layers)
+        roles = structure.derive(built.model, built.step).roles
         before = built.step()[0]
-        with category_stand_in(built.model, category) as stand_in:
-            ablated = built.step()[0]
-            again = built.step()[0]
+
+        def derived_again(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the stand-in derived the structure again")
+
+        # the stand-in reads the structure it is handed, derived once above
+        with monkeypatch.context() as patch:
+            patch.setattr(structure, "classify", derived_again)
+            patch.setattr(structure, "derive", derived_again)
+            with category_stand_in(built.model, category, roles=roles) as stand_in:
+                ablated = built.step()[0]
+                again = built.step()[0]
         after = built.step()[0]
         full_ops, full_router = _hooked_ops(built, category, stand_in=False)
         stub_ops, stub_router = _hooked_ops(built, category, stand_in=True)
@@ -603,6 +614,7 @@ def test_module_stand_in_for_a_list_of_experts_and_a_shared_one() -> None:
     from torch import nn
 
     from reportgen.bench.ablation import category_stand_in
+    from reportgen.profile.structure import classify
 
     class Expert(nn.Module):
         def __init__(self) -> None:
@@ -659,7 +671,7 @@ def test_module_stand_in_for_a_list_of_experts_and_a_shared_one() -> None:
     x = torch.randn(2, 10, 8)
     with torch.inference_mode():
         before = model(x)
-        with category_stand_in(model, "moe.experts") as stand_in:
+        with category_stand_in(model, "moe.experts", roles=classify(model)) as stand_in:
             first = model(x)
             experts_out = model.layers[0].mlp.experts[0](torch.randn(4, 8))
             shared_out = model.layers[0].mlp.shared_expert(x)[0]
@@ -679,10 +691,14 @@ def test_module_stand_in_refuses_a_model_without_the_category() -> None:
     from torch import nn
 
     from reportgen.bench.ablation import category_stand_in
+    from reportgen.profile.structure import classify
 
+    model = nn.Sequential(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="no 'experts' module"):
-        with category_stand_in(nn.Sequential(nn.Linear(2, 2)), "moe.experts"):
+        with category_stand_in(model, "moe.experts", roles=classify(model)):
             pass
+    with pytest.raises(ValueError, match="needs the model's module roles"):
+        category_stand_in(model, "moe.experts")
     with pytest.raises(ValueError, match="no stand-in for 'mlp'"):
         category_stand_in(nn.Linear(2, 2), "mlp")
 

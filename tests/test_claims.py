@@ -144,7 +144,7 @@ def test_shipped_claims_are_not_tested_on_their_hardware_from_cpu_runs(cpu_runs:
     bert = verdicts["bert-base-attention-over-60-percent"]
     (context,) = bert.context
     # 35% and 70%: both CPU rows, the range of what was measured there
-    assert context["text"] == "on a CPU (cpu-test-2c): 35.0\u201370.0% over 2 combinations; not the claim's hardware"
+    assert context["text"] == "on CPU · TEST · 2 cores: 35.0\u201370.0% over 2 combinations; not the claim's hardware"
     assert [r["outcome"] for r in bert.evidence] == ["does not hold here", "holds here"]
 
 
@@ -158,7 +158,7 @@ def test_bert_claim_on_the_committed_cpu_runs_reads_not_tested_with_context() ->
     assert len(bert.context) == len(hosts) >= 1
     assert sum(c["n"] for c in bert.context) == len(bert.evidence)
     for context in bert.context:
-        assert context["label"].startswith("a CPU (")
+        assert context["label"].startswith("CPU · ")
         assert context["text"].endswith("; not the claim's hardware") and "%" in context["text"]
         assert 0.2 < context["low"] <= context["high"] < 0.6  # from the records, not typed here
     page = pages(ROOT / "runs", ROOT / "claims", report=report)["findings/bert-base-attention-over-60-percent.md"]
@@ -290,7 +290,7 @@ def test_utilization_claims_on_a100_and_h100_runs(tmp_path: Path) -> None:
     assert row["gpu_name"] == "NVIDIA A100-SXM4-80GB"
     assert row["value"] == pytest.approx(100 * 1e12 / 0.005 / 312e12)
     assert [c["text"] for c in a100.context] == [
-        ("on a GPU (NVIDIA H100 80GB HBM3, nvidia-h100-1x): 25.3% of peak over 1 combination; "
+        ("on GPU · NVIDIA H100 80GB HBM3 · 1 GPU: 25.3% of peak over 1 combination; "
          "not the claim's hardware")]
     h100 = by_id["flashattention2-h100-utilization"]
     assert h100.verdict == SUPPORTED and h100.counts[SUPPORTED] == 1
@@ -484,9 +484,8 @@ def test_a100_claim_is_decided_by_a100_runs_only(tmp_path: Path) -> None:
     assert result.verdict == NOT_TESTED_HARDWARE
     assert result.counts == {SUPPORTED: 0, REFUTED: 0, INCONCLUSIVE: 0, NOT_TESTED: 0}
     labels = [c["label"] for c in result.context]
-    assert labels == ["a CPU (cpu-x)", "a GPU (NVIDIA H100 80GB HBM3, nvidia-h100-1x)",
-                      "a GPU (NVIDIA H200, nvidia-h200-1x)"]
-    assert result.context[1]["text"] == ("on a GPU (NVIDIA H100 80GB HBM3, nvidia-h100-1x): 1x over 1 "
+    assert labels == ["CPU · X", "GPU · NVIDIA H100 80GB HBM3 · 1 GPU", "GPU · NVIDIA H200 · 1 GPU"]
+    assert result.context[1]["text"] == ("on GPU · NVIDIA H100 80GB HBM3 · 1 GPU: 1x over 1 "
                                          "combination; not the claim's hardware")
     h100 = next(r for r in result.evidence if r["hardware"] == "nvidia-h100-1x")
     assert h100["verdict"] == REFUTED and h100["outcome"] == "does not hold here"
@@ -649,7 +648,7 @@ def test_check_text_exits_zero_whatever_the_verdicts(cpu_runs: Path, capsys: pyt
     out = capsys.readouterr().out
     assert "bert-base-attention-over-60-percent: NOT TESTED ON ITS HARDWARE" in out
     assert "sdpa-flash-fastest-backend: NOT TESTED ON ITS HARDWARE" in out
-    assert "  context: on a CPU (cpu-test-2c): 35.0\u201370.0% over 2 combinations; not the claim's hardware" in out
+    assert "  context: on CPU · TEST · 2 cores: 35.0\u201370.0% over 2 combinations; not the claim's hardware" in out
     # context rows say whether the predicate holds there, never "refuted"
     assert "does not hold here" in out and "holds here" in out and "refuted" not in out
 
@@ -759,7 +758,7 @@ def test_chart_spec_is_readable_labelled_and_marks_context(cpu_runs: Path) -> No
     values = spec["data"]["values"]
     assert sorted(v["seq_len"] for v in values) == [128, 2048]
     assert {v["role"] for v in values} == {ROLE_OTHER_HARDWARE}
-    assert {v["hardware"] for v in values} == {"cpu-test-2c (context)"}  # the panel says so
+    assert {v["hardware"] for v in values} == {"CPU · TEST · 2 cores (context)"}  # the panel says so
     assert spec["facet"]["sort"] == {"field": "panel", "op": "min"}  # the claim's hardware first
     layers = spec["spec"]["layer"]
     texts = [layer for layer in layers if layer["mark"]["type"] == "text"]

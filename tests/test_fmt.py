@@ -233,7 +233,7 @@ def test_table_cell() -> None:
     assert table_cell([1, 2.5, None]) == f"1, 2.5, {fmt.DASH}"
     assert table_cell({"a": 1000.0, "b": True}) == "a: 1,000, b: yes"
     assert table_cell([]) == fmt.DASH
-    assert table_cell("x|y") == "x\\|y"
+    assert table_cell("x|y") == "x&#124;y"
 
 
 @pytest.mark.parametrize("value, unit, text", [

@@ -298,7 +298,7 @@ def test_intervals_state_the_level_their_records_reach(tmp_path: Path) -> None:
         record = json.loads(path.read_text(encoding="utf-8"))
         record["timing"]["confidence"] = 0.875
         path.write_text(json.dumps(record), encoding="utf-8")
-        intervals.append(fmt.escape(fmt.ci(record["timing"]["ci_low"], record["timing"]["ci_high"])))
+        intervals.append(fmt.markdown_cell(fmt.ci(record["timing"]["ci_low"], record["timing"]["ci_high"])))
     project = make_project(tmp_path / "p")
     render(runs, project / "docs", svg=False)
     docs = project / "docs"
@@ -369,7 +369,7 @@ def test_cli_missing_runs_is_a_user_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", [HOSTILE, "a|b", "**bold**", "[x](javascript:alert(1))",
                                    "`code`", "{: onclick=alert(1) }", "line\nbreak", "_u_"])
 def test_escape_makes_run_data_inert(value: str) -> None:
-    out = fmt.escape(value)
+    out = fmt.markdown_cell(value)
     for ch in "<>|*[]`{}\n_":
         assert ch not in out
 
@@ -458,18 +458,6 @@ def test_one_loglog_fit_implementation() -> None:
         stats.loglog_fit_stats([1.0, 2.0], [1.0, 4.0])
     src = (ROOT / "reportgen" / "render" / "analysis.py").read_text(encoding="utf-8")
     assert "polyfit" not in src and "lstsq" not in src
-
-
-def test_hardware_labels() -> None:
-    from reportgen.render.machine import hardware_label
-
-    env = {"host": {"cpu_model": "AMD EPYC 7B13", "physical_cores": 2, "usable_cores": 2}}
-    assert hardware_label("cpu-amd-epyc-2c", env) == "CPU · AMD EPYC 7B13 · 2 cores"
-    gpu = {"gpus": [{"name": "NVIDIA H200"}]}
-    assert hardware_label("nvidia-h200-1x", gpu) == "GPU · NVIDIA H200 · 1 GPU"
-    assert hardware_label("cpu-amd-epyc-2c", None) == "CPU · AMD EPYC · 2 cores"
-    assert hardware_label("nvidia-h100-8x", {}) == "GPU · NVIDIA H100 · 8 GPUs"
-    assert hardware_label("my-box", {}) == "my-box"
 
 
 def test_environment_facts_are_sentences_and_flag_a_dirty_tree() -> None:

@@ -375,18 +375,18 @@ def test_tools_page_from_a_record(bert_study: tuple[dict[str, Any], Path],
     assert page.startswith("---\ntitle: \"Compared with other tools\"\n---\n# Compared with other tools")
     assert "| Nsight Systems | not applicable |" in page
     assert "Nsight Systems projects CUDA work" in page
-    assert f"| {fmt.escape('torch key_averages')} | measured |" in page
+    assert f"| {fmt.markdown_cell('torch key_averages')} | measured |" in page
     status = "measured" if HTA_INSTALLED else "missing"
     assert f"| HolisticTraceAnalysis | {status} |" in page
     norm = result["comparison"]["rows"][CATEGORIES.index("norm")]
     low, high = (norm["intervals"]["reportgen"][k] for k in ("low", "high"))
-    assert (f"| norm | {fmt.escape(fmt.num(norm['reportgen']) + ' ' + fmt.ci(low, high))} | "
-            f"{fmt.escape(fmt.num(norm['key_averages']) + ' [')}") in page
+    assert (f"| norm | {fmt.markdown_cell(fmt.num(norm['reportgen']) + ' ' + fmt.ci(low, high))} | "
+            f"{fmt.markdown_cell(fmt.num(norm['key_averages']) + ' [')}") in page
     assert "the median of 6 passes of 3 profiled forwards each" in page
     differences = [d for r in result["comparison"]["rows"] for d in r["differences"]]
     for d in differences:  # each difference over 2% is on the page with its reasons
         for reason in d["reasons"]:
-            assert fmt.escape(reason["reason"]) in page
+            assert fmt.markdown_cell(reason["reason"]) in page
     charts = sorted((docs / "charts").glob("tools--*"))
     assert {p.suffix for p in charts} == {".csv", ".json"}
     table = next(p for p in charts if p.name.endswith("-chart.csv"))

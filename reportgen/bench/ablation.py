@@ -9,7 +9,8 @@ with the time reportgen attributes to that category. Targets (``TARGETS``):
   ``eager_attention_forward`` function of their own modelling module. The stand-in
   replaces the registered ``sdpa`` function in the class-wide mapping and the
   ``eager_attention_forward`` of the module that defines each attention class found.
-- ``moe.experts``: every module ``structure.classify`` gives the role ``experts`` (routed
+- ``moe.experts``: every module the model's structure (``structure.derive``, derived once
+  per combination and handed in) gives the role ``experts`` (routed
   and shared: the category holds both; the router is kept) gets an instance ``forward``
   that returns cached zeros: of the first tensor argument's shape for experts whose weights
   are stacked (transformers' fused ``forward(hidden_states, top_k_index, top_k_weights)``),
@@ -29,7 +30,7 @@ import contextlib
 import math
 import sys
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,8 @@ from reportgen.stats.bootstrap import resample, two_level
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
+
+    from reportgen.profile.structure import ModuleRole
 
 # The rule the ablation figure is judged by: where the attributed attention.core is at
 # least RESOLUTION of the forward, the forward's drop with the core stubbed out must agree
@@ -282,15 +285,16 @@ def _as_recorded(stand_in: ModuleStandIn, module: torch.nn.Module, original: Any
     return forward
 
 
-def _module_targets(model: torch.nn.Module, category: str
+def _module_targets(model: torch.nn.Module, category: str, roles: Mapping[str, ModuleRole]
                     ) -> list[tuple[str, torch.nn.Module, Callable[..., Callable[..., Any]]]]:
-    """(name, module, replacement maker) for every module doing ``category``'s work."""
-    from reportgen.profile.structure import classify, is_experts
+    """(name, module, replacement maker) for every module doing ``category``'s work, by
+    the ``roles`` of the model's structure."""
+    from reportgen.profile.structure import is_experts
 
     role = TARGET_ROLES[category]
     modules = dict(model.named_modules())
     found: list[tuple[str, torch.nn.Module, Callable[..., Callable[..., Any]]]] = []
-    for fqn, info in classify(model).items():
+    for fqn, info in roles.items():
         if info.role != role or fqn not in modules:
             continue
         module = modules[fqn]
@@ -312,14 +316,17 @@ _UNSET = object()  # a module without a forward of its own (the class's)
 
 
 @contextlib.contextmanager
-def module_stand_in(model: torch.nn.Module, category: str) -> Iterator[ModuleStandIn]:
+def module_stand_in(model: torch.nn.Module, category: str, roles: Mapping[str, ModuleRole]
+                    ) -> Iterator[ModuleStandIn]:
     """Within the block, every module doing ``category``'s work (``moe.experts``:
     experts, routed and shared; ``mixer``: token mixers) returns cached zeros; the
-    instances' own ``forward`` attributes are restored afterwards."""
+    instances' own ``forward`` attributes are restored afterwards. ``roles``: the module
+    roles of the model's structure, derived once for the model (``structure.derive``'s
+    ``roles``) and read here, not derived again."""
     if category not in TARGET_ROLES:
         raise ValueError(f"no module stand-in for {category!r}; choose from {', '.join(TARGET_ROLES)}")
     stand_in = ModuleStandIn(category)
-    targets = _module_targets(model, category)
+    targets = _module_targets(model, category, roles)
     if not targets:
         raise ValueError(f"the model has no {TARGET_ROLES[category]!r} module: nothing stands in for {category}")
     restore: list[tuple[torch.nn.Module, Any]] = []
@@ -339,13 +346,18 @@ def module_stand_in(model: torch.nn.Module, category: str) -> Iterator[ModuleSta
                 module.forward = own  # type: ignore[method-assign]
 
 
-def category_stand_in(model: torch.nn.Module, category: str = DEFAULT_TARGET
+def category_stand_in(model: torch.nn.Module, category: str = DEFAULT_TARGET, *,
+                      roles: Mapping[str, ModuleRole] | None = None
                       ) -> contextlib.AbstractContextManager[StandIn | ModuleStandIn]:
-    """The stand-in for ``category`` (one of ``TARGETS``) on ``model``."""
+    """The stand-in for ``category`` (one of ``TARGETS``) on ``model``. A module stand-in
+    (``TARGET_ROLES``) finds its modules by ``roles``, the model's structure's (the
+    attention core's stand-in replaces the attention function and needs none)."""
     if category == "attention.core":
         return attention_stand_in(model)
     if category in TARGET_ROLES:
-        return module_stand_in(model, category)
+        if roles is None:
+            raise ValueError(f"the {category} stand-in needs the model's module roles (structure.derive)")
+        return module_stand_in(model, category, roles)
     raise ValueError(f"no stand-in for {category!r}; choose from {', '.join(TARGETS)}")
 
 

@@ -57,7 +57,7 @@ def paired_forwards(step: Any, model: Any, structure: Any, *, budget_s: float, m
     clock = regions.device_clock(step)
 
     def one(stub: bool, hooked: bool) -> tuple[float, dict[str, float]]:
-        with category_stand_in(model, category) if stub else contextlib.nullcontext():
+        with category_stand_in(model, category, roles=structure.roles) if stub else contextlib.nullcontext():
             if hooked:
                 ms, cats = regions.hooked_forward(model, step, clock, structure)
             else:
@@ -68,7 +68,7 @@ def paired_forwards(step: Any, model: Any, structure: Any, *, budget_s: float, m
         step.reset()
         return ms, cats
 
-    probe = _probe(step, model, category)
+    probe = _probe(step, model, category, structure)
     for _ in range(warmup):
         for hooked in (False, True):
             one(False, hooked)
@@ -96,11 +96,11 @@ def paired_forwards(step: Any, model: Any, structure: Any, *, budget_s: float, m
             "category": category}
 
 
-def _probe(step: Any, model: Any, category: str) -> Any:
+def _probe(step: Any, model: Any, category: str, structure: Any) -> Any:
     """One forward with the stand-in, untimed: it proves the stand-in is called (its
     ``calls`` per forward) and lets a mixer's stand-in record its output before any
     measured forward."""
-    with category_stand_in(model, category) as probe:
+    with category_stand_in(model, category, roles=structure.roles) as probe:
         step()
         step.reset()
     if probe.calls == 0:
@@ -158,12 +158,12 @@ def ablation_unit(combo: Any, *, profiled: bool, min_pairs: int, budget_s: float
         gc.freeze()
         built = build(combo)
         try:
-            patched = list(_probe(built.step, built.model, category).patched)
             structure = derive(built.model, built.step)  # once: every pass below reads it
+            patched = list(_probe(built.step, built.model, category, structure).patched)
             profiler = None
             if profiled:
                 full = _profiler_series(built, structure, iterations, trace_dir, "full", category)
-                with category_stand_in(built.model, category):
+                with category_stand_in(built.model, category, roles=structure.roles):
                     left = _profiler_series(built, structure, iterations, trace_dir, "ablated", category)
                 profiler = {"full": full, "left": left}
             pairs = paired_forwards(built.step, built.model, structure, budget_s=budget_s,

@@ -43,6 +43,7 @@ from reportgen.claims.metrics import (
 )
 from reportgen.claims.registry import Check, Claim, Comparison, load_claims
 from reportgen.records import fields
+from reportgen.records.hardware import cpu_name, hardware_label, host_labels
 from reportgen.records.status import is_ok
 from reportgen.vocabulary import TRAIN_MODES
 
@@ -66,12 +67,18 @@ class Observation:
     """One combination record with what its run says about the machine."""
 
     run_id: str
-    hardware: str  # the run's hardware label (slug)
+    hardware: str  # the run's hardware slug
     device: str  # "cpu" | "gpu"
     gpu_name: str | None
     suite: str | None
     record: dict[str, Any]
     cpu_name: str | None = None
+    host_label: str | None = None  # how every page names the host (records.hardware)
+
+    @property
+    def hardware_label(self) -> str:
+        """The host as every page names it (``CPU · AMD EPYC · 2 cores``)."""
+        return self.host_label or hardware_label(self.hardware, None)
 
     @property
     def device_name(self) -> str | None:
@@ -169,13 +176,6 @@ def _gpu_name(run: dict[str, Any]) -> str | None:
     return None
 
 
-def _cpu_name(run: dict[str, Any]) -> str | None:
-    for value in (fields.run_get(run, "environment.cpu.model"), fields.run_get(run, "environment.host.cpu_model")):
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
 def load_observations(runs_root: Path | str) -> list[Observation]:
     """Every combination record of the current runs under ``runs_root`` (the latest
     complete run of each suite on each hardware; a missing directory has none).
@@ -184,22 +184,26 @@ def load_observations(runs_root: Path | str) -> list[Observation]:
     """
     from reportgen.records.schema import current_runs, iter_runs
 
+    runs = list(iter_runs(runs_root))
+    labels = host_labels(runs)  # from every run, as the pages name each host
     observations: list[Observation] = []
-    for run in current_runs(iter_runs(runs_root)):  # earlier runs of a suite: history only
-        observations.extend(_run_observations(run))
+    for run in current_runs(runs):  # earlier runs of a suite: history only
+        observations.extend(_run_observations(run, labels))
     return observations
 
 
-def _run_observations(run: Any) -> list[Observation]:
-    """One observation per combination record of ``run`` (a ``records.schema.Run``)."""
-    hardware = str(fields.run_get(run.record, "hardware") or run.path.parent.name)
+def _run_observations(run: Any, labels: dict[str, str]) -> list[Observation]:
+    """One observation per combination record of ``run`` (a ``records.schema.Run``);
+    ``labels``: each host's name to a reader (``host_labels``)."""
+    hardware = run.hardware
     suite = fields.run_get(run.record, "suite.name")
-    gpu, cpu = _gpu_name(run.record), _cpu_name(run.record)
+    gpu, cpu = _gpu_name(run.record), cpu_name(fields.run_get(run.record, "environment"))
     out = []
     for record in run.combination_records():
         device = str(fields.get(record, "combination.device") or "cpu")
         kind = "gpu" if device.startswith("cuda") else "cpu"
-        out.append(Observation(run.run_id, hardware, kind, gpu if kind == "gpu" else None, suite, record, cpu))
+        out.append(Observation(run.run_id, hardware, kind, gpu if kind == "gpu" else None,
+                               suite, record, cpu, labels[hardware]))
     return out
 
 
@@ -237,13 +241,6 @@ def _hardware(claim: Claim, obs: Observation) -> bool:
     """Whether ``obs`` ran on the hardware the claim was made on."""
     # the measuring device's own name when recorded; the hardware slug only without one
     return claim.hardware.matches(obs.device, [obs.device_name or obs.hardware])
-
-
-def hardware_label(obs_device: str, name: str | None, hardware: str) -> str:
-    """How a run's hardware is named to a reader: "a CPU (AMD EPYC, cpu-amd-epyc-2c)"."""
-    noun = "a GPU" if obs_device == "gpu" else "a CPU"
-    detail = ", ".join(dict.fromkeys(n for n in (name, hardware) if n))
-    return f"{noun} ({detail})" if detail else noun
 
 
 def _describe_spec(spec: Any) -> str:
@@ -385,7 +382,6 @@ def _row(claim: Claim, group: list[Observation]) -> dict[str, Any]:
     first = group[0]
     on_hardware = _hardware(claim, first)
     outside = _outside(claim, first, variants=claim.predicate.compares_variants)
-    label = hardware_label(first.device, first.device_name, first.hardware)
     if not on_hardware:
         outside.insert(0, f"hardware: not the claim's ({claim.hardware.describe()})")
     combo = {k: first.combo.get(k) for k in _KEY_FIELDS}
@@ -404,7 +400,7 @@ def _row(claim: Claim, group: list[Observation]) -> dict[str, Any]:
         "device": first.device,
         "gpu_name": first.gpu_name,
         "device_name": first.device_name,
-        "hardware_label": label,
+        "hardware_label": first.hardware_label,
         "on_claim_hardware": on_hardware,
         "within_conditions": not outside,
         "role": "decides" if not outside else "context",
@@ -577,11 +573,13 @@ def load_history_observations(runs_root: Path | str) -> dict[tuple[str, str, str
     from reportgen.records.releases import is_history, release_of
     from reportgen.records.schema import COMPLETE, iter_runs
 
+    runs = list(iter_runs(runs_root))
+    labels = host_labels(runs)
     by_release: dict[tuple[str, str, str, str], list[Any]] = {}
-    for run in iter_runs(runs_root):
+    for run in runs:
         if is_history(run.record):
             rel = release_of(run.record)
-            hardware = str(fields.run_get(run.record, "hardware") or run.path.parent.name)
+            hardware = run.hardware
             suite = str(fields.run_get(run.record, "suite.name") or "")
             by_release.setdefault((hardware, suite, rel["torch"] or "?", rel["transformers"] or "?"),
                                   []).append(run)
@@ -590,7 +588,7 @@ def load_history_observations(runs_root: Path | str) -> dict[tuple[str, str, str
         # as `current_runs` picks a series' run (it never picks a history's): latest complete
         runs.sort(key=lambda r: (str(r.record.get("started") or ""), r.run_id))
         complete = [r for r in runs if r.record.get("status") == COMPLETE] or runs
-        out.setdefault((hardware, torch, transformers), []).extend(_run_observations(complete[-1]))
+        out.setdefault((hardware, torch, transformers), []).extend(_run_observations(complete[-1], labels))
     return out
 
 

@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from reportgen.intervals import unstable_reason
-from reportgen.records import fields
+from reportgen.records import fields, hardware
 from reportgen.records.causes import Cause
-from reportgen.records.releases import is_history
 from reportgen.records.schema import Run, current_runs
 from reportgen.records.status import OK
-from reportgen.render import analysis, charts, machine, payoff
+from reportgen.render import analysis, charts, payoff
 from reportgen.render.charts import Chart
 from reportgen.render.templating import environment
 
@@ -180,16 +179,8 @@ class Builder:
         self.runs_by_id = {run.run_id: run for run in self.runs}
         f = self.frame
         self.hw_slugs = unique_slugs(f["hardware"]) if not f.empty else {}
-        self.hw_env: dict[str, Mapping[str, Any]] = {}
-        # a hardware's environment facts: its latest run's, a history's runs (other
-        # environments) only where it has no other
-        by_update = sorted(self.runs, key=lambda r: (not is_history(r.record),
-                                                     str(fields.run_get(r.record, "updated") or ""), r.run_id))
-        for run in by_update:
-            env = fields.run_get(run.record, "environment")
-            if isinstance(env, Mapping) and env:
-                self.hw_env[run.hardware] = env
-        self.hw_labels = {hw: machine.hardware_label(hw, self.hw_env.get(hw))
+        self.hw_env = hardware.host_environments(self.runs)
+        self.hw_labels = {hw: hardware.hardware_label(hw, self.hw_env.get(hw))
                           for hw in {run.hardware for run in self.runs} | set(self.hw_slugs)}
         self.model_slugs = unique_slugs(f["model"]) if not f.empty else {}
         # what each model's lengths count on each hardware (tokens, patches, frames)

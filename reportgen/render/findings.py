@@ -8,7 +8,7 @@ The pages' Markdown is written here and joined to the site as generated pages
 fallback like every other chart on the site.
 
 Everything that comes from data (claim text, run ids, reasons) is escaped for Markdown and
-HTML by the environment's ``finalize``: a claim quoting ``<script>`` renders as text, and
+HTML by the environment's ``finalize`` (``fmt.markdown_text``): a claim quoting ``<script>`` renders as text, and
 ``[x](javascript:...)`` in a quote is not a link. Only values wrapped in ``Markup`` (built
 here from escaped parts) pass through unchanged.
 """
@@ -38,22 +38,6 @@ FINDINGS_INDEX = f"{FINDINGS}/index.md"
 CombinationPage = Callable[[str, str], "str | None"]  # (run_id, combination id) -> docs path
 ChartEmbed = Callable[[str, dict[str, Any]], str]  # (chart name, Vega-Lite spec) -> Markdown
 
-# HTML's specials, and Markdown's that could start emphasis, code, a link or image (`[`),
-# a heading, a table cell or math: each becomes a numeric entity, rendered as itself.
-_ESCAPES = str.maketrans(
-    {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
-    | {c: f"&#{ord(c)};" for c in "\\`*_{}[]#|~$"}
-)
-
-
-def md(value: Any) -> str:
-    """Text for Markdown and HTML on one line (table cells): entities for HTML and for
-    Markdown's own syntax."""
-    if isinstance(value, Markup):
-        return str(value)
-    return " ".join(("" if value is None else str(value)).split()).translate(_ESCAPES)
-
-
 def _url(value: str) -> Markup:
     # Parentheses, quotes, spaces and angle brackets would end a Markdown link destination
     # (or an HTML attribute) early; registry URLs are already checked to be http(s).
@@ -61,8 +45,8 @@ def _url(value: str) -> Markup:
 
 
 def _environment() -> Environment:
-    # Markdown, not HTML: escaping is done by finalize (md)
-    return make_environment("reportgen.render", folder="templates/findings", finalize=md,
+    # Markdown, not HTML: escaping is done by finalize (fmt.markdown_text)
+    return make_environment("reportgen.render", folder="templates/findings", finalize=fmt.markdown_text,
                             filters={"url": _url, "ci_heading": fmt.ci_heading, "count": fmt.count})
 
 
@@ -162,7 +146,7 @@ def _points(result: ClaimResult) -> list[dict[str, Any]]:
         checks = checks[:1]  # one point per row: the checks share its value
     for row in result.evidence:
         combo = row["combination"]
-        name = row.get("device_name") or row["gpu_name"] or row["hardware"]
+        name = row["hardware_label"]
         base = {
             # the claim's hardware first; other hardware says so in its panel's title
             "hardware": name if row["on_claim_hardware"] else f"{name} (context)",
@@ -280,7 +264,7 @@ def rg_chart(name: str, spec: dict[str, Any]) -> str:
     The site renderer may pass its own ``chart_embed`` (e.g. one that also writes the
     static SVG fallback).
     """
-    return script_block(md(name), spec)
+    return script_block(fmt.html_text(name), spec)
 
 
 # -- page models ---------------------------------------------------------------------------
@@ -332,7 +316,7 @@ def _evidence_rows(result: ClaimResult, page: str, combination_page: Combination
             notes.append("also measured by run " + ", ".join(row["also_measured_in"])
                          + "; counted once, from this latest record")
         rows.append({
-            "hardware": row.get("device_name") or row["gpu_name"] or row["hardware"],
+            "hardware": row["hardware_label"],
             "run_id": row["run_id"],
             "setting": _setting(combo, variants),
             "measured": _measured_cells(result, row, shared),

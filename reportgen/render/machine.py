@@ -1,6 +1,7 @@
-"""What a reader needs to know about the machine a run measured on: a short display name
-("CPU · AMD EPYC · 2 cores") and the reproducibility facts of its environment record as
-label/value rows. Every field is optional: older records and other hosts lack some.
+"""What a reader needs to know about the machine a run measured on: the reproducibility
+facts of its environment record as label/value rows (its short name, the hardware label,
+is ``records.hardware.hardware_label``). Every field is optional: older records and other
+hosts lack some.
 """
 
 from __future__ import annotations
@@ -11,80 +12,7 @@ from typing import Any
 
 from reportgen import fmt
 from reportgen.records import fields
-
-SEP = " · "
-
-Record = Mapping[str, Any]
-
-
-def _run(env: Mapping[str, Any] | None) -> Record:
-    """The run record around an environment section, so that its fields are read by their
-    names in the run record (``environment.host.cpu_model``), as its JSON Schema has them."""
-    return {"environment": env}
-
-
-def _gpus(run: Record) -> list[int]:
-    """The indices of the GPU entries in ``environment.gpus``."""
-    gpus = fields.run_get(run, "environment.gpus")
-    if not isinstance(gpus, list | tuple):
-        return []
-    return [i for i, gpu in enumerate(gpus) if isinstance(gpu, Mapping)]
-
-
-def _cores(run: Record) -> int | None:
-    for value in (fields.run_get(run, "environment.host.usable_cores"),
-                  fields.run_get(run, "environment.host.physical_cores"),
-                  fields.run_get(run, "environment.host.logical_cores")):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
-def cpu_name(env: Mapping[str, Any]) -> str | None:
-    """The most specific CPU name the record holds."""
-    run = _run(env)
-    for value in (fields.run_get(run, "environment.host.cpu_model"),
-                  fields.run_get(run, "environment.device.name")
-                  if fields.run_get(run, "environment.device.type") == "cpu" else None):
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return None
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def hardware_label(slug: str, env: Mapping[str, Any] | None) -> str:
-    """``GPU · NVIDIA H200 · 1 GPU`` or ``CPU · AMD EPYC · 2 cores``; the slug, tidied,
-    when the record says too little."""
-    run = _run(env or {})
-    gpus = _gpus(run)
-    if gpus:
-        names = sorted({str(fields.run_get(run, ("environment", "gpus", i, "name")) or "GPU") for i in gpus})
-        return SEP.join(["GPU", " + ".join(names), _plural(len(gpus), "GPU")])
-    name = cpu_name(env or {})
-    if name is not None:
-        cores = _cores(run)
-        return SEP.join(["CPU", name] + ([_plural(cores, "core")] if cores else []))
-    return _label_from_slug(slug)
-
-
-def _label_from_slug(slug: str) -> str:
-    parts = slug.split("-")
-    if not parts or parts[0] not in ("cpu", "nvidia", "amd", "gpu"):
-        return slug
-    kind = "CPU" if parts[0] == "cpu" else "GPU"
-    rest = parts[1:] if parts[0] == "cpu" else parts
-    tail = rest[-1] if rest else ""
-    count = None
-    if tail[:-1].isdigit() and tail[-1:] in ("c", "x"):
-        count = _plural(int(tail[:-1]), "core" if tail.endswith("c") else "GPU")
-        rest = rest[:-1]
-    # short parts and model numbers are acronyms ("amd", "epyc", "h200"); names are not
-    name = " ".join(p.upper() if len(p) <= 4 or any(ch.isdigit() for ch in p)
-                    or p == "nvidia" else p.capitalize() for p in rest)
-    return SEP.join([kind] + ([name] if name else []) + ([count] if count else []))
+from reportgen.records.hardware import cpu_name, gpu_indices, plural, run_of
 
 
 def _bytes_gib(value: Any) -> str | None:
@@ -107,7 +35,7 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     order: ``{"label", "value", "warn"}``; ``warn`` marks a fact that weakens the result
     (a modified source tree). Facts the record lacks are left out; a note the record
     carries instead of a value (NVML unavailable) becomes a sentence."""
-    run = _run(env or {})
+    run = run_of(env)
     rows: list[dict[str, Any]] = []
 
     def add(label: str, value: Any, warn: bool = False) -> None:
@@ -115,7 +43,7 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
             return
         rows.append({"label": label, "value": str(value), "warn": warn})
 
-    gpus = _gpus(run)
+    gpus = gpu_indices(run)
     for n, i in enumerate(gpus):
         label = "GPU" if len(gpus) == 1 else f"GPU {n}"
         parts = [str(fields.run_get(run, ("environment", "gpus", i, "name")) or "unknown")]
@@ -145,12 +73,12 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
             add("GPU details", note)
         else:
             add("GPU", "none: this run measured on the CPU only")
-    cpu = cpu_name(env or {})
+    cpu = cpu_name(env)
     if cpu:
         extra = []
         sockets = fields.run_get(run, "environment.host.cpu_sockets")
         if sockets:
-            extra.append(_plural(int(sockets), "socket"))
+            extra.append(plural(int(sockets), "socket"))
         physical = fields.run_get(run, "environment.host.physical_cores")
         if physical:
             extra.append(f"{physical} physical cores")
@@ -188,8 +116,3 @@ def measured_on(labels: Sequence[str]) -> str:
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def has_gpu(env: Mapping[str, Any] | None) -> bool:
-    run = _run(env or {})
-    return bool(_gpus(run)) or fields.run_get(run, "environment.device.type") == "cuda"

@@ -15,7 +15,7 @@ import pandas as pd
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
-from reportgen.records import fields, paths
+from reportgen.records import fields, hardware, paths
 from reportgen.records.causes import Cause
 from reportgen.records.releases import is_history, release_of
 from reportgen.records.schema import Run
@@ -510,7 +510,7 @@ class SiteBuilder(Builder):
                           for hw, rows in by_hw.items()],
             "has_share_ci": any(c["share_ci_low"] is not None for c in cells),
             "measured_on": measured,
-            "gpu_measured": any(machine.has_gpu(self.hw_env.get(hw)) for hw in self.hw_slugs),
+            "gpu_measured": any(hardware.has_gpu(self.hw_env.get(hw)) for hw in self.hw_slugs),
             "latest": self._run_rows(path, analysis.latest_runs(self.runs)),
             "counts": {s: int((f["status"] == s).sum()) if not f.empty else 0
                        for s in COMBINATION_STATUSES},

@@ -97,23 +97,21 @@ STATUS_BADGE = {status: Markup(f'<span class="rg-badge rg-badge-{cls}">{text}</s
 
 # ---------------------------------------------------------------- formatting (display only)
 
-# HTML's specials and the Markdown that would make a link, code or emphasis out of data (an
-# exception message, a model class); "|" is left to table_cell, which escapes it in tables.
-_INERT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
-                        "`": "&#96;", "*": "&#42;", "_": "&#95;", "[": "&#91;", "]": "&#93;"})
-
-
 _CODE_SPAN = re.compile(r"&#96;([^&\n]+?(?:&(?!#96;)[^&\n]*?)*)&#96;")
 
 
+def _code_spans(escaped: str) -> str:
+    """A `code` span in the stored prose (escaped) becomes a code element, not literal
+    backticks."""
+    return _CODE_SPAN.sub(r"<code>\1</code>", escaped)
+
+
 def inert(value: Any) -> str:
-    """Applied to every printed value: data renders as text; chart blocks pass (Markup).
-    A `code` span in the stored prose becomes a code element, not literal backticks."""
+    """Applied to every printed value: data renders as text (``fmt.markdown_text``), its
+    `code` spans as code; chart blocks pass (Markup)."""
     if isinstance(value, Markup):
         return str(value)
-    text = ("" if value is None else str(value)).translate(_INERT)
-    return _CODE_SPAN.sub(r"<code>\1</code>", text)
-
+    return _code_spans(fmt.markdown_text(value))
 
 
 def _figure_number(unit: Any) -> Callable[[Any], str]:
@@ -159,13 +157,18 @@ def interval_name(fig: Mapping[str, Any]) -> str:
     return str(fig.get("interval_kind")).split("(")[0].strip() or "range"
 
 
-def table_cell(x: Any) -> str:
-    """A row value for a Markdown table: lists and mappings joined, ``|`` escaped."""
+def _cell_text(x: Any) -> str:
     if isinstance(x, (list, tuple)):
-        return ", ".join(table_cell(v) for v in x) or fmt.DASH
+        return ", ".join(_cell_text(v) for v in x) or fmt.DASH
     if isinstance(x, dict):
-        return ", ".join(f"{k}: {table_cell(v)}" for k, v in x.items()) or fmt.DASH
-    return fmt.sig(x).replace("|", "\\|")
+        return ", ".join(f"{k}: {_cell_text(v)}" for k, v in x.items()) or fmt.DASH
+    return fmt.sig(x)
+
+
+def table_cell(x: Any) -> Markup:
+    """A row value for a Markdown table: lists and mappings joined, numbers written as
+    figures are, escaped for a cell (``fmt.markdown_cell``), its `code` spans as code."""
+    return Markup(_code_spans(fmt.markdown_cell(_cell_text(x))))
 
 
 # ---------------------------------------------------------------- charts (data -> spec)
