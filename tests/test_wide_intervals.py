@@ -4,6 +4,7 @@ that shows it: the timer's resolution, the variation between rounds, or between 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from support.runs import RUN
 from reportgen import fmt
 from reportgen.intervals import is_wide, wide_reason
 from reportgen.render import render
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _record(median: float, low: float, high: float, *, method: str = "host-clock",
@@ -65,3 +68,34 @@ def test_every_page_showing_the_interval_flags_it(tmp_path: Path) -> None:
     shown = [line for line in combination.splitlines() if high in line]
     assert len(shown) >= 3
     assert [line for line in combination.splitlines() if flag in line] == shown
+
+
+_SHOWN = re.compile(r"(-?[\d,.]+)(?: ms)? &#91;(-?[\d,.]+), (-?[\d,.]+)&#93;")
+
+
+def unflagged(text: str) -> list[str]:
+    """Each ``x [low, high]`` of ``text`` past twice ``x`` with no flag right after it."""
+    out = []
+    for m in _SHOWN.finditer(text):
+        x, lo, hi = (float(v.replace(",", "")) for v in m.groups())
+        rest = text[m.end():m.end() + 200]
+        if is_wide(x, lo, hi) and not re.match(r"( [^|<]*)?\s*<span class=\"rg-warn\">wide: ", rest):
+            out.append(m.group(0))
+    return out
+
+
+def test_the_tools_page_flags_its_wide_intervals() -> None:
+    from reportgen.records.load import load_runs
+    from reportgen.render.pages import SiteBuilder
+    from reportgen.render.site import render_page
+    from reportgen.render.templating import environment
+    from reportgen.render.tools import page, wide
+
+    assert wide({"median": 1.0, "low": 0.4, "high": 1.2, "confidence": 0.95}) == "the variation between passes"
+    tick = wide({"median": 0.002, "low": 0.001, "high": 0.005, "confidence": 0.95})
+    assert tick is not None and tick.startswith("the timer's resolution")
+    assert wide({"median": 1.0, "low": 0.4, "high": 1.2, "confidence": 0}) is None  # one pass
+    (tools,) = page(SiteBuilder(load_runs(ROOT / "runs")))
+    text = render_page(environment(), tools)
+    assert "wide: the variation between passes" in text
+    assert unflagged(text) == []
