@@ -120,7 +120,7 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
             }
             shares = {cat: fields.number(rec, ("attribution", "categories", cat, "share")) for cat in CATEGORIES}
             for cat in CATEGORIES:
-                row[f"ms:{cat}"] = fields.number(rec, ("attribution", "categories", cat, "ms"))
+                row[f"ms:{cat}"] = attributed_ms(rec, cat)
                 row[f"share:{cat}"] = shares[cat]
                 # optional: the share's bootstrap interval over the attributed iterations,
                 # where the record carries one (records store it as share_low/share_high)
@@ -306,6 +306,19 @@ def shown_columns(frame: pd.DataFrame) -> list[str]:
             if c not in drop and not (":" in c and c.split(":", 1)[1] in hidden)]
 
 
+def attributed_ms(record: Mapping[str, Any], category: str) -> float:
+    """A category's time as every page quotes it: its share of the forward times the
+    unprofiled median latency (the attributed pass only apportions; its own forward, slower
+    by the profiler's or the clocks' cost, is not the latency), so a category reads the same
+    in every table and chart; the attributed pass's own ms only where the record has no
+    median."""
+    share = fields.number(record, ("attribution", "categories", category, "share"))
+    median = fields.number(record, "timing.median")
+    if math.isfinite(share) and math.isfinite(median):
+        return share * median
+    return fields.number(record, ("attribution", "categories", category, "ms"))
+
+
 def shares_long(rows: pd.DataFrame, by: str = "seq",
                 categories: Sequence[str] | None = None) -> pd.DataFrame:
     """Time and FLOP shares per category, one row per (``by`` value, measure, category);
@@ -477,9 +490,13 @@ def attribution_methods(record: Mapping[str, Any]) -> dict[str, Any] | None:
     rows = [r for r in rows if r["category"] in shown or r["category"] not in CATEGORIES]
     cats = hooks.get("categories") or {}
     forward = _num(hooks.get("forward_ms"))
-    sources = [{"where": k, "ms": v, "share": v / forward if forward > 0 else math.nan}
-               for k, v in sorted((hooks.get("other_sources_ms") or {}).items(),
-                                  key=lambda kv: -kv[1])]
+    median = fields.number(record, "timing.median")
+    sources = []
+    for where, ms in sorted((hooks.get("other_sources_ms") or {}).items(), key=lambda kv: -kv[1]):
+        share = ms / forward if forward > 0 else math.nan
+        # on the latency's base, as the categories are quoted (attributed_ms)
+        sources.append({"where": where, "share": share,
+                        "ms": share * median if math.isfinite(share * median) else ms})
     remainder = sum(_num((cats.get(c) or {}).get("share")) for c in ("other", "overhead"))
     return {"rows": rows, "headline": attribution.get("headline_method"),
             "reason": attribution.get("headline_reason"), "cost": hooks.get("cost") or {},
