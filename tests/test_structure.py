@@ -9,6 +9,7 @@ from torch import nn
 
 from reportgen.categories import CATEGORIES
 from reportgen.profile.structure import (
+    ModuleRole,
     classify,
     derive,
     install_hooks,
@@ -116,14 +117,19 @@ def test_every_architecture_classifies(name: str) -> None:
     assert any(i.role == "embed" for i in info.values())
 
 
+def _wrapped(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if "forward" in vars(m)]
+
+
 def test_hooks_are_removed_and_inert() -> None:
     model, step = build("bert")
     expected = step().last_hidden_state
     with install_hooks(model, classify(model)) as roles:
-        hooked = sum(len(m._forward_pre_hooks) for m in model.modules())
-        assert hooked == sum(1 for i in roles.values() if i.role is not None)
+        assert len(_wrapped(model)) == sum(1 for i in roles.values() if i.role is not None)
         got = step().last_hidden_state
     assert torch.equal(expected, got)
+    assert not _wrapped(model)
+    # the module call keeps nn.Module's fast path: no hook of ours on any module
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
 
 
@@ -132,7 +138,43 @@ def test_hooks_removed_after_error() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         with install_hooks(model, classify(model)):
             raise RuntimeError("boom")
-    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+    assert not _wrapped(model)
+
+
+class _Failing(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("boom")
+
+
+def test_hooks_close_their_range_when_forward_raises() -> None:
+    model = nn.ModuleDict({"a": _Failing(), "b": nn.Linear(4, 4)})
+    roles = {fqn: ModuleRole(fqn, role, "norm", None, None, None)
+             for fqn, role in (("", None), ("a", "norm"), ("b", "proj"))}
+    x = torch.randn(2, 4)
+    with install_hooks(model, roles), torch.profiler.profile() as prof:
+        with pytest.raises(RuntimeError, match="boom"):
+            model["a"](x)
+        model["b"](x)
+    spans = {e.name: e.time_range for e in prof.events() if e.name.startswith("rg|")}
+    assert set(spans) == {label("norm", "a"), label("proj", "b")}
+    assert spans[label("norm", "a")].end <= spans[label("proj", "b")].start
+
+
+def test_hooks_restore_an_instance_forward_of_someone_else() -> None:
+    model, step = build("bert")
+    norm = model.encoder.layer[0].output.LayerNorm
+    calls: list[int] = []
+    original = norm.forward
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    vars(norm)["forward"] = counted
+    with install_hooks(model, classify(model)):
+        assert norm.forward is not counted
+        step()
+    assert vars(norm)["forward"] is counted and calls == [1]
 
 
 def test_label_format() -> None:
