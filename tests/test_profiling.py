@@ -179,8 +179,8 @@ def _module_hook_ranges(model: nn.Module, roles: Mapping[str, ModuleRole]) -> It
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
 def test_ranges_attribute_every_op_as_module_hooks_do(name: str, tmp_path: Path) -> None:
-    """The profiled pass's ranges give every op the category and layer that ranges opened
-    by module hooks at every labelled module give it."""
+    """The profiled pass's ranges, at the structure's labels, give every op the category
+    and layer that ranges opened by module hooks at every module with a role give it."""
     model, step = build(name)
     structure = derive(model, step)
 
@@ -192,7 +192,7 @@ def test_ranges_attribute_every_op_as_module_hooks_do(name: str, tmp_path: Path)
 
     with _module_hook_ranges(model, structure.roles):
         reference = ops(tmp_path / "reference.trace.json.gz", None)
-    got = ops(tmp_path / "wrapped.trace.json.gz", structure.roles)
+    got = ops(tmp_path / "wrapped.trace.json.gz", structure.labels)
     assert got == reference
     assert {c for _, c, _ in got} >= {*ATTRIBUTED, "embeddings", "other"}
     assert {layer for _, _, layer in got} > {None}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from support.tiny_models import LAYERS, TINY, build, toy
@@ -194,3 +196,38 @@ def test_unknown_architecture_uses_the_core_op() -> None:
     assert cats["layers.0.attn.drop"] == "other"
     assert cats["layers.1.ff"] == "mlp"
     assert cats["emb"] == "embeddings"
+
+
+@pytest.mark.parametrize(("name", "mlp", "kept", "dropped"), [
+    # gate and up projections and the activation run before down_proj ends
+    ("llama", "model.layers.{}.mlp", ["down_proj"], ["gate_proj", "up_proj", "act_fn"]),
+    # c_fc and the activation before c_proj
+    ("gpt2", "transformer.h.{}.mlp", ["c_proj"], ["c_fc", "act"]),
+    # the activation runs after the intermediate's only projection: its ops are not the
+    # container's own time before that projection ends, so it keeps its label
+    ("bert", "encoder.layer.{}.intermediate", ["dense", "intermediate_act_fn"], []),
+])
+def test_labels_are_the_category_boundaries(name: str, mlp: str, kept: list[str],
+                                            dropped: list[str]) -> None:
+    model, step = build(name)
+    structure = derive(model, step)
+    unlabelled = {fqn for fqn, info in structure.labels.items()
+                  if info.role is None and structure.roles[fqn].role is not None}
+    assert unlabelled == {f"{mlp.format(i)}.{child}" for i in range(LAYERS) for child in dropped}
+    for i in range(LAYERS):
+        assert all(structure.labels[f"{mlp.format(i)}.{child}"].role is not None for child in kept)
+    # an unlabelled module keeps everything but its label
+    for fqn in unlabelled:
+        assert structure.labels[fqn] == replace(structure.roles[fqn], role=None)
+        assert structure.categories[fqn] == "mlp"
+    assert structure.labels.keys() == structure.roles.keys()
+
+
+def test_install_hooks_wraps_the_labelled_modules_alone() -> None:
+    model, step = build("llama")
+    structure = derive(model, step)
+    with install_hooks(model, structure.labels):
+        wrapped = {fqn for fqn, m in model.named_modules() if "forward" in vars(m)}
+    assert wrapped == {fqn for fqn, info in structure.labels.items() if info.role is not None}
+    assert "model.layers.0.mlp" in wrapped and "model.layers.0.mlp.down_proj" in wrapped
+    assert "model.layers.0.mlp.up_proj" not in wrapped

@@ -1,9 +1,11 @@
 """Structural classification of a model's modules, and the hooks that label its ops.
 
 Classification reads only module classes and nesting (ARCHITECTURE.md, "Categories"):
-no model names. The hooks open ``rg|<role>|<fqn>`` profiler ranges around the modules
-whose role matters; ``reportgen.attribution`` turns ops inside those ranges into
-categories, splitting each attention call at its core ops.
+no model names. ``install_hooks`` opens ``rg|<role>|<fqn>`` profiler ranges around the
+calls of the modules whose role matters (a `Structure`'s ``labels``: the roles less the
+modules inside an MLP call whose boundary moves no time between categories);
+``reportgen.attribution`` turns ops inside those ranges into categories, splitting each
+attention call at its core ops.
 
 Roles: ``embed`` (embedding modules), ``norm`` (norm leaves), ``attn`` (outermost
 attention modules), ``proj`` (projection leaves inside attention or a block), ``core``
@@ -21,7 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -371,10 +373,14 @@ class Structure:
 
     ``roles``: `classify`'s answer, by FQN. ``categories``: module FQN ("" = root) ->
     category of that module's own (exclusive) ops, settled by one recorded forward.
+    ``labels``: the roles the ranges and clocks are placed by (``install_hooks``,
+    ``nvtx_ranges``, the hooks method): ``roles`` less the modules whose boundary moves
+    no time between categories (``_inside_mlp``), which keep their category but no role.
     """
 
     roles: Mapping[str, ModuleRole]
     categories: Mapping[str, str]
+    labels: Mapping[str, ModuleRole]
 
 
 def derive(model: nn.Module, step: StepLike) -> Structure:
@@ -383,10 +389,41 @@ def derive(model: nn.Module, step: StepLike) -> Structure:
     (qkv or out: before or after the core ops) and the ops after an attention or MLP
     call's output projection (other)."""
     roles = classify(model)
-    return Structure(roles, _module_categories(model, step, roles))
+    categories, spans = _module_categories(model, step, roles)
+    inner = _inside_mlp(roles, spans)
+    labels = {fqn: replace(info, role=None) if fqn in inner else info
+              for fqn, info in roles.items()}
+    return Structure(roles, categories, labels)
 
 
-def _module_categories(model: nn.Module, step: StepLike, roles: Mapping[str, ModuleRole]) -> dict[str, str]:
+def _inside_mlp(roles: Mapping[str, ModuleRole], spans: Mapping[str, tuple[int, int]]) -> frozenset[str]:
+    """Labelled modules whose boundary moves no time between categories: inside an MLP
+    container's call, the projections and activations that start before its last
+    projection ends. Their ops are ``mlp`` with a range of their own or without (the
+    container's own ops before that end are ``mlp``: ``attribution.split_mlp``,
+    ``shares``' MLP gaps); the last projection keeps its range, as it marks where the
+    container's ops turn ``other``. Attention keeps all of its projections (qkv and out
+    are told apart by them), and every other role names a category of its own."""
+    members: dict[str, list[str]] = {}
+    for fqn, info in roles.items():
+        if (info.container == "mlp" and info.role in ("proj", "act") and fqn in spans
+                and info.container_fqn is not None and info.container_fqn in spans
+                and roles[info.container_fqn].role == "mlp"):
+            members.setdefault(info.container_fqn, []).append(fqn)
+    inner: set[str] = set()
+    for names in members.values():
+        projections = [n for n in names if roles[n].role == "proj"]
+        if not projections:
+            continue
+        last = max(projections, key=lambda n: spans[n][1])
+        inner.update(n for n in names if n != last and spans[n][0] < spans[last][1])
+    return frozenset(inner)
+
+
+def _module_categories(model: nn.Module, step: StepLike, roles: Mapping[str, ModuleRole]
+                       ) -> tuple[dict[str, str], dict[str, tuple[int, int]]]:
+    """(category of each module, span of each attention or MLP container call and of the
+    modules inside it: its first call's (start, end) on the recorder's clock)."""
     modules = dict(model.named_modules())
     recorder = _Recorder()
     spans: dict[str, tuple[int, int]] = {}
@@ -455,4 +492,4 @@ def _module_categories(model: nn.Module, step: StepLike, roles: Mapping[str, Mod
     for fqn, module in model.named_modules(remove_duplicate=False):
         if fqn not in categories and canonical.get(id(module)) in categories:
             categories[fqn] = categories[canonical[id(module)]]
-    return categories
+    return categories, spans
