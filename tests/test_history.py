@@ -558,7 +558,7 @@ def test_a_claim_says_under_which_releases_it_holds(tmp_path: Path) -> None:
         "supported under torch 2.13.0 with transformers 5.20.0, torch 2.13.0 with transformers 5.25.0.")
     page = pages(root, claims)["findings/bert-fast.md"]
     assert "## Across releases" in page
-    assert "| a CPU (AMD EPYC, cpu-amd-epyc-2c) | 2.13.0 | 5.19.0 | 1 | 245 ms | refuted |" in page
+    assert "| CPU · AMD EPYC · 2 cores | 2.13.0 | 5.19.0 | 1 | 245 ms | refuted |" in page
     # a claim the history's models never meet has no such section
     (claims / "bert-fast.yaml").write_text((claims / "bert-fast.yaml").read_text().replace("bert-base", "mistral-7b"))
     assert check(root, claims).claims[0].releases == []
