@@ -12,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from support.refusals import config_file, refused_line
 
 from reportgen import cli, depth
 from reportgen.errors import UserError
@@ -29,13 +30,6 @@ DEEPSEEK_6 = {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size
 LLAMA_2 = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
            "max_position_embeddings": 64}
-
-
-def config_file(tmp_path: Path, data: dict[str, Any], name: str = "m") -> str:
-    folder = tmp_path / name
-    folder.mkdir(exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(data))
-    return str(folder / "config.json")
 
 
 def combo_of(model: str, **kw: Any) -> SimpleNamespace:
@@ -228,12 +222,6 @@ def test_extrapolation_scales_the_router_alone() -> None:
 # --- the flag and the suite field -------------------------------------------------------------
 
 
-def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
-
-
 @pytest.mark.parametrize(("data", "flag", "expected"), [
     (DEEPSEEK_6, "0", "--experts 0: no experts to build; choose between 2 and 16"),
     (DEEPSEEK_6, "1", "routes each token to 2 experts, so it needs at least 2; choose between 2 and 16"),
@@ -242,14 +230,7 @@ def one_line(err: str) -> str:
 ])
 def test_an_expert_count_the_model_cannot_take_exits_2_before_anything_is_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict[str, Any], flag: str, expected: str) -> None:
-    out = tmp_path / "runs"
-    model = config_file(tmp_path, data)
-    argv = ["profile", "--models", model, "--experts", flag, "--seq-lens", "8", "--device", "cpu",
-            "--out", str(out)]
-    assert cli.main(argv) == 2
-    line = one_line(capsys.readouterr().err)
-    assert line.endswith(expected) and f"--experts {flag}" in line
-    assert not out.exists()
+    assert refused_line(tmp_path, capsys, data, "--experts", flag).endswith(expected)
 
 
 @pytest.mark.parametrize("value", ["two", "-1", "1.5"])
