@@ -273,3 +273,20 @@ def test_dry_run_prints_what_each_combination_would_measure(
     assert "--forward--fp32--sdpa--b1--s16: " in line
     assert line.split(": ", 1)[1].startswith("measured 2 of 6 layers with 8 of 16 experts: the whole model needs ~")
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_deepseek_v3_is_planned_on_a_22_gib_host(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The catalog's DeepSeek-V3 at two layers (one dense, one of 256 experts: about 45 GB
+    in fp32 for the experts alone) is planned with fewer experts on a host with 22 GiB
+    free, not skipped: 32 (the embeddings and head, 7.4 GB, and the dense layer take much
+    of it; 64 experts' 11 GB more do not fit); counted on the meta device, nothing allocated."""
+    monkeypatch.setattr(preflight, "available", lambda device, **_: (22 * 2**30, "a test's figure"))
+    assert cli.main(["profile", "--models", "deepseek-v3", "--layers", "2", "--device", "cpu", "--modes", "forward",
+                     "--attn", "sdpa", "--dtypes", "fp32", "--seq-lens", "128", "--batch-sizes", "1", "--dry-run",
+                     "--out", str(tmp_path / "runs")]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("deepseek-v3--forward--fp32--sdpa--b1--s128--2l: measured 2 of 61 layers with 32 of 256 "
+                           "experts: 2 layers need ~"), line
+    assert line.endswith(", 22.0 GiB available (host memory)")
