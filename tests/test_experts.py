@@ -290,3 +290,39 @@ def test_deepseek_v3_is_planned_on_a_22_gib_host(capsys: pytest.CaptureFixture[s
     assert line.startswith("deepseek-v3--forward--fp32--sdpa--b1--s128--2l: measured 2 of 61 layers with 32 of 256 "
                            "experts: 2 layers need ~"), line
     assert line.endswith(", 22.0 GiB available (host memory)")
+
+
+def test_the_progress_line_says_what_was_measured_instead(capsys: pytest.CaptureFixture[str]) -> None:
+    from reportgen.execute.console import Progress
+
+    reason = "measured 2 of 61 layers with 32 of 256 experts: 2 layers need ~52.7 GiB, 22.0 GiB available (host memory)"
+    record = {"status": "ok", "duration_s": 1.0, "timing": {"median": 12.5},
+              "preflight": {"fits": True, "reduced": {"layers": 2, "experts": 32, "reason": reason}}}
+    with Progress(1, 1, 0, enabled=True) as progress:
+        progress.finish(SimpleNamespace(id="deepseek-v3--forward--fp32--sdpa--b1--s128--2l"), "cpu", record)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["[1/1] deepseek-v3--forward--fp32--sdpa--b1--s128--2l: ok 12.5 ms (1.0 s)", f"  {reason}"]
+
+
+@pytest.mark.slow
+def test_pages_say_the_experts_measured_beside_the_layers(tmp_path: Path) -> None:
+    """A committed depth-reduced mixture-of-experts record given fewer experts and a reason:
+    its pages, tables and downloads carry "measured with 8 of 32 experts" beside the layers."""
+    import shutil
+
+    run = Path(__file__).resolve().parents[1] / "runs" / "cpu-amd-epyc-2c" / "cpu-today-540001c6"
+    runs = tmp_path / "runs" / "cpu-amd-epyc-2c"
+    shutil.copytree(run, runs / run.name, ignore=shutil.ignore_patterns("traces", "logs"))
+    path = runs / run.name / "combinations" / "gpt-oss-20b--prefill--fp32--eager--b1--s128--2l.json"
+    record = json.loads(path.read_text())
+    reason = "measured 2 of 24 layers with 8 of 32 experts: the whole model needs ~80.1 GiB, 21.9 GiB available"
+    record["depth"].update(experts={"measured": 8, "full": 32, "top_k": 4}, reason=reason)
+    path.write_text(json.dumps(record))
+    docs = tmp_path / "docs"
+    assert cli.main(["render", "--runs", str(tmp_path / "runs"), "--docs", str(docs)]) == 0
+    label = "measured 2 of 24 layers; measured with 8 of 32 experts; whole-model figures extrapolated"
+    page = (docs / "hardware" / "cpu-amd-epyc-2c" / "gpt-oss-20b.md").read_text()
+    assert f"**{label[:1].upper()}{label[1:]}.** It did not fit the device as asked ({reason})" in page
+    assert "8 of the 32 routed experts of each mixture-of-experts layer" in page
+    assert label in (docs / "models" / "gpt-oss-20b.md").read_text()
+    assert label in (docs / "data" / "combinations.csv").read_text()
