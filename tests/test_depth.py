@@ -209,12 +209,14 @@ def test_committed_reduced_presets_read_as_reduced_depth() -> None:
     for _, row in reduced.iterrows():
         assert row["depth"] == REDUCED[row["model"]]
         assert "full-size" not in setting_label(row.to_dict())
-    # every other model is whole, or was measured with --layers (its id ends in --Nl) and
-    # says how many of its layers
+    # every other model is whole, or was measured with --layers (its id ends in --Nl, or
+    # --Nl--Me with --experts) or reduced by the pre-flight (its reason kept), and says how
+    # many of its layers
     others = frame[~frame["model"].isin(list(REDUCED))]
     for _, row in others.iterrows():
-        cut = re.search(r"--(\d+)l$", str(row["combo_id"]))
-        assert (row["depth"] == "") == (cut is None)
+        cut = re.search(r"--(\d+)l(?:--\d+e)?$", str(row["combo_id"]))
+        experts = re.search(r"--\d+e$", str(row["combo_id"]))
+        assert (row["depth"] == "") == (cut is None and experts is None and not row["depth_reason"])
         if cut:
             assert f"measured {cut.group(1)} of " in row["depth"]
 
