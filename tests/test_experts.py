@@ -326,3 +326,32 @@ def test_pages_say_the_experts_measured_beside_the_layers(tmp_path: Path) -> Non
     assert "8 of the 32 routed experts of each mixture-of-experts layer" in page
     assert label in (docs / "models" / "gpt-oss-20b.md").read_text()
     assert label in (docs / "data" / "combinations.csv").read_text()
+
+
+def _catalog_with_experts() -> list[str]:
+    from reportgen import catalog
+    from reportgen.profile.modelspec import resolve
+
+    return [name for name in catalog.names() if experts.routing(resolve(name).make_config()) is not None]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _catalog_with_experts())
+def test_every_catalog_mixture_of_experts_builds_with_fewer_experts_of_the_same_size(name: str) -> None:
+    """Each family's own names for the expert count (num_experts, num_local_experts,
+    n_routed_experts, a text_config's) are reduced: fewer experts, each of the same size."""
+    from reportgen.profile.autoclass import meta_model
+    from reportgen.profile.modelspec import resolve
+
+    spec = resolve(name)
+    route = experts.routing(spec.make_config())
+    assert route is not None
+    fewer = experts.candidates(route)[-1]
+
+    def per_expert(count: int | None) -> tuple[float, int]:
+        model = meta_model(spec.depth_config(layers=4, experts=count)[0])
+        held = [m for fqn, m in model.named_modules() if fqn.rpartition(".")[2] == "experts"]
+        routed = sum(p.numel() for m in held for p in m.parameters())
+        return routed / ((count or route.experts) * len(held)), len(held)
+
+    assert per_expert(fewer) == per_expert(None) and per_expert(None)[1] > 0
