@@ -74,6 +74,11 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "whole_ci_low": fields.number(rec, "depth.whole.ci_low_ms"),
                 "whole_ci_high": fields.number(rec, "depth.whole.ci_high_ms"),
                 "whole_notes": "; ".join(str(n) for n in fields.get(rec, "depth.whole.notes") or []),
+                # built with fewer routed experts (--experts, or because it did not fit), and why
+                # it was measured reduced where the pre-flight chose it
+                "experts_measured": fields.number(rec, "depth.experts.measured"),
+                "experts_full": fields.number(rec, "depth.experts.full"),
+                "depth_reason": str(fields.get(rec, "depth.reason") or ""),
                 "mode": str(c.get("mode") or ""),
                 "dtype": str(c.get("dtype") or ""),
                 "attn": str(c.get("attn_implementation") or ""),
@@ -296,10 +301,10 @@ def shown_columns(frame: pd.DataFrame) -> list[str]:
     if "moe_max_over_mean" in frame and not frame["moe_max_over_mean"].notna().any():
         drop.add("moe_max_over_mean")
     # the depth columns only where some row measured fewer layers than its model has
-    for column in ("depth", "whole_notes"):
+    for column in ("depth", "whole_notes", "depth_reason"):
         if column in frame and not (frame[column] != "").any():
             drop.add(column)
-    for column in ("whole_median", "whole_ci_low", "whole_ci_high"):
+    for column in ("whole_median", "whole_ci_low", "whole_ci_high", "experts_measured", "experts_full"):
         if column in frame and not frame[column].notna().any():
             drop.add(column)
     return [c for c in frame.columns
