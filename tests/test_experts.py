@@ -355,3 +355,31 @@ def test_every_catalog_mixture_of_experts_builds_with_fewer_experts_of_the_same_
         return routed / ((count or route.experts) * len(held)), len(held)
 
     assert per_expert(fewer) == per_expert(None) and per_expert(None)[1] > 0
+
+
+def test_rounds_measured_with_another_reduction_are_never_pooled() -> None:
+    from reportgen.execute.rounds import combination_outcome, same_reduction
+
+    def payload(i: int, reduced: dict[str, Any] | None, median: float, profiled: bool = False) -> dict[str, Any]:
+        sections: dict[str, Any] = {"timing": {"method": "perf_counter", "unit": "ms", "samples": [median] * 5,
+                                               "median": median}}
+        if profiled:
+            sections["profile"] = {"events": 1}
+        return {"id": "m", "round": i, "rounds": 4, "status": "ok", "started": f"2026-12-06T00:0{i}:00Z",
+                "finished": "x", "duration_s": 2.0, "sections": sections, "execution": {},
+                "preflight": {"reduced": reduced} if reduced else {}, "device": None}
+
+    two = {"layers": 2, "experts": 32}
+    eight = {"layers": 2, "experts": 8}  # memory was short when round 2 started
+    rounds = {0: payload(0, two, 10.0, profiled=True), 1: payload(1, two, 10.5),
+              2: payload(2, eight, 3.0), 3: payload(3, two, 9.5)}
+    kept, aside = same_reduction(rounds)
+    assert sorted(kept) == [0, 1, 3] and aside == [2]
+    outcome, started, seconds = combination_outcome(rounds)
+    samples = outcome.sections["timing"]["samples"]
+    assert 3.0 not in samples and len(samples) == 15
+    assert outcome.execution["rounds"] == 3 and outcome.execution["rounds_set_aside"]["rounds"] == [2]
+    assert started == "2026-12-06T00:00:00Z" and seconds == 8.0  # every round's time counts
+    # all rounds alike: nothing set aside
+    same = {i: payload(i, two, 10.0, profiled=i == 0) for i in range(3)}
+    assert same_reduction(same)[1] == [] and "rounds_set_aside" not in combination_outcome(same)[0].execution
