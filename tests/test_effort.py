@@ -60,6 +60,16 @@ def test_the_reference_effort_is_a_ratio_or_says_why_not() -> None:
     assert verdict({"kind": "below", "target": 0.5}, 0.6) == "fail"
 
 
+def test_the_reference_effort_goal_is_optimum_benchmarks_own_time() -> None:
+    """reportgen's full answer passes in no more time than optimum-benchmark's latency alone."""
+    measured = effort.Measured(wall_s=34.0, records=[], run_dir=None, returncode=0)
+    level = effort.reference_effort(measured, 34.0, "", {})
+    assert level["status"] == "pass" and level["goal"] == "at most 1.0x optimum-benchmark's time"
+    slower = effort.reference_effort(effort.Measured(wall_s=35.0, records=[], run_dir=None, returncode=0),
+                                     34.0, "", {})
+    assert slower["status"] == "fail" and slower["goal_spec"] == {"kind": "below", "target": 1.0 + 1e-9}
+
+
 def test_optimum_benchmarks_download_is_served_from_disk(tmp_path: Path) -> None:
     """The script's stand-in for the Hub download copies config.json from the model
     directory into the cache directory optimum-benchmark asks for, as hf_hub_download does."""

@@ -209,3 +209,28 @@ def test_the_server_module_imports_without_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                        env={**os.environ, "PYTHONPATH": str(TESTS.parent)})
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_server_started_early_forks_workers_and_logs_into_the_run(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started before the run's directory is known, the server imports in the background,
+    forks workers as one started on first use does, and its output (held until then) is
+    in its log in the run's directory."""
+    monkeypatch.setenv("REPORTGEN_FAKE_LOG", str(tmp_path / "calls.log"))
+    monkeypatch.delenv("REPORTGEN_FAKE_PLAN", raising=False)
+    fs = forkserver.ForkServer(log_dir=None, preload={"modules": ["support.fake_measure"], "models": []})
+    try:
+        fs.start_soon()
+        fs.wait_started()
+        assert fs.failed is None and fs.proc is not None and fs.proc.poll() is None
+        assert fs.log_path is None
+        fs.attach_log(tmp_path / "logs")
+        spec = worker.WorkerSpec(device="cpu", slot="cpu", measure="support.fake_measure:measure")
+        sup = supervisor.Supervisor(spec, log_dir=tmp_path / "logs", timeout_s=60, forkserver=fs)
+        outcome = sup.run(_task(tmp_path))
+        sup.close()
+        assert outcome.status == "ok" and outcome.execution["worker_forked"] is True
+        (log,) = (tmp_path / "logs").glob("forkserver-*.log")
+        assert f"fork server ready (pid {fs.proc.pid})" in log.read_text()
+    finally:
+        fs.close()

@@ -143,6 +143,57 @@ def test_a_measurement_derives_the_structure_once(tmp_path: Path, monkeypatch: p
     assert all(record["studies"][name]["status"] == "ok" for name in studies)
 
 
+@pytest.mark.parametrize(("model", "mode", "impl"), [
+    ("bert", "forward", "eager"), ("gpt2", "decode", "eager"), ("llama", "prefill", "sdpa"), ("t5", "forward", "eager"),
+    ("llama", "train", "eager"),
+])
+def test_the_flops_counted_in_the_structures_forward_are_those_of_a_forward_of_their_own(
+        model: str, mode: str, impl: str) -> None:
+    """The FLOP counter counts the forward the structure is recorded in: the same counts
+    and notes as a forward counted alone, and the same structure as one recorded alone."""
+    from reportgen.profile import flops
+    from reportgen.profile.structure import derive
+
+    built = building.build(combo(model, mode, impl))
+    structure, count = measure_mod._derive_counting(built)
+    assert isinstance(count, flops.FlopCount)
+    alone = derive(built.model, built.step)
+    assert structure == alone
+    analytic = flops.analytic(built.info, combo(model, mode, impl), flops.analytic_hints(built.model, alone.roles))
+    together = count.result(built.model, structure.categories, analytic=analytic)
+    separate = flops.counted(built.model, built.step, alone.categories, analytic=analytic)
+    assert together == separate and sum(together[0].values()) > 0
+
+
+def test_a_failing_flop_counter_costs_the_count_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the counter breaks the forward it counts, the structure is recorded again
+    without it and the FLOP section says why it has no count."""
+    import contextlib
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from reportgen.profile import flops
+    from reportgen.profile.structure import derive
+
+    class Refuses(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            raise RuntimeError("no formula today")
+
+    @contextlib.contextmanager
+    def counting(self: Any) -> Any:
+        with Refuses():
+            yield
+
+    monkeypatch.setattr(flops.FlopCount, "counting", counting)
+    c = combo("llama", impl="eager")
+    built = building.build(c)
+    structure, count = measure_mod._derive_counting(built)
+    assert isinstance(count, RuntimeError) and structure == derive(built.model, built.step)
+    section = measure_mod._flops_section(built, structure, c, 10.0, torch.device("cpu"), count)
+    assert section["counted"] is None and section["total_analytic"] > 0
+    assert "flop_counter failed: RuntimeError: no formula today" in section["notes"]
+
+
 def test_measure_skips_what_does_not_apply(tmp_path: Path) -> None:
     with pytest.raises(Skip, match="decode applies to causal LMs"):
         measure(combo("bert", "decode"), run_dir=tmp_path, combo_id="x", budget_s=0.1)

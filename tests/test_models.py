@@ -284,6 +284,18 @@ def test_weights_are_seeded_and_backends_agree() -> None:
     torch.testing.assert_close(a.step().logits, b.step().logits, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(("numel", "offset"), [(10, 3), (16, 0), (16, 15), (37, 5), (48, 16), (7, 12)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_weights_are_the_rolled_block_repeated(numel: int, offset: int, dtype: torch.dtype) -> None:
+    """A weight holds the seeded block rotated by its offset and repeated, as
+    ``torch.roll`` defines the rotation, in the weight's own dtype."""
+    block = torch.arange(16, dtype=torch.float32) / 7
+    flat = torch.full((numel,), float("nan"), dtype=dtype)
+    building._lay(flat, block.to(dtype), offset)
+    expected = torch.roll(block, offset).repeat(numel // 16 + 1)[:numel].to(dtype)
+    assert torch.equal(flat, expected)
+
+
 @pytest.mark.parametrize(("impl", "reason"), [
     ("sdpa-efficient", "needs a CUDA device"),
     ("sdpa-cudnn", "needs a CUDA device"),

@@ -324,3 +324,74 @@ def test_real_measure_on_the_tiny_suite(tmp_path: Path) -> None:
         validator.validate(record)
         assert record["status"] == "ok", record["reason"]
         assert record["timing"]["median"] > 0
+
+
+class _EarlyExecutor:
+    """An executor that starts something early (as the local one starts its fork server)
+    and records when each of its steps comes."""
+
+    name = "local"
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def start_early(self, combos: list[Any]) -> None:
+        self.events.append(f"start {len(combos)}")
+
+    def wait_started(self) -> None:
+        self.events.append("wait")
+
+    def release(self) -> None:
+        self.events.append("release")
+
+    def run(self, job: Any, progress: Any) -> None:
+        self.events.append("run")
+
+
+def test_the_fork_server_starts_before_the_environment_and_the_probe_waits_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor starts its workers' server before this process collects its
+    environment; the CPU probe waits until that server is ready; a server no run took
+    (nothing left to measure) is stopped."""
+    from reportgen.suite import load_suite, parse_overrides
+
+    events: list[str] = []
+
+    def collect(device: str, before_probe: Any = None) -> dict[str, Any]:
+        events.append("collect")
+        if before_probe is not None:
+            before_probe()
+        events.append("probe")
+        return {"git": None}
+
+    monkeypatch.setattr(runner, "collect_environment", collect)
+    suite = load_suite("tiny", parse_overrides({"models": "gpt2", "seq_lens": "16", "attn": "eager",
+                                                "modes": "forward", "device": "cpu"}))
+    executor = _EarlyExecutor(events)
+    runner.run_suite(suite, out=tmp_path, executor=executor, hardware="test-host", show_progress=False)
+    assert events == ["start 1", "collect", "wait", "probe", "run", "release"]
+    events.clear()
+    def broken(*_: Any) -> dict[str, Any]:
+        raise RuntimeError("no environment")
+
+    monkeypatch.setattr(runner, "collect_environment", broken)
+    with pytest.raises(RuntimeError, match="no environment"):
+        runner.run_suite(suite, out=tmp_path, executor=executor, hardware="test-host", show_progress=False)
+    assert events == ["start 1", "release"]
+
+
+def test_a_local_executor_hands_its_early_server_to_the_run_or_stops_it(tmp_path: Path) -> None:
+    from reportgen.execute.local import LocalExecutor
+    from reportgen.execute.worker import WorkerSpec
+
+    spec = WorkerSpec(device="cpu", slot="cpu", measure="support.fake_measure:measure")
+    local = LocalExecutor([spec], timeout_s=60, python="/bin/false")  # a server that cannot start
+    local.start_early([])
+    local.wait_started()
+    assert local.early is not None and local.early.failed is not None and "did not start" in local.early.failed
+    local.release()
+    assert local.early is None
+    gpu = LocalExecutor([WorkerSpec(device="cuda", slot="cuda:0", measure="support.fake_measure:measure")],
+                        timeout_s=60)
+    gpu.start_early([])
+    assert gpu.early is None  # GPU workers are spawned: nothing to start

@@ -222,12 +222,16 @@ def main(argv: list[str] | None = None) -> int:
 # --- the supervisor's side --------------------------------------------------------------
 
 class ForkServer:
-    """The client: starts the server on first use, forks workers, reports their exits.
-    Safe to share between supervisor threads (one request at a time)."""
+    """The client: starts the server on first use (or early, `start_soon`), forks workers,
+    reports their exits. Safe to share between supervisor threads (one request at a time).
 
-    def __init__(self, *, log_dir: str | Path, env: Mapping[str, str] | None = None,
+    ``log_dir`` None: the server is started before the run's directory is known (its
+    imports overlap the parent's own); its output is held here and written to its log
+    from the moment `attach_log` names the directory."""
+
+    def __init__(self, *, log_dir: str | Path | None, env: Mapping[str, str] | None = None,
                  preload: Mapping[str, Any] | None = None, python: str = sys.executable) -> None:
-        self.log_dir = Path(log_dir)
+        self.log_dir = None if log_dir is None else Path(log_dir)
         self.env = dict(os.environ if env is None else env)
         self.preload = dict(preload or {})
         self.python = python
@@ -236,25 +240,85 @@ class ForkServer:
         self.log_path: Path | None = None
         self.failed: str | None = None  # why it is not used (then workers are spawned)
         self._lock = threading.RLock()
+        self._early: threading.Thread | None = None
+        self._held: list[bytes] = []  # output before the log's directory is known
+        self._out_lock = threading.Lock()
+
+    def _log_name(self) -> str:
+        return f"forkserver-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
 
     def _start(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.log_dir / f"forkserver-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
         parent_sock, child_sock = socket.socketpair()
         env = child_env(self.env, self.python)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(  # spawned like a worker: no state of this process
-                [self.python, "-m", "reportgen.execute.forkserver", "--fd", str(child_sock.fileno()),
-                 "--parent", str(os.getpid()), "--preload", json.dumps(self.preload)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                pass_fds=(child_sock.fileno(),), close_fds=True)
+        command = [self.python, "-m", "reportgen.execute.forkserver", "--fd", str(child_sock.fileno()),
+                   "--parent", str(os.getpid()), "--preload", json.dumps(self.preload)]
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self.log_path = self.log_dir / self._log_name()
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(  # spawned like a worker: no state of this process
+                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                    pass_fds=(child_sock.fileno(),), close_fds=True)
+        else:
+            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, env=env, pass_fds=(child_sock.fileno(),),
+                                         close_fds=True)
+            threading.Thread(target=self._drain, args=(self.proc,), name="forkserver-output", daemon=True).start()
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
         proc = self.proc
         if wait_ready(self.conn, lambda: proc.poll() is None, READY_TIMEOUT_S, 0.25):
             return
         self.close()
-        raise ForkServerError(f"the fork server did not start; its log says why: {self.log_path}")
+        where = self.log_path or "(its output was: " + b"".join(self._held).decode(errors="replace")[-400:] + ")"
+        raise ForkServerError(f"the fork server did not start; its log says why: {where}")
+
+    def _drain(self, proc: subprocess.Popen[bytes]) -> None:
+        """The server's output while its log's directory may not be known yet."""
+        assert proc.stdout is not None
+        with proc.stdout as output:  # closed here, at the server's end
+            for line in output:
+                with self._out_lock:
+                    if self.log_path is None:
+                        self._held.append(line)
+                        continue
+                    with open(self.log_path, "ab") as log:
+                        log.write(line)
+
+    def attach_log(self, log_dir: str | Path) -> None:
+        """The run's log directory: the server's output held so far, and all that follows,
+        goes to its log there."""
+        with self._out_lock:
+            if self.log_path is not None:
+                return
+            self.log_dir = Path(log_dir)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self.log_path = self.log_dir / self._log_name()
+            with open(self.log_path, "ab") as log:
+                log.write(b"".join(self._held))
+            self._held.clear()
+
+    def start_soon(self) -> None:
+        """Start the server now, in the background (its imports take seconds the parent
+        can spend on its own work); the first fork waits for it. A server that cannot
+        start leaves the workers spawned, as one that fails on first use does."""
+
+        def start() -> None:
+            with self._lock:
+                if self.failed is not None or self.proc is not None:
+                    return
+                try:
+                    self._start()
+                except (OSError, ForkServerError) as exc:
+                    self.failed = f"the fork server failed: {exc}"
+
+        self._early = threading.Thread(target=start, name="forkserver-start", daemon=True)
+        self._early.start()
+
+    def wait_started(self) -> None:
+        """Return once a server started by `start_soon` is ready (or has failed)."""
+        if self._early is not None:
+            self._early.join()
 
     def fork(self, arg: str, log_path: str | Path | None, fd: int, *, entry: str = worker.ENTRY,
              memory_bytes: int | None = None) -> ForkedProcess:

@@ -37,12 +37,41 @@ class LocalExecutor:
         self.timeout_s = timeout_s
         self.make_supervisor = supervisor
         self.fork = fork  # CPU workers forked from a fork server (else each one spawned)
+        self.early: ForkServer | None = None  # started by `start_early`, not yet handed to a run
 
-    def _forkserver(self, job: Job, log_dir: Any) -> ForkServer | None:
+    def _measures(self) -> list[str | None] | None:
         cpu = [spec for spec in self.specs if spec.device == "cpu"]
         if not self.fork or not cpu:
             return None
-        measures = [p for spec in cpu for p in (spec.measure, spec.preflight)]
+        return [p for spec in cpu for p in (spec.measure, spec.preflight)]
+
+    def start_early(self, combos: list[Any]) -> None:
+        """Start the fork server for ``combos`` now, while the run is still being set up
+        (its imports overlap the parent's); `wait_started` waits for it to be ready."""
+        measures = self._measures()
+        if measures is None or self.early is not None:
+            return
+        self.early = ForkServer(log_dir=None, preload=preload_for(combos, measures), python=self.python)
+        self.early.start_soon()
+
+    def wait_started(self) -> None:
+        if self.early is not None:
+            self.early.wait_started()
+
+    def release(self) -> None:
+        """Stop a server started early that no run took (nothing was left to measure)."""
+        if self.early is not None:
+            self.early.close()
+            self.early = None
+
+    def _forkserver(self, job: Job, log_dir: Any) -> ForkServer | None:
+        if self.early is not None:
+            server, self.early = self.early, None
+            server.attach_log(log_dir)
+            return server
+        measures = self._measures()
+        if measures is None:
+            return None
         return ForkServer(log_dir=log_dir, preload=preload_for(job.todo, measures), python=self.python)
 
     def run(self, job: Job, progress: Progress) -> None:

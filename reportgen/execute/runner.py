@@ -53,10 +53,10 @@ def resolve_device(requested: str) -> str:
     return env_resolve(requested)
 
 
-def collect_environment(device: str) -> dict[str, Any]:
+def collect_environment(device: str, before_probe: Callable[[], None] | None = None) -> dict[str, Any]:
     from reportgen.profile import env
 
-    return env.collect(device)
+    return env.collect(device, before_probe=before_probe)
 
 
 def hardware_slug(environment: Mapping[str, Any]) -> str:
@@ -114,8 +114,32 @@ def run_suite(
     if suite.settings.device == "auto":
         suite = suite.with_device(resolve_device("auto"))
     combos = suite.combinations()
+    if executor is None:
+        if measure is not None:
+            from reportgen.execute.inline import InlineExecutor
+
+            executor = InlineExecutor(measure, device=suite.settings.device)
+        else:
+            executor = local_executor(suite)
+    # the workers' fork server imports torch and the models while this process collects
+    # its environment; the CPU probe waits for it, so that it measures a quiet CPU
+    start_early = getattr(executor, "start_early", None)
+    if start_early is not None:
+        start_early(combos)
+    try:
+        return _run(suite, combos, executor, out=out, force=force, retry_failed=retry_failed, command=command,
+                    environment=environment, hardware=hardware, show_progress=show_progress, release=release)
+    finally:
+        release_early = getattr(executor, "release", None)
+        if release_early is not None:
+            release_early()
+
+
+def _run(suite: Suite, combos: list[Any], executor: Executor, *, out: str | Path, force: bool,
+         retry_failed: bool, command: str, environment: Mapping[str, Any] | None, hardware: str | None,
+         show_progress: bool, release: Mapping[str, str] | None) -> RunResult:
     if environment is None:
-        environment = collect_environment(suite.settings.device)
+        environment = collect_environment(suite.settings.device, getattr(executor, "wait_started", None))
     environment = {**environment, "seeds": {"suite": suite.settings.seed}}
     base = None
     if release is not None:
@@ -133,14 +157,6 @@ def run_suite(
             if show_progress:
                 print(f"{earlier_id} was measured under {', '.join(differs)}: measuring a new run, "
                       f"{store.run_id}", file=sys.stderr)
-    if executor is None:
-        if measure is not None:
-            from reportgen.execute.inline import InlineExecutor
-
-            executor = InlineExecutor(measure, device=suite.settings.device)
-        else:
-            executor = local_executor(suite)
-
     previous = store.read_run()
     started = previous.get("started", utc_now()) if previous else utc_now()
     execution = {"executor": executor.name,

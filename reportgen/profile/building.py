@@ -178,6 +178,7 @@ def fast_init(model: nn.Module, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     bound = INIT_STD * 3.0 ** 0.5
     block = torch.empty(INIT_BLOCK).uniform_(-bound, bound, generator=gen)
+    blocks: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
     seen: set[int] = set()
     with torch.no_grad():
         for module in model.modules():
@@ -191,11 +192,24 @@ def fast_init(model: nn.Module, seed: int) -> None:
                     param.fill_(1.0)
                 else:
                     offset = int(torch.randint(0, INIT_BLOCK, (1,), generator=gen))
-                    source = torch.roll(block, offset).to(device=param.device, dtype=param.dtype)
-                    flat = param.view(-1)
-                    for start in range(0, flat.numel(), INIT_BLOCK):
-                        stop = min(flat.numel(), start + INIT_BLOCK)
-                        flat[start:stop].copy_(source[: stop - start])
+                    key = (param.device, param.dtype)
+                    if key not in blocks:
+                        blocks[key] = block.to(device=param.device, dtype=param.dtype)
+                    _lay(param.view(-1), blocks[key], offset)
+
+
+def _lay(flat: torch.Tensor, block: torch.Tensor, offset: int) -> None:
+    """Fill ``flat`` with ``block`` rotated by ``offset`` (``torch.roll(block, offset)``),
+    repeated: copied from the block's two halves straight into the weight, with no rolled
+    copy of the block made for each weight."""
+    size = block.numel()
+    head, tail = block[size - offset:], block[: size - offset]  # the rolled block's two parts
+    for start in range(0, flat.numel(), size):
+        length = min(flat.numel() - start, size)
+        first = min(length, offset)
+        flat[start:start + first].copy_(head[:first])
+        if length > offset:
+            flat[start + offset:start + length].copy_(tail[: length - offset])
 
 
 def _instantiate(config: Any, arch: str, impl: str, dtype: torch.dtype, device: torch.device,

@@ -535,10 +535,12 @@ def _git(where: Path, *args: str) -> str | None:
 
 
 def collect(device: str = "auto", *, nvml_raw: Mapping[str, Any] | None = None,
-            probe: bool = True) -> dict[str, Any]:
+            probe: bool = True, before_probe: Callable[[], None] | None = None) -> dict[str, Any]:
     """The full environment record; ``nvml_raw`` replaces a live NVML read (tests). On a
     CPU it includes ``cpu_probe`` (``reportgen.profile.probe``: the CPU's attainable
-    bandwidth and fp32 matmul rate for the roofline) unless ``probe`` is false."""
+    bandwidth and fp32 matmul rate for the roofline) unless ``probe`` is false;
+    ``before_probe`` is called first (what else this process started must be quiet by
+    then, or the probe measures its neighbours)."""
     resolved = resolve_device(device)
     raw = nvml.read_raw() if nvml_raw is None else nvml_raw
     host = host_info()
@@ -558,6 +560,8 @@ def collect(device: str = "auto", *, nvml_raw: Mapping[str, Any] | None = None,
     if resolved == "cpu" and probe:
         from reportgen.profile.probe import cpu_probe
 
+        if before_probe is not None:
+            before_probe()
         record["cpu_probe"] = cpu_probe()
     scrubbed: dict[str, Any] = scrub_hostname(record)
     return scrubbed

@@ -10,8 +10,9 @@ skips about half of it, so its achieved FLOP/s reads low by up to 2x).
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,58 +178,80 @@ class _OpRecorder:
         self.mode = _Mode()
 
 
+class FlopCount:
+    """torch.utils.flop_counter over whatever runs inside ``counting()``: one ``step()``,
+    counted alone (`counted`) or inside the forward another pass runs anyway (the
+    structure's recorded forward, `reportgen.profile.measure`), so the count costs no
+    forward of its own. `result` attributes what was counted."""
+
+    def __init__(self) -> None:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self.recorder = _OpRecorder(set())
+        self.counter = FlopCounterMode(display=False)
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        with self.counter, self.recorder.mode:
+            yield
+
+    def result(self, model: Any, module_categories: Mapping[str, str], *,
+               analytic: Mapping[str, float] | None = None) -> tuple[dict[str, float], list[str]]:
+        """FLOPs per category, attributed through ``module_categories`` (module FQN ->
+        category; a module's own ops land in its category, a module without an entry
+        inherits its nearest ancestor's). Notes name the compute ops that ran without a
+        FLOP formula and, given ``analytic``, the categories the counter saw none of."""
+        from torch.utils.flop_counter import flop_registry
+
+        counter = self.counter
+        root = type(model).__name__
+        inclusive: dict[str, float] = {}
+        for key, per_op in counter.get_flop_counts().items():
+            if key == "Global":
+                continue
+            fqn = "" if key == root else key[len(root) + 1:] if key.startswith(root + ".") else key
+            inclusive[fqn] = float(sum(per_op.values()))
+        exclusive, clamped = _exclusive(inclusive)
+        total = float(counter.get_total_flops())
+        out = _zero()
+        for fqn, value in exclusive.items():
+            out[_category_of(fqn, module_categories)] += value
+        # FLOPs outside the model's own forward (none for a plain step) still count somewhere
+        outside = total - inclusive.get("", total)
+        if outside > 0:
+            out["other"] += outside
+
+        notes: list[str] = []
+        counted_ops = {str(k) for k in flop_registry}
+        missing = sorted(op for op in self.recorder.ops if op not in counted_ops and _COMPUTE_OP.search(op))
+        # aten.matmul/linear decompose into mm/bmm/addmm, which are counted; an sdpa entry
+        # point that dispatched to a kernel with a formula was counted through that kernel
+        seen = {_op_name(op) for per_op in counter.get_flop_counts().values() for op in per_op}
+        missing = [op for op in missing if op not in ("aten.matmul", "aten.linear", "aten.einsum")
+                   and not ("attention" in op and any("attention" in s for s in seen))]
+        if missing:
+            notes.append("flop_counter has no formula for " + ", ".join(missing))
+        if clamped:
+            notes.append("a module shared between parents made exclusive counts negative; clamped to 0")
+        if analytic is not None:
+            for category in CATEGORIES:
+                a, c = analytic.get(category, 0.0), out.get(category, 0.0)
+                if a > 0 and c == 0:
+                    why = f" (ops without a formula: {', '.join(missing)})" if missing else ""
+                    notes.append(f"flop_counter counted no FLOPs in {category} (analytic {a:.4g}){why}")
+        return out, notes
+
+
 def counted(model: Any, step: Any, module_categories: Mapping[str, str], *,
             analytic: Mapping[str, float] | None = None) -> tuple[dict[str, float], list[str]]:
-    """FLOPs of one ``step()`` per category, counted by torch.utils.flop_counter and
-    attributed through ``module_categories`` (module FQN -> category; a module's own ops
-    land in its category, a module without an entry inherits its nearest ancestor's).
-    Notes name the compute ops that ran without a FLOP formula and, given ``analytic``,
-    the categories the counter saw none of."""
-    from torch.utils.flop_counter import FlopCounterMode, flop_registry
-
-    recorder = _OpRecorder(set())
-    counter = FlopCounterMode(display=False)
-    with counter, recorder.mode:
+    """FLOPs of one ``step()`` per category, counted by torch.utils.flop_counter in a
+    forward of its own (`FlopCount`)."""
+    count = FlopCount()
+    with count.counting():
         step()
     step.sync()
     step.reset()
-
-    root = type(model).__name__
-    inclusive: dict[str, float] = {}
-    for key, per_op in counter.get_flop_counts().items():
-        if key == "Global":
-            continue
-        fqn = "" if key == root else key[len(root) + 1:] if key.startswith(root + ".") else key
-        inclusive[fqn] = float(sum(per_op.values()))
-    exclusive, clamped = _exclusive(inclusive)
-    total = float(counter.get_total_flops())
-    out = _zero()
-    for fqn, value in exclusive.items():
-        out[_category_of(fqn, module_categories)] += value
-    # FLOPs outside the model's own forward (none for a plain step) still count somewhere
-    outside = total - inclusive.get("", total)
-    if outside > 0:
-        out["other"] += outside
-
-    notes: list[str] = []
-    counted_ops = {str(k) for k in flop_registry}
-    missing = sorted(op for op in recorder.ops if op not in counted_ops and _COMPUTE_OP.search(op))
-    # aten.matmul/linear decompose into mm/bmm/addmm, which are counted; an sdpa entry
-    # point that dispatched to a kernel with a formula was counted through that kernel
-    seen = {_op_name(op) for per_op in counter.get_flop_counts().values() for op in per_op}
-    missing = [op for op in missing if op not in ("aten.matmul", "aten.linear", "aten.einsum")
-               and not ("attention" in op and any("attention" in s for s in seen))]
-    if missing:
-        notes.append("flop_counter has no formula for " + ", ".join(missing))
-    if clamped:
-        notes.append("a module shared between parents made exclusive counts negative; clamped to 0")
-    if analytic is not None:
-        for category in CATEGORIES:
-            a, c = analytic.get(category, 0.0), out.get(category, 0.0)
-            if a > 0 and c == 0:
-                why = f" (ops without a formula: {', '.join(missing)})" if missing else ""
-                notes.append(f"flop_counter counted no FLOPs in {category} (analytic {a:.4g}){why}")
-    return out, notes
+    return count.result(model, module_categories, analytic=analytic)
 
 
 # --- what the analytic count reads from the model's structure ---------------------------

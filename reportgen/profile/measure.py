@@ -79,8 +79,26 @@ def _eager(step: StepLike) -> Iterator[None]:
         step.compiled = compiled  # type: ignore[attr-defined]
 
 
+def _derive_counting(built: building.BuiltModel) -> tuple[Structure, flops_mod.FlopCount | Exception]:
+    """The model's structure, with the FLOP counter counting the one forward it records
+    (on the eager model: FLOPs are counted on it), so the count costs no forward of its
+    own; where the counter fails, the structure is recorded again without it, and the
+    counter's failure is what the FLOP section says."""
+    with _eager(built.step):
+        count = flops_mod.FlopCount()
+        try:
+            with count.counting():
+                return derive(built.model, built.step), count
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the counter is a cross-check, not the measurement
+            with contextlib.suppress(Exception):
+                built.step.reset()
+            return derive(built.model, built.step), exc
+
+
 def _flops_section(built: building.BuiltModel, structure: Structure, combo: Any, median_ms: float,
-                   device: torch.device) -> dict[str, Any]:
+                   device: torch.device, count: flops_mod.FlopCount | Exception) -> dict[str, Any]:
     hints = flops.analytic_hints(built.model, structure.roles)
     analytic = flops_mod.analytic(built.info, combo, hints)
     notes = [flops_mod.CORE_NOTE]
@@ -88,18 +106,15 @@ def _flops_section(built: building.BuiltModel, structure: Structure, combo: Any,
         notes.append(flops_mod.TRAIN_NOTE)
     if hints.get("parts"):
         notes.append(flops_mod.PARTS_NOTE)
+    counted: dict[str, float] | None = None
     try:
-        with _eager(built.step):  # FLOPs are counted on the eager model
-            counted, counter_notes = flops_mod.counted(built.model, built.step, structure.categories,
-                                                       analytic=analytic)
+        if isinstance(count, Exception):
+            raise count
+        counted, counter_notes = count.result(built.model, structure.categories, analytic=analytic)
         notes += counter_notes
-    except torch.OutOfMemoryError:
-        raise
     except Exception as exc:  # noqa: BLE001 - the counter is a cross-check, not the measurement
         counted = None
         notes.append(f"flop_counter failed: {type(exc).__name__}: {exc}")
-        with contextlib.suppress(Exception):
-            built.step.reset()
     analytic.pop("overhead", None)
     if counted is not None:
         counted.pop("overhead", None)
@@ -180,10 +195,9 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         # a later round of a combination measured in rounds: its timing only
         return {"model": built.info, "inputs": dict(built.step.inputs_info), "timing": timing}
 
-    # the model's structure, once (one recorded forward, on the eager model): everything
-    # below that reads the structure is handed this one
-    with _eager(built.step):
-        structure = derive(built.model, built.step)
+    # the model's structure, once (one recorded forward, on the eager model, the FLOP
+    # counter counting it): everything below that reads the structure is handed this one
+    structure, count = _derive_counting(built)
     trace_path = trace_file(run_dir, combo_id)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     # module hooks cannot fire inside a compiled graph: a compiled forward is read from
@@ -231,7 +245,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
                                  hooks=compiled is None),
         "ops": recorded["ops"],
         "memory": memory,
-        "flops": _flops_section(built, structure, combo, timing["median"], device),
+        "flops": _flops_section(built, structure, combo, timing["median"], device, count),
     }
     if built.depth is not None:
         result["depth"] = _depth_section(built.depth, combo)
