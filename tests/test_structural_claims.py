@@ -131,6 +131,8 @@ def test_the_pages_show_the_verdict_the_figures_their_working_and_the_quote(tmp_
     assert "into 6 bits on average" in page  # the paper's words on its quantised cache
     assert "(https://huggingface.co/deepseek-ai/deepseek-llm-67b-base/blob/main/config.json)" in page
     assert "## Chart" not in page and "Across releases" not in page
+    assert "Computed from the models' published configs, on any host: no run decides it." in page
+    assert "Computed from the models' published configs, with no run." in page  # the citation
     mixtral = out["findings/mixtral-47b-total-13b-active.md"]
     assert "| 46.7B | supported |" in mixtral and "| 12.88B | supported |" in mixtral
     assert "46.5B to 47.5B" in mixtral and "each token has access to 47B parameters" in mixtral

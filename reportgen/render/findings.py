@@ -280,7 +280,9 @@ def cite(result: ClaimResult, page: str, site_url: str | None = None) -> Citatio
     return citation(f"Claim check: {claim.title}", date=date, run_ids=runs, commits=commits,
                     url=page_url(site_url, page + ".md"), key="reportgen-" + claim.id,
                     details=[f"Verdict: {result.verdict}",
-                             f"Quote from: {claim.source.title}, {claim.source.url}"])
+                             f"Quote from: {claim.source.title}, {claim.source.url}",
+                             *(["Computed from the models' published configs, with no run"]
+                               if claim.predicate.from_catalog else [])])
 
 
 def claim_page_path(claim_id: str) -> str:
