@@ -141,3 +141,17 @@ def test_the_pages_show_the_verdict_the_figures_their_working_and_the_quote(tmp_
     row = next(line for line in index.splitlines() if "(gpt-oss-active-parameters.md)" in line)
     assert "verdict-supported" in row and "any hardware (from the models' configs)" in row
     assert "computed from the catalog" in row
+
+
+def test_a_model_without_a_recorded_census_is_not_tested_and_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "qwen3-8b-size.yaml"
+    path.write_text("""id: qwen3-8b-size
+title: t
+quote: q
+source: {title: A post, url: "https://example.org/post", quote_in_primary: found}
+conditions: {hardware: any}
+predicate: {metric: "catalog.params_total(qwen3-8b)", op: approx, value: 8.2B, tolerance: rounding}
+""")
+    result = evaluate_claim(load_claim(path), [])
+    assert result.verdict == "not tested"
+    assert result.reason == "qwen3-8b: the catalog records no census (reportgen models counts it; add it to the entry)"
