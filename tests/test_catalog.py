@@ -186,6 +186,36 @@ def test_every_entry_builds_and_agrees_with_its_stated_counts(name: str) -> None
                                             f"({stated.rule()})")
 
 
+RECORDED = sorted(name for name, e in ENTRIES.items() if e.census is not None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RECORDED)
+def test_a_recorded_census_is_the_census(name: str) -> None:
+    """The figures an entry records (which the structural claims read without torch) are
+    the meta-device census's, parameter for parameter."""
+    from reportgen.profile.census import census
+
+    counted = census(ENTRIES[name])
+    recorded = ENTRIES[name].census
+    assert recorded == {"total": counted.total, "active": counted.active,
+                        "input_embeddings": counted.input_embeddings, "head": counted.head}
+
+
+def test_the_claims_models_record_their_census() -> None:
+    assert {"mixtral-8x7b", "gpt-oss-120b", "gpt-oss-20b", "deepseek-v2", "deepseek-llm-67b"} <= set(RECORDED)
+
+
+def test_a_bad_census_names_its_field(tmp_path: Path) -> None:
+    good = json.loads((catalog.DATA_DIR / "mixtral-8x7b.json").read_text())
+    for census, words in (({"total": 1}, "a census has exactly total, active, input_embeddings, head"),
+                          ({**good["census"], "active": -3}, "census.active: expected a whole number")):
+        path = tmp_path / "mixtral-8x7b.json"
+        path.write_text(json.dumps({**good, "census": census}))
+        with pytest.raises(UserError, match=words):
+            catalog.load_entry(path)
+
+
 # --- the command ----------------------------------------------------------------------------
 
 

@@ -5,6 +5,11 @@ stated total (and, for a mixture of experts, active) parameter counts, each with
 exact words and address, and whether those words were found at that address (``verified``,
 with ``checked`` saying how; a quote not yet found there is listed as unverified).
 
+An entry may also record its ``census``: the total and active parameters, the input
+embedding tables and the head, as ``reportgen models`` counts them on the meta device.
+The claims about a model's structure read these without torch; the tests build the model
+and recount every recorded census, so a recorded figure cannot drift from the model.
+
 No torch here: suite validation and the render side read the catalog without it; the
 counting that builds each model on the meta device is ``profile/census.py``.
 """
@@ -78,6 +83,7 @@ class Entry:
     active: Stated | None = None
     stated_missing: str | None = None
     note: str | None = None
+    census: dict[str, int] | None = None  # CENSUS_FIELDS, as the meta-device census counts them
     path: Path = field(default=DATA_DIR)
 
     @property
@@ -124,7 +130,22 @@ def _stated(data: Any, where: str) -> Stated | None:
                   disagreement=data.get("disagreement"), verified=verified, checked=data.get("checked"))
 
 
-_KEYS = {"name", "hub_id", "family", "config_source", "config", "stated", "stated_missing", "note"}
+_KEYS = {"name", "hub_id", "family", "config_source", "config", "stated", "stated_missing", "note", "census"}
+#: a recorded census: every parameter, those one token runs, the input embedding tables not
+#: shared with the head, and the head (`profile.census.Census`)
+CENSUS_FIELDS = ("total", "active", "input_embeddings", "head")
+
+
+def _census(data: Any, where: str) -> dict[str, int] | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict) or set(data) != set(CENSUS_FIELDS):
+        raise UserError(f"{where}: a census has exactly {', '.join(CENSUS_FIELDS)}")
+    for key in CENSUS_FIELDS:
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UserError(f"{where}.{key}: expected a whole number of parameters, got {value!r}")
+    return {k: int(data[k]) for k in CENSUS_FIELDS}
 
 
 def load_entry(path: Path) -> Entry:
@@ -155,7 +176,8 @@ def load_entry(path: Path) -> Entry:
         raise UserError(f"{path.name}: no stated total and no stated_missing saying why")
     return Entry(name=data["name"], hub_id=data["hub_id"], family=data["family"],
                  config_source=data["config_source"], config=dict(config), total=total, active=active,
-                 stated_missing=data.get("stated_missing"), note=data.get("note"), path=path)
+                 stated_missing=data.get("stated_missing"), note=data.get("note"),
+                 census=_census(data.get("census"), f"{path.name}: census"), path=path)
 
 
 @cache

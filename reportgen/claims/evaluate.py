@@ -22,13 +22,18 @@ device. A run matches the class by its device kind, and the device word for word
 start of its name, brand words dropped (``Hardware.matches``): a claim made on an ``A100``
 is decided by "NVIDIA A100-SXM4-80GB" or "A100 80GB PCIe" runs, never by an H100, an H200
 or an A10. A claim for ``any`` hardware is decided by every run.
+
+A claim about models' structure (``catalog.*`` metrics: parameters, active parameters,
+cache bytes per token) is decided from the catalog, on any host and with no run
+(``structure``): one piece of evidence, exact; where it counts a cache at other than bf16,
+the same comparison at bf16 is shown beside it as context.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,7 @@ from reportgen.claims.metrics import (
     read_term,
 )
 from reportgen.claims.registry import Check, Claim, Comparison, load_claims
+from reportgen.claims.structure import at_default_precision, compute
 from reportgen.records import fields
 from reportgen.records.hardware import cpu_name, hardware_label, host_labels
 from reportgen.records.status import is_ok
@@ -141,7 +147,7 @@ class ClaimResult:
         those that decide the verdict, or every row when none does (what a citation of the
         claim's page names)."""
         rows = [r for r in self.evidence if r["within_conditions"]] or self.evidence
-        runs = sorted({str(r["run_id"]) for r in rows})
+        runs = sorted({str(r["run_id"]) for r in rows if r["run_id"] is not None})
         dates = sorted(str(r["finished"])[:10] for r in rows if r.get("finished"))
         commits = sorted({c for r in rows for c in r.get("commits") or []})
         return runs, (dates[-1] if dates else None), commits
@@ -508,7 +514,58 @@ def latest_per_combination(observations: list[Observation]) -> tuple[list[Observ
     return kept, others
 
 
+CATALOG_LABEL = "the catalog (any hardware)"
+
+
+def _catalog_check(check: Comparison, metric: Metric) -> dict[str, Any]:
+    """``check``'s comparison of ``metric`` (its own, or the same at bf16) from the catalog."""
+    check = replace(check, metric=metric)
+    out: dict[str, Any] = {"check": check.describe(), "metric": metric.text}
+    measured, parts = compute(metric)
+    out["terms"] = [{"term": t.text, "model": c.model, "how": c.how, "config_source": c.config_source,
+                     **c.measured.as_dict()} for t, c in zip(metric.terms, parts)]
+    if isinstance(measured, str):
+        out.update(verdict=NOT_TESTED, reason=measured)
+        return out
+    out.update(verdict=_compare(measured, check), text=check.show(measured.value), **measured.as_dict())
+    if check.op in ("==", "approx"):
+        out["band"] = list(check.band)
+    return out
+
+
+def _catalog_row(claim: Claim, checks: list[dict[str, Any]], *, decides: bool, outside: list[str]) -> dict[str, Any]:
+    verdict = _combine([c["verdict"] for c in checks])
+    row: dict[str, Any] = {
+        "run_id": None, "hardware": "catalog", "device": None, "gpu_name": None, "device_name": None,
+        "hardware_label": CATALOG_LABEL, "on_claim_hardware": True, "within_conditions": decides,
+        "role": "decides" if decides else "context", "outside": outside,
+        "combination": {"model": ", ".join(claim.predicate.models)}, "combinations": [],
+        "verdict": verdict, "reason": _summarize([c["reason"] for c in checks if c.get("reason")]),
+        "checks": checks, "finished": None, "commits": [], "also_measured_in": [], "from_catalog": True,
+    }
+    row.update({k: checks[0].get(k) for k in ("value", "ci_low", "ci_high")})
+    row["outcome"] = verdict if decides else CONTEXT_OUTCOME[verdict]
+    return row
+
+
+def _evaluate_from_catalog(claim: Claim) -> ClaimResult:
+    """A claim about models' structure: its predicate on the catalog's figures (exact), and,
+    where it counts a cache at other than bf16, the same comparison at bf16 as context."""
+    specs = [c for c in claim.predicate.checks if isinstance(c, Comparison)]
+    rows = [_catalog_row(claim, [_catalog_check(c, c.metric) for c in specs], decides=True, outside=[])]
+    plain = [(c, at_default_precision(c.metric)) for c in specs]
+    if any(m is not None for _, m in plain):
+        checks = [_catalog_check(c, m or c.metric) for c, m in plain]
+        rows.append(_catalog_row(claim, checks, decides=False,
+                                 outside=["every cache at bf16 (the same precision on both sides)"]))
+    verdict = rows[0]["verdict"]
+    counts = {v: int(v == verdict) for v in VERDICTS}
+    return ClaimResult(claim, verdict, counts, rows, rows[0]["reason"] or None)
+
+
 def evaluate_claim(claim: Claim, observations: list[Observation]) -> ClaimResult:
+    if claim.predicate.from_catalog:
+        return _evaluate_from_catalog(claim)
     core, others = latest_per_combination(
         [o for o in observations if all(_matches(claim, o, k) for k in _CORE)])
     also = {id(core[i]): runs for i, runs in others.items()}
@@ -559,7 +616,8 @@ def check(runs_root: Path | str, claims_dir: Path | str) -> CheckReport:
     report.claims = [evaluate_claim(c, observations) for c in claims]
     history = load_history_observations(runs_root)
     for result in report.claims:
-        result.releases = across_releases(result.claim, history)
+        if not result.claim.predicate.from_catalog:  # a structure is the same under every release
+            result.releases = across_releases(result.claim, history)
     return report
 
 

@@ -18,6 +18,17 @@ Grammar (whitespace is ignored)::
 
 ``attn=<implementation>`` picks one variant from a group of combinations that differ only in
 their attention implementation: it makes the predicate compare variants.
+
+A model's structure, from the catalog (``reportgen models``) rather than from a run: a
+predicate of these terms alone is decided on any host, with no measurement::
+
+    catalog.params_total(<model>[, counts=<convention>])   every parameter
+    catalog.params_active(<model>[, counts=<convention>])  the parameters one token runs
+    catalog.kv_bytes_per_token(<model>[, bits=<n>])        cache bytes each further token
+                                                           adds (16 bits, bf16, unless named)
+
+``counts``: ``all`` (the default), ``without_input_embeddings`` or ``without_embeddings``
+(less the head too), the conventions publishers count in (``catalog.CONVENTIONS``).
 """
 
 from __future__ import annotations
@@ -38,8 +49,16 @@ from reportgen.stats.bootstrap import CONFIDENCE as BOOTSTRAP_LEVEL
 VALID_FORMS = (
     "share(<category or glob>), latency, kernels_per_forward[(<category>)], "
     "memory.<field>, flops.<field>, nongemm_share, utilization(<category>); each may take attn=<implementation>; "
-    "a ratio is <metric> / <metric>"
+    "a ratio is <metric> / <metric>; a model's structure: catalog.params_total(<model>), "
+    "catalog.params_active(<model>), catalog.kv_bytes_per_token(<model>)"
 )
+
+#: the catalog's functions and their units
+CATALOG_TERMS = {"params_total": "params", "params_active": "params", "kv_bytes_per_token": "bytes"}
+#: ``counts=`` as written in a metric -> the convention's name (``catalog.CONVENTIONS``)
+COUNTS = {"all": "all", "without_input_embeddings": "without input embeddings",
+          "without_embeddings": "without embeddings"}
+DEFAULT_BITS = 16  # the cache at bf16, as reportgen models states it
 
 MEMORY_FIELDS = (
     "peak_allocated_bytes",
@@ -64,6 +83,7 @@ _FUSED_ATTENTION = re.compile(r"scaled_dot_product|flash|fmha|efficient_attentio
                               re.IGNORECASE)
 
 _TERM = re.compile(r"^(?P<name>[a-z_]+(?:\.[a-z_.*]+)?)(?:\((?P<args>[^()]*)\))?$")
+_MODEL = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
 _IMPL = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
@@ -73,13 +93,18 @@ class MetricError(ValueError):
 
 @dataclass(frozen=True)
 class Term:
-    kind: str  # share | latency | kernels | memory | flops | nongemm | utilization
-    arg: str | None  # category (glob) or field path
+    kind: str  # share | latency | kernels | memory | flops | nongemm | utilization | catalog
+    arg: str | None  # category (glob), field path, or the catalog's function
     attn: str | None
     text: str
+    model: str | None = None  # a catalog term's model
+    counts: str = "all"  # a catalog parameter count's convention (catalog.CONVENTIONS)
+    bits: int = DEFAULT_BITS  # a catalog cache's bits per element
 
     @property
     def unit(self) -> str:
+        if self.kind == "catalog":
+            return CATALOG_TERMS[self.arg or ""]
         return {
             "share": "share",
             "latency": "ms",
@@ -104,6 +129,11 @@ class Metric:
     @property
     def selects_variants(self) -> bool:
         return any(t.attn is not None for t in self.terms)
+
+    @property
+    def from_catalog(self) -> bool:
+        """Whether the metric is a model's structure, computed from the catalog (no run)."""
+        return self.numerator.kind == "catalog"
 
     @property
     def unit(self) -> str:
@@ -133,7 +163,7 @@ def parse_term(text: str) -> Term:
     attn: str | None = None
     for arg in filter(None, (raw_args or "").split(",")):
         key, eq, value = arg.partition("=")
-        if not eq:
+        if not eq or name.startswith("catalog."):
             positional.append(arg)
         elif key == "attn" and _IMPL.match(value) and attn is None:
             attn = value
@@ -145,6 +175,8 @@ def parse_term(text: str) -> Term:
         raise MetricError(f"{text.strip()!r}: empty argument list")
 
     head, _, field = name.partition(".")
+    if head == "catalog":
+        return _catalog_term(text.strip(), compact, field, raw_args)
     if name == "share":
         if len(positional) != 1:
             raise MetricError(
@@ -188,6 +220,36 @@ def parse_term(text: str) -> Term:
     raise MetricError(f"unknown metric {text.strip()!r}; valid: {VALID_FORMS}")
 
 
+def _catalog_term(text: str, compact: str, function: str, raw_args: str | None) -> Term:
+    """``catalog.<function>(<model>[, counts=...|bits=...])``: the model must be in the catalog."""
+    from reportgen import catalog
+
+    if function not in CATALOG_TERMS:
+        raise MetricError(f"unknown metric {text!r}; the catalog's: "
+                          + ", ".join(f"catalog.{f}(<model>)" for f in CATALOG_TERMS))
+    args = [a for a in (raw_args or "").split(",") if a]
+    if not args or "=" in args[0] or not _MODEL.match(args[0]):
+        raise MetricError(f"{text!r}: names a catalog model first, e.g. catalog.{function}(mixtral-8x7b)")
+    model = args[0]
+    if not catalog.is_catalog_name(model):
+        raise MetricError(f"{text!r}: {model!r} is not a catalog model; the catalog has: "
+                          + ", ".join(catalog.names()))
+    option = "bits" if function == "kv_bytes_per_token" else "counts"
+    values: dict[str, str] = {}
+    for arg in args[1:]:
+        key, eq, value = arg.partition("=")
+        if not eq or key != option or key in values:
+            raise MetricError(f"{text!r}: unknown argument {arg!r}; catalog.{function} takes {option}=")
+        values[key] = value
+    counts = values.get("counts", "all")
+    if counts not in COUNTS:
+        raise MetricError(f"{text!r}: counts={counts}; valid: {', '.join(COUNTS)}")
+    bits = values.get("bits", str(DEFAULT_BITS))
+    if not bits.isdigit() or not 1 <= int(bits) <= 32:
+        raise MetricError(f"{text!r}: bits={bits}; a whole number of bits per element, 1 to 32")
+    return Term("catalog", function, None, compact, model=model, counts=COUNTS[counts], bits=int(bits))
+
+
 def parse_metric(text: str) -> Metric:
     if not isinstance(text, str) or not text.strip():
         raise MetricError(f"a metric is a non-empty string; valid: {VALID_FORMS}")
@@ -196,6 +258,9 @@ def parse_metric(text: str) -> Metric:
         raise MetricError(f"{text.strip()!r}: at most one '/' (a ratio of two metrics)")
     numerator = parse_term(parts[0])
     denominator = parse_term(parts[1]) if len(parts) == 2 else None
+    if denominator is not None and (numerator.kind == "catalog") != (denominator.kind == "catalog"):
+        raise MetricError(f"{text.strip()!r}: both sides of a ratio are catalog terms, or neither "
+                          "(a model's structure is not measured by a run)")
     if denominator is not None and (numerator.attn is None) != (denominator.attn is None):
         raise MetricError(
             f"{text.strip()!r}: both sides of a ratio select a variant (attn=...), or neither"
@@ -412,6 +477,8 @@ def format_value(value: float | None, unit: str) -> str:
         return fmt.duration_ms(value)
     if unit == "bytes":
         return fmt.nbytes_compact(value)
+    if unit == "params":
+        return f"{fmt.general(value / 1e9, 4)}B" if abs(value) >= 1e9 else f"{fmt.general(value / 1e6, 4)}M"
     return fmt.general(value, 4)
 
 

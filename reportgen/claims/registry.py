@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from reportgen import fmt
-from reportgen.claims.metrics import Metric, MetricError, parse_metric
+from reportgen.catalog import parse_figure
+from reportgen.claims.metrics import Metric, MetricError, format_value, parse_metric
 from reportgen.errors import UserError
 
 OPS = (">", ">=", "<", "<=", "==", "approx")
@@ -50,20 +51,35 @@ _ORDER = {"metric", "order", "variants"}
 
 @dataclass(frozen=True)
 class Comparison:
-    """``metric op value``; ``tolerance`` widens == and approx (absolute, or relative if rel)."""
+    """``metric op value``; ``tolerance`` widens == and approx (absolute, or relative if rel).
+
+    ``written``: the value as the claim writes a stated figure ("47B", "6.7%"), whose
+    ``tolerance: rounding`` is half a unit of its last digit."""
 
     metric: Metric
     op: str
     value: float
     tolerance: float = 0.0
     relative: bool = False
+    written: str | None = None
 
     @property
     def band(self) -> tuple[float, float]:
         tol = abs(self.value) * self.tolerance if self.relative else self.tolerance
         return self.value - tol, self.value + tol
 
+    def show(self, value: float) -> str:
+        """A value as the claim writes its figure: a percent to one digit more than the
+        figure's ("6.7%" -> 6.66%), else in the metric's unit."""
+        if self.written is not None and self.written.endswith("%"):
+            digits = len(self.written.rstrip("% ").partition(".")[2])
+            return fmt.pct(value, digits + 1)
+        return format_value(value, self.metric.unit)
+
     def describe(self) -> str:
+        if self.written is not None and self.op in ("==", "approx"):
+            low, high = (self.show(b) for b in self.band)
+            return f"{self.metric.text} \u2248 {self.written} (within its rounding: {low} to {high})"
         if self.op in ("==", "approx") and self.tolerance:
             tol = fmt.pct(self.tolerance, 0) if self.relative else fmt.general(self.tolerance)
             return f"{self.metric.text} \u2248 {fmt.general(self.value)} \u00b1 {tol}"
@@ -96,6 +112,17 @@ class Predicate:
     @property
     def compares_variants(self) -> bool:
         return isinstance(self.checks[0], Ordering) or self.checks[0].metric.selects_variants
+
+    @property
+    def from_catalog(self) -> bool:
+        """Whether the predicate is about models' structure alone (decided from the catalog)."""
+        return all(isinstance(c, Comparison) and c.metric.from_catalog for c in self.checks)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The catalog models a structural predicate names, in order."""
+        return tuple(dict.fromkeys(t.model for c in self.checks if isinstance(c, Comparison)
+                                   for t in c.metric.terms if t.model))
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -261,6 +288,18 @@ def _hardware(ctx: _Ctx, value: Any) -> Hardware:
     return Hardware(kind.lower(), device)
 
 
+def _structural_conditions(ctx: _Ctx, value: Any, predicate: Predicate) -> dict[str, Any]:
+    """A claim about models' structure is decided from the catalog on any host: its
+    conditions, if stated, say ``hardware: any`` and nothing else; its models are the
+    predicate's."""
+    if value is not None:
+        raw = ctx.mapping(value, "conditions", {"hardware"}, set())
+        if "hardware" in raw and _hardware(ctx, raw["hardware"]).kind != "any":
+            raise ctx.fail("conditions.hardware", "a claim about a model's structure (catalog.*) holds on any "
+                           "hardware: 'any'")
+    return {"model": list(predicate.models), "hardware": Hardware("any")}
+
+
 def _conditions(ctx: _Ctx, value: Any) -> dict[str, Any]:
     raw = ctx.mapping(value, "conditions", _CONDITIONS, {"model", "hardware", "setting"})
     out: dict[str, Any] = {}
@@ -283,6 +322,23 @@ def _number(ctx: _Ctx, value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ctx.fail(where, f"expected a number, got {value!r}")
     return float(value)
+
+
+_PERCENT = re.compile(r"^\s*(\d+(?:\.(\d+))?)\s*%\s*$")
+
+
+def _written(ctx: _Ctx, value: Any, where: str) -> tuple[float, float] | None:
+    """A stated figure as written ("47B", "5.1B", "6.7%"): (its value, the unit of its last
+    digit); None for a plain number."""
+    if not isinstance(value, str):
+        return None
+    percent = _PERCENT.match(value)
+    if percent:
+        return float(percent.group(1)) / 100, 10.0 ** -len(percent.group(2) or "") / 100
+    try:
+        return parse_figure(value)
+    except ValueError:
+        raise ctx.fail(where, f"expected a number or a stated figure (47B, 5.1B, 6.7%), got {value!r}") from None
 
 
 def _metric(ctx: _Ctx, value: Any, where: str) -> Metric:
@@ -317,12 +373,17 @@ def _check(ctx: _Ctx, value: Any, where: str) -> Check:
     op = raw["op"]
     if op not in OPS:
         raise ctx.fail(f"{where}.op", f"unknown op {op!r}; valid: {', '.join(OPS)}")
-    number = _number(ctx, raw["value"], f"{where}.value")
+    written = _written(ctx, raw["value"], f"{where}.value")
+    number = written[0] if written else _number(ctx, raw["value"], f"{where}.value")
     tolerance, relative = 0.0, False
     if "tolerance" in raw:
         tol = raw["tolerance"]
         if op not in ("==", "approx"):
             raise ctx.fail(f"{where}.tolerance", f"only == and approx take a tolerance, not {op!r}")
+        if tol == "rounding":
+            if written is None:
+                raise ctx.fail(f"{where}.tolerance", "rounding needs the value as stated (47B, 6.7%), not a number")
+            return Comparison(metric, op, number, written[1] / 2, False, " ".join(str(raw["value"]).split()))
         if isinstance(tol, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*%\s*", tol):
             tolerance, relative = float(tol.strip().rstrip("%")) / 100, True
         else:
@@ -345,6 +406,9 @@ def _predicate(ctx: _Ctx, value: Any) -> Predicate:
         raise ctx.fail("predicate", "missing")
     else:
         checks = (_check(ctx, value, "predicate"),)
+    structural = {not isinstance(c, Ordering) and c.metric.from_catalog for c in checks}
+    if len(structural) > 1 or (True in structural and any(isinstance(c, Ordering) for c in checks)):
+        raise ctx.fail("predicate", "mixes a model's structure (catalog.*) with measured metrics")
     kinds = {isinstance(c, Ordering) or c.metric.selects_variants for c in checks}
     if len(kinds) > 1:
         raise ctx.fail(
@@ -400,14 +464,19 @@ def load_claim(path: Path, display: str | None = None) -> Claim:
         where = f"line {mark.line + 1}" if mark is not None else "YAML"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ctx.fail(where, f"invalid YAML: {problem}") from None
-    raw = ctx.mapping(data, "", _TOP, {"id", "title", "quote", "source", "conditions", "predicate"})
+    raw = ctx.mapping(data, "", _TOP, {"id", "title", "quote", "source", "predicate"})
     claim_id = raw["id"]
     if not isinstance(claim_id, str) or not _ID.match(claim_id):
         raise ctx.fail("id", f"expected lowercase letters, digits and '-', got {claim_id!r}")
     if claim_id != path.stem:
         raise ctx.fail("id", f"{claim_id!r} differs from the file name {path.stem!r}")
     predicate = _predicate(ctx, raw["predicate"])
-    conditions = _conditions(ctx, raw["conditions"])
+    if predicate.from_catalog:
+        conditions = _structural_conditions(ctx, raw.get("conditions"), predicate)
+    elif raw.get("conditions") in (None, ""):
+        raise ctx.fail("conditions", "missing")
+    else:
+        conditions = _conditions(ctx, raw["conditions"])
     if predicate.compares_variants and "attn_implementation" in conditions:
         raise ctx.fail(
             "conditions.attn_implementation",

@@ -37,6 +37,8 @@ def _number(value: Any) -> str:
 def _interval(item: dict[str, Any]) -> str:
     if item.get("value") is None:
         return ""
+    if item.get("text"):  # a catalog figure, as the claim writes it (46.7B, 6.66%)
+        return str(item["text"])
     if item.get("ci_low") == item.get("ci_high") == item.get("value"):
         return _number(item["value"])
     return f"{_number(item['value'])} [{_number(item['ci_low'])}, {_number(item['ci_high'])}]"
@@ -46,6 +48,8 @@ def _evidence_line(row: dict[str, Any]) -> str:
     combo = row["combination"]
     parts = [row["hardware"], str(combo.get("model")), str(combo.get("mode")), str(combo.get("dtype")),
              f"b{combo.get('batch_size')}", f"s{combo.get('seq_len')}"]
+    if row.get("from_catalog"):  # a model's structure: no run, no shape
+        parts = [row["hardware_label"] + ":", str(combo.get("model"))]
     if combo.get("attn_implementation"):
         parts.append(str(combo["attn_implementation"]))
     where = " ".join(parts)

@@ -280,7 +280,9 @@ def cite(result: ClaimResult, page: str, site_url: str | None = None) -> Citatio
     return citation(f"Claim check: {claim.title}", date=date, run_ids=runs, commits=commits,
                     url=page_url(site_url, page + ".md"), key="reportgen-" + claim.id,
                     details=[f"Verdict: {result.verdict}",
-                             f"Quote from: {claim.source.title}, {claim.source.url}"])
+                             f"Quote from: {claim.source.title}, {claim.source.url}",
+                             *(["Computed from the models' published configs, with no run"]
+                               if claim.predicate.from_catalog else [])])
 
 
 def claim_page_path(claim_id: str) -> str:
@@ -329,11 +331,28 @@ def _evidence_rows(result: ClaimResult, page: str, combination_page: Combination
     return rows
 
 
+def _catalog_sections(result: ClaimResult) -> list[dict[str, Any]]:
+    """A structural claim's evidence: per row (the verdict's comparison, then any context
+    one), each check's figure, its verdict and each term's working with its config's address."""
+    sections = []
+    for row in result.evidence:
+        checks = [{"check": c["check"], "metric": c["metric"], "value": c.get("text") or "-",
+                   "verdict": c["verdict"], "outcome": c["verdict"] if row["within_conditions"]
+                   else CONTEXT_OUTCOME[c["verdict"]], "reason": c.get("reason"),
+                   "terms": c.get("terms") or []} for c in row["checks"]]
+        sources = list(dict.fromkeys((t["model"], t["config_source"]) for c in checks for t in c["terms"]))
+        sections.append({"decides": row["within_conditions"], "verdict": row["verdict"],
+                         "outcome": row["outcome"], "outside": row["outside"], "checks": checks,
+                         "sources": sources})
+    return sections
+
+
 def page_model(result: ClaimResult, combination_page: CombinationPage | None = None,
                chart_embed: ChartEmbed = rg_chart, site_url: str | None = None) -> dict[str, Any]:
     claim = result.claim
     page = claim_page_path(claim.id)
-    spec = chart_spec(result)
+    structural = claim.predicate.from_catalog
+    spec = None if structural else chart_spec(result)
     evidence = _evidence_rows(result, page, combination_page)
     citation = cite(result, page.removesuffix(".md"), site_url)
     return {
@@ -355,6 +374,7 @@ def page_model(result: ClaimResult, combination_page: CombinationPage | None = N
         "outside": [r for r in evidence if not r["within"]],
         "chart": Markup(chart_embed(claim.id, spec)) if spec else None,
         "chart_spec": spec,
+        "catalog": _catalog_sections(result) if structural else None,
     }
 
 
@@ -394,7 +414,8 @@ def pages(runs_root: Path | str, claims_dir: Path | str, *, report: CheckReport 
     for model in models:
         out[claim_page_path(model["claim"].id)] = env.get_template("claim.md.j2").render(**model)
     out[FINDINGS_INDEX] = env.get_template("index.md.j2").render(
-        claims=models, runs=report.runs_root, combinations=report.observations)
+        claims=models, runs=report.runs_root, combinations=report.observations,
+        structural=sum(1 for m in models if m["catalog"] is not None))
     return out
 
 
