@@ -59,16 +59,17 @@ def _plain(value: str) -> str:
 
 def citation(title: str, *, date: str | None, run_ids: Sequence[str], commits: Sequence[str],
              url: str | None = None, key: str | None = None,
-             details: Sequence[str] = ()) -> Citation:
+             details: Sequence[str] = (), measured: bool = True) -> Citation:
     """The citation of one page of results. ``date``: when the figures were measured (ISO
     8601; only the day is kept); ``details``: sentences that precede the runs in the note
-    (a claim's verdict and source)."""
+    (a claim's verdict and source); ``measured=False``: a result computed with no run (the
+    note names no runs and no measuring date)."""
     day = (date or "")[:10] or "undated"
     runs = ", ".join(sorted(set(run_ids))) or "none yet"
     commit_list = sorted({c for c in commits if c})
     commit = ", ".join(c[:12] for c in commit_list) or "not recorded"
     note = " ".join([*(d.rstrip(".") + "." for d in details),
-                     f"Measured {day}; runs {runs}; project commit {commit}."])
+                     f"Measured {day}; runs {runs}; project commit {commit}." if measured else ""]).strip()
     fields = [("title", "{" + _bibtex_text(title) + "}"), ("author", "{{" + AUTHOR + "}}")]
     if day[:4].isdigit():
         fields.append(("year", "{" + day[:4] + "}"))

@@ -282,7 +282,8 @@ def cite(result: ClaimResult, page: str, site_url: str | None = None) -> Citatio
                     details=[f"Verdict: {result.verdict}",
                              f"Quote from: {claim.source.title}, {claim.source.url}",
                              *(["Computed from the models' published configs, with no run"]
-                               if claim.predicate.from_catalog else [])])
+                               if claim.predicate.from_catalog else [])],
+                    measured=not claim.predicate.from_catalog)
 
 
 def claim_page_path(claim_id: str) -> str:
