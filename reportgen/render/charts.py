@@ -38,7 +38,6 @@ assert len(CATEGORY_COLOURS) == len(CATEGORIES), "one colour per category"
 SERIES_COLOURS: tuple[str, ...] = ("#3f6ee8", "#e44907", "#008f7d", "#a64ddb", "#6f7f8c",
                                    "#8b7f19", "#e0307c", "#0f88c2")
 GUIDE_GREY = "#888888"
-BACKGROUNDS: tuple[str, ...] = ("#ffffff", "#1e2129")  # light page, dark (slate) page
 _COLOUR_OF = dict(zip(CATEGORIES, CATEGORY_COLOURS))
 _SERIES_SCALE = alt.Scale(range=list(SERIES_COLOURS))
 WIDTH = 560
