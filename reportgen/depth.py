@@ -22,6 +22,14 @@ A kind measured in one layer has no spread to resample: its layer's time stands 
 interval of its own, and ``notes`` says so. Parameters, weight bytes and analytic FLOPs of
 the whole model are counted exactly (built on the meta device), not extrapolated.
 
+A mixture of experts built with fewer routed experts per layer (``--experts``, or the
+pre-flight's reduction; the section's ``experts``: ``measured`` of ``full``) keeps each
+token's work: the same top-k experts of the same size, the shared experts, the router's
+input width. Its time and FLOPs per token therefore stand as measured, except the
+router's own matmul, which scores every expert: ``moe.router`` is scaled by full /
+measured. Parameters and weight memory are the whole model's with every expert resident
+(the meta-device count of the whole config).
+
 Pure: both sides import it (the executor finishes a record's ``depth`` section here once
 its timing is final; the render side only reads it).
 """
@@ -37,6 +45,7 @@ from reportgen.stats.basic import percentiles
 from reportgen.stats.bootstrap import CONFIDENCE, SHARE_REPLICATES, draws
 
 OVERHEAD = "overhead"
+ROUTER = "moe.router"
 PROFILER_SLOWDOWN = 1.5  # a profiled pass slower than this many unprofiled forwards is noted
 SEED = 0
 METHOD = ("per-kind mean of the measured layers' profiled time, times the layers of that kind the "
@@ -108,9 +117,13 @@ def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
         return None
     scale = float(median) / float(forward)  # profiled milliseconds -> the timed forward's
     kinds = sorted(rows)
+    router = expert_ratio(depth)
 
     def figures(picks: Mapping[str, Sequence[int]]) -> tuple[float, dict[str, float]]:
         extra = _extra(rows, missing, picks)
+        if router != 1.0 and ROUTER in categories:
+            # the router scores every expert: the whole model's, measured and missing layers alike
+            extra[ROUTER] = (categories[ROUTER] + extra.get(ROUTER, 0.0)) * router - categories[ROUTER]
         g = (busy + sum(extra.values())) / busy
         whole = {c: (ms + extra.get(c, 0.0)) if c != OVERHEAD else ms * g for c, ms in categories.items()}
         return g, whole
@@ -132,6 +145,9 @@ def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
                             "share": ms / total if total else None, "share_low": share_low, "share_high": share_high}
     single = [k for k in kinds if len(rows[k]) == 1 and missing[k] > 0]
     notes = [f"{k}: one layer measured, so its layer-to-layer spread is not in the intervals" for k in single]
+    if router != 1.0:
+        notes.append(f"moe.router scaled by {router:.4g} (the router scores every expert); the routed "
+                     "experts' time per token is the measured one (each token runs as many, of the same size)")
     return {
         "method": METHOD,
         "factor": g, "factor_low": g_low, "factor_high": g_high,
@@ -165,6 +181,14 @@ def finish(sections: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def expert_ratio(depth: Mapping[str, Any]) -> float:
+    """The whole model's routed experts per layer over those built (1 where all were)."""
+    experts = depth.get("experts")
+    if not isinstance(experts, Mapping) or not experts.get("measured") or not experts.get("full"):
+        return 1.0
+    return float(experts["full"]) / float(experts["measured"])
+
+
 def record_label(record: Mapping[str, Any]) -> str:
     """What a record's figures are of, where that is not the whole model: the ``depth``
     section's layers ("measured 4 of 48 layers; whole-model figures extrapolated", or
@@ -173,8 +197,11 @@ def record_label(record: Mapping[str, Any]) -> str:
     (``PRESET_FULL_LAYERS``: "reduced depth: 4 of 24 layers"); "" for a whole model."""
     section = fields.get(record, "depth")
     if isinstance(section, Mapping) and section.get("layers") and section.get("full_layers"):
+        experts = section.get("experts")
+        counts = ((int(experts["measured"]), int(experts["full"]))
+                  if isinstance(experts, Mapping) and experts.get("measured") != experts.get("full") else None)
         return label(int(section["layers"]), int(section["full_layers"]),
-                     extrapolated=section.get("whole") is not None)
+                     extrapolated=section.get("whole") is not None, experts=counts)
     model = str(fields.get(record, "combination.model") or "")
     full = PRESET_FULL_LAYERS.get(model)
     layers = fields.get(record, "model.num_layers")
@@ -185,11 +212,17 @@ def record_label(record: Mapping[str, Any]) -> str:
     return label(layers, full, extrapolated=False) if isinstance(layers, int) and layers < full else ""
 
 
-def label(measured: int, full: int, *, extrapolated: bool = True) -> str:
-    """The words every figure of a depth-reduced combination carries."""
+def label(measured: int, full: int, *, extrapolated: bool = True, experts: tuple[int, int] | None = None) -> str:
+    """The words every figure of a depth-reduced combination carries (and of one built with
+    fewer routed experts: ``experts`` is (built, the model's))."""
+    layers = (f"measured {measured} of {full} layers" if extrapolated
+              else f"reduced depth: {measured} of {full} layers")
+    parts = [layers] if experts is None or measured < full else []  # all layers: the experts are the reduction
+    if experts is not None:
+        parts.append(f"measured with {experts[0]} of {experts[1]} experts")
     if extrapolated:
-        return f"measured {measured} of {full} layers; whole-model figures extrapolated"
-    return f"reduced depth: {measured} of {full} layers"
+        parts.append("whole-model figures extrapolated")
+    return "; ".join(parts)
 
 
 def check(whole: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[str, Any] | None:

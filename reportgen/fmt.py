@@ -72,7 +72,11 @@ def html_text(value: object) -> str:
 
 
 def url(path: str) -> Raw:
-    """A link target from slugs and run paths; anything unusual is percent-encoded."""
+    """A link target from slugs and run paths, or an http(s) address; anything unusual
+    (a parenthesis, quote, space or angle bracket would end a Markdown link early) is
+    percent-encoded."""
+    if path.startswith(("https://", "http://")):
+        return Raw(quote(path, safe=":/?#[]@!$&*+,;=%-._~"))
     return Raw(quote(path, safe="/._-~+"))
 
 

@@ -119,26 +119,39 @@ def is_wide(median: Any, low: Any, high: Any) -> bool:
     return m > 0 and (hi > WIDE * m or lo < m / WIDE)
 
 
-def wide_reason(record: Mapping[str, Any]) -> str | None:
-    """Why ``record``'s latency interval reaches past twice its median, in words (None
-    where it does not): the timer's resolution where the interval spans only a few ticks
-    of the clock, the variation between rounds where the rounds' medians themselves lie
-    that far apart, else the spread of the samples (which a loaded host, or none, gives)."""
-    median = fields.number(record, "timing.median")
-    low, high = fields.number(record, "timing.ci_low"), fields.number(record, "timing.ci_high")
+def interval_wide_reason(median: Any, low: Any, high: Any, *, tick_ms: float = 0.001,
+                         groups: Sequence[float] = (), group: str = "rounds",
+                         between: str = "samples", p5: float = math.nan,
+                         p95: float = math.nan) -> str | None:
+    """Why an interval reaches past twice its median, in words (None where it does not):
+    the timer's resolution where it spans only a few ticks of a ``tick_ms`` clock, the
+    variation between ``group`` (rounds, passes) where their medians ``groups`` lie that
+    far apart, else the variation between ``between`` (samples, passes: ``p5`` to ``p95``
+    where known)."""
     if not is_wide(median, low, high):
         return None
-    tick = TIMER_RESOLUTION_MS.get(str(fields.get(record, "timing.method") or ""), 0.001)
-    if high - low <= 20 * tick:
-        return (f"the timer's resolution: the interval spans {high - low:.3g} ms, "
-                f"a few ticks of a {tick * 1000:.2g} µs clock")
-    rounds = [r.get("median") for r in fields.get(record, "timing.rounds") or []
-              if isinstance(r, Mapping)]
-    medians = [float(m) for m in rounds if isinstance(m, int | float) and m > 0]
+    lo, hi = float(low), float(high)
+    if hi - lo <= 20 * tick_ms:
+        return (f"the timer's resolution: the interval spans {hi - lo:.3g} ms, "
+                f"a few ticks of a {tick_ms * 1000:.2g} µs clock")
+    medians = [float(m) for m in groups if isinstance(m, int | float) and m > 0]
     if len(medians) >= 2 and max(medians) > WIDE * min(medians):
-        return (f"the variation between rounds: the {len(medians)} rounds' medians run from "
+        return (f"the variation between {group}: the {len(medians)} {group}' medians run from "
                 f"{min(medians):.3g} to {max(medians):.3g} ms")
-    p5, p95 = fields.number(record, "timing.p5"), fields.number(record, "timing.p95")
     spread = (f" (5th to 95th percentile {p5:.3g} to {p95:.3g} ms)"
               if math.isfinite(p5) and math.isfinite(p95) else "")
-    return f"the variation between samples{spread}"
+    return f"the variation between {between}{spread}"
+
+
+def wide_reason(record: Mapping[str, Any]) -> str | None:
+    """Why ``record``'s latency interval reaches past twice its median, in words (None
+    where it does not): ``interval_wide_reason`` of its timing, with the resolution of the
+    clock it was timed by and its rounds' medians."""
+    tick = TIMER_RESOLUTION_MS.get(str(fields.get(record, "timing.method") or ""), 0.001)
+    rounds = [r.get("median") for r in fields.get(record, "timing.rounds") or []
+              if isinstance(r, Mapping)]
+    return interval_wide_reason(
+        fields.number(record, "timing.median"), fields.number(record, "timing.ci_low"),
+        fields.number(record, "timing.ci_high"), tick_ms=tick,
+        groups=[m for m in rounds if isinstance(m, int | float)],
+        p5=fields.number(record, "timing.p5"), p95=fields.number(record, "timing.p95"))

@@ -42,7 +42,7 @@ SUITES_DIR = Path(__file__).parent / "suites"
 # Matrix keys, in the order combinations are expanded (outermost first after models).
 LIST_KEYS: tuple[str, ...] = ("models", "modes", "dtypes", "attn", "batch_sizes", "seq_lens", "compile")
 MATRIX_KEYS: tuple[str, ...] = ("models", "scale", "seq_lens", "batch_sizes", "dtypes", "attn", "modes",
-                                "compile", "layers")
+                                "compile", "layers", "experts")
 REQUIRED_MATRIX_KEYS: tuple[str, ...] = ("models", "seq_lens")
 MATRIX_DEFAULTS: dict[str, list[Any]] = {
     "batch_sizes": [1],
@@ -53,7 +53,8 @@ MATRIX_DEFAULTS: dict[str, list[Any]] = {
 }
 TOP_LEVEL_KEYS: tuple[str, ...] = ("name", "description", "settings", "matrix")
 SETTINGS_KEYS: tuple[str, ...] = ("budget_s", "profile_iterations", "seed", "scale", "device", "rounds",
-                                  "min_rounds", "target", "trust_remote_code", "studies", "layers")
+                                  "min_rounds", "target", "trust_remote_code", "studies", "layers",
+                                  "experts")
 
 # The CLI flag that overrides each key, so a bad flag value names the flag.
 OVERRIDE_FLAGS: dict[str, str] = {
@@ -70,6 +71,7 @@ OVERRIDE_FLAGS: dict[str, str] = {
     "trust_remote_code": "--trust-remote-code",
     "studies": "--studies",
     "layers": "--layers",
+    "experts": "--experts",
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -90,6 +92,8 @@ class Combination:
     compile: str = COMPILE_NONE
     # --layers N: N of the model's layers measured at its full width (None: all of them)
     layers: int | None = None
+    # --experts N: a mixture of experts built with N of its routed experts per layer (None: all)
+    experts: int | None = None
     # a Hub model's resolved source (hub.resolve): handed to the worker, kept out of the id,
     # equality and as_dict (the record's model section carries it)
     source: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
@@ -109,6 +113,8 @@ class Combination:
         # Only a depth-reduced combination names its depth, so every other id stays what it was.
         if self.layers is not None:
             parts.append(f"{self.layers}l")
+        if self.experts is not None:
+            parts.append(f"{self.experts}e")
         # Only a compiled combination names its mode, so every eager id stays what it was.
         if self.compile != COMPILE_NONE:
             parts.append(f"compile-{self.compile}")
@@ -116,7 +122,7 @@ class Combination:
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "source" and not (f.name == "layers" and self.layers is None)}
+                if f.name != "source" and not (f.name in ("layers", "experts") and getattr(self, f.name) is None)}
 
     def hash_dict(self) -> dict[str, Any]:
         """What the suite hash sees: an eager combination hashes as it did before the
@@ -152,6 +158,8 @@ class Settings:
     studies: tuple[str, ...] = ()
     # every matrix entry's default ``layers`` (None: the whole model)
     layers: int | None = None
+    # every matrix entry's default ``experts`` (None: every routed expert)
+    experts: int | None = None
 
     @property
     def study_budget_s(self) -> float:
@@ -168,8 +176,9 @@ class Settings:
                 del out[key]  # absent unless set: suites without them keep their hash
         if not self.trust_remote_code:  # absent unless set: suites without it keep their hash
             del out["trust_remote_code"]
-        if self.layers is None:  # absent unless set: suites without it keep their hash
-            del out["layers"]
+        for key in ("layers", "experts"):
+            if out[key] is None:  # absent unless set: suites without it keep their hash
+                del out[key]
         if self.studies:  # absent unless asked for: suites without studies keep their hash
             out["studies"] = list(self.studies)
         else:
@@ -211,6 +220,7 @@ class Suite:
                                             device=self.settings.device,
                                             compile=compile_mode,
                                             layers=entry.get("layers"),
+                                            experts=entry.get("experts"),
                                             source=self.sources.get(model),
                                         )
                                         seen.setdefault(combo, None)
@@ -379,9 +389,9 @@ def _validate(
                 )
             elif key == "scale":
                 entry[key] = settings.scale
-            elif key == "layers":
-                if settings.layers is not None:
-                    entry[key] = settings.layers
+            elif key in ("layers", "experts"):
+                if getattr(settings, key) is not None:
+                    entry[key] = getattr(settings, key)
             else:
                 entry[key] = list(MATRIX_DEFAULTS[key])
         entries.append(entry)
@@ -414,8 +424,8 @@ def _check_setting(key: str, value: Any, label: str) -> Any:
         if not 0 < value < 1:
             raise UserError(f"{label}: {value!r} must be between 0 and 1 (0.02: the interval within 2% of the median)")
         return float(value)
-    if key == "layers":
-        return _layers(value, label)
+    if key in ("layers", "experts"):
+        return _count(key, value, label)
     if key in ("profile_iterations", "seed", "rounds", "min_rounds"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"{label}: expected an integer, got {_type_name(value)} {value!r}")
@@ -446,21 +456,24 @@ def _choice(value: Any, valid: tuple[str, ...], what: str, label: str) -> str:
     return value
 
 
-def _layers(value: Any, label: str) -> int:
-    """A layer count: how many of each model's layers to measure (whether the model has
-    that many, and of every kind, is checked against the model before anything runs)."""
+def _count(key: str, value: Any, label: str) -> int:
+    """A layer or routed-expert count: how many of each model's layers (or experts per
+    layer) to measure; whether the model has that many, of every kind of layer or at
+    least as many experts as a token is routed to, is checked against the model before
+    anything runs."""
+    noun = "layers" if key == "layers" else "experts"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UserError(f"{label}: expected a number of layers, got {_type_name(value)} {value!r}")
+        raise UserError(f"{label}: expected a number of {noun}, got {_type_name(value)} {value!r}")
     if value < 0:
-        raise UserError(f"{label}: {value!r} is not a number of layers")
-    return value  # (0 too: the model's check names its smallest count)
+        raise UserError(f"{label}: {value!r} is not a number of {noun}")
+    return value  # (0 too: the model's check names its valid range)
 
 
 def _check_matrix_value(key: str, value: Any, label: str, *, base_dir: Path | None) -> Any:
     if key == "scale":
         return _choice(value, SCALES, "scale", label)
-    if key == "layers":
-        return _layers(value, label)
+    if key in ("layers", "experts"):
+        return _count(key, value, label)
     if not isinstance(value, list):
         raise UserError(f"{label}: expected a list, got {_type_name(value)} {value!r}")
     if not value:
@@ -539,8 +552,8 @@ def parse_overrides(raw: Mapping[str, str | float | None]) -> dict[str, Any]:
             parsed[key] = _choice(str(value).strip(), SCALES if key == "scale" else DEVICES, key, flag)
         elif key == "budget_s":
             parsed[key] = _check_setting(key, _number(value, flag), flag)
-        elif key == "layers":
-            parsed[key] = _layers(_integer(str(value).strip(), flag), flag)
+        elif key in ("layers", "experts"):
+            parsed[key] = _count(key, _integer(str(value).strip(), flag), flag)
         elif key == "studies":
             parsed[key] = _check_setting(key, [t.strip() for t in str(value).split(",") if t.strip()], flag)
         else:

@@ -926,6 +926,11 @@ def test_instrumentation_verdict() -> None:
     assert instrumentation_summary(rows, rounds=4, budget_s=0.5)["status"] == "pass"
     rows.append(row(1.08, 1.05, 1.1))  # significantly over the goal
     assert instrumentation_summary(rows, rounds=4, budget_s=0.5)["status"] == "fail"
+    # rows measured before the count of labelled modules was kept read as before
+    assert "10 modules, bare forward" in instrumentation_summary(rows, rounds=4, budget_s=0.5)["notes"][0]
+    rows[-1]["labelled"] = 7
+    assert "10 modules, 7 with a range, bare forward" in \
+        instrumentation_summary(rows, rounds=4, budget_s=0.5)["notes"][0]
 
 
 def test_render_scaling_copy_of_the_config_finds_the_repositorys_hooks(tmp_path: Path) -> None:

@@ -224,3 +224,34 @@ def test_two_methods_table_lists_the_categories_a_record_has() -> None:
     rows = analysis.attribution_methods(_with_methods(MOE))["rows"]  # type: ignore[index]
     assert {"moe.router", "moe.experts"} <= {r["category"] for r in rows}
     assert "mixer" not in {r["category"] for r in rows}
+
+
+# --- one time base ----------------------------------------------------------------------
+
+
+def test_a_category_reads_the_same_time_everywhere_on_its_page(tmp_path: Path) -> None:
+    """"Where the time goes" and the roofline give a category the same time: its share
+    times the unprofiled median latency. The attributed pass's own ms (its forward slower
+    by the profiler's or the clocks' cost) once gave a second figure for the same
+    category on the same page."""
+    import shutil
+
+    from support.runs import RUN
+
+    runs = tmp_path / "runs"
+    shutil.copytree(RUN, runs / RUN.parent.name / RUN.name, ignore=shutil.ignore_patterns("traces", "logs"))
+    docs = tmp_path / "docs"
+    render(runs, docs, svg=False)
+    page = (docs / "hardware" / RUN.parent.name / "gpt2.md").read_text(encoding="utf-8")
+    setting = re.search(r"reference setting \*\*([^*]+?), full-size model\*\*", page)
+    length = re.search(r"Exclusive time per category at (\d+) tokens", page)
+    assert setting and length
+    where = page[length.end():page.index("## ", length.end())]
+    categories = dict(re.findall(r"^\| ([\w.<>]+) \| ([\d.,]+ ms) \|", where, re.M))
+    panel = f"{setting.group(1)}, {length.group(1)} tokens"
+    roof = dict(re.findall(rf"^\| {re.escape(panel)} \| ([\w.<>]+) \| [^|]+ \| [^|]+ \| ([\d.,]+ ms) ",
+                           page, re.M))
+    assert len(roof) >= 5 and set(roof) <= set(categories)
+    assert {c: categories[c] for c in roof} == roof
+    # the per-op table is the profiled pass's own and says so
+    assert "per forward of the profiled pass" in page

@@ -11,6 +11,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from support.refusals import config_file, one_line, refused_line
 
 from reportgen import cli, depth
 from reportgen.errors import UserError
@@ -25,19 +26,6 @@ LLAMA_4 = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "
 GEMMA_12 = {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 12,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
             "sliding_window": 8, "max_position_embeddings": 64}
-
-
-def config_file(tmp_path: Path, data: dict[str, Any], name: str = "m") -> str:
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(data))
-    return str(folder / "config.json")
-
-
-def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 # --- the suite key and the flag ----------------------------------------------------------
@@ -75,14 +63,7 @@ def test_layers_flag_that_is_no_count(value: str) -> None:
 def test_a_count_the_model_cannot_take_exits_2_before_anything_is_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], data: dict[str, Any], flag: str,
         expected: str) -> None:
-    out = tmp_path / "runs"
-    model = config_file(tmp_path, data)
-    argv = ["profile", "--models", model, "--layers", flag, "--seq-lens", "8", "--device", "cpu",
-            "--out", str(out)]
-    assert cli.main(argv) == 2
-    line = one_line(capsys.readouterr().err)
-    assert line.endswith(expected) and f"--layers {flag}" in line
-    assert not out.exists()
+    assert refused_line(tmp_path, capsys, data, "--layers", flag).endswith(expected)
 
 
 def test_encoder_decoder_and_micro_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -228,12 +209,14 @@ def test_committed_reduced_presets_read_as_reduced_depth() -> None:
     for _, row in reduced.iterrows():
         assert row["depth"] == REDUCED[row["model"]]
         assert "full-size" not in setting_label(row.to_dict())
-    # every other model is whole, or was measured with --layers (its id ends in --Nl) and
-    # says how many of its layers
+    # every other model is whole, or was measured with --layers (its id ends in --Nl, or
+    # --Nl--Me with --experts) or reduced by the pre-flight (its reason kept), and says how
+    # many of its layers
     others = frame[~frame["model"].isin(list(REDUCED))]
     for _, row in others.iterrows():
-        cut = re.search(r"--(\d+)l$", str(row["combo_id"]))
-        assert (row["depth"] == "") == (cut is None)
+        cut = re.search(r"--(\d+)l(?:--\d+e)?$", str(row["combo_id"]))
+        experts = re.search(r"--\d+e$", str(row["combo_id"]))
+        assert (row["depth"] == "") == (cut is None and experts is None and not row["depth_reason"])
         if cut:
             assert f"measured {cut.group(1)} of " in row["depth"]
 

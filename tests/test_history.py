@@ -299,6 +299,63 @@ def test_the_history_page_shows_each_release_and_the_steps(tmp_path: Path) -> No
         assert bad not in text
     index = render_page(environment(), pages["history/index.md"])
     assert "| [cpu-default](cpu-amd-epyc-2c-cpu-default.md) |" in index and "| 5.19.0, 5.20.0, 5.25.0 | 2 |" in index
+    # no cause recorded: each marked step says so and links the new release's notes
+    assert text.count("Cause not identified; the release notes of transformers 5.20.0: "
+                      "[https://github.com/huggingface/transformers/releases/tag/v5.20.0]"
+                      "(https://github.com/huggingface/transformers/releases/tag/v5.20.0).") == 2
+
+
+CAUSES = """\
+- library: transformers
+  release: "5.20.0"
+  combinations: "bert-base--*--sdpa--*"
+  cause: >-
+    BERT's attention moved to the shared
+    attention interface.
+  source: {title: transformers 5.20.0 release notes, url: "https://github.com/huggingface/transformers/releases/tag/v5.20.0"}
+"""
+
+
+def test_a_recorded_cause_is_named_beside_the_steps_it_explains(tmp_path: Path) -> None:
+    from reportgen.records.causes import load_causes
+    from reportgen.render.pages import site_model
+    from reportgen.render.site import render_page
+    from reportgen.render.templating import environment
+
+    root = _tree(tmp_path)
+    (root / "causes.yaml").write_text(CAUSES)
+    causes = load_causes(root)
+    assert [(c.library, c.release) for c in causes] == [("transformers", "5.20.0")]
+    assert causes[0].explains("transformers", "5.19.0", "5.25.0", "bert-base--forward--fp32--sdpa--b1--s128")
+    assert not causes[0].explains("transformers", "5.20.0", "5.25.0", "bert-base--forward--fp32--sdpa--b1--s128")
+    assert not causes[0].explains("torch", "5.19.0", "5.20.0", "bert-base--forward--fp32--sdpa--b1--s128")
+    assert not causes[0].explains("transformers", "5.19.0", "5.20.0", "gpt2--forward--fp32--sdpa--b1--s128")
+    model = site_model(load_runs(root), bench=_bench(0.05), causes=causes)
+    page = next(p for p in model.pages if p.path == "history/cpu-amd-epyc-2c-cpu-default.md")
+    text = render_page(environment(), page)
+    assert text.count("Cause (transformers 5.20.0): BERT&#39;s attention moved to the shared attention interface. "
+                      "Source: [transformers 5.20.0 release notes]"
+                      "(https://github.com/huggingface/transformers/releases/tag/v5.20.0).") == 2
+    assert "Cause not identified" not in text
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("- {library: jax, release: '1.0', combinations: '*', cause: x, source: {title: t, url: 'https://a'}}",
+     r"causes.yaml: \[0\].library: 'jax' is not one of torch, transformers"),
+    ("- {library: torch, release: '2.6', combinations: '*', cause: x}", r"causes.yaml: \[0\]: missing source"),
+    ("- {library: torch, release: '2.6', combinations: '*', cause: x, source: {title: t, url: 'http://a'}}",
+     r"causes.yaml: \[0\].source.url: 'http://a' is not an https address"),
+    ("- {library: torch, release: '2.6', combinations: '*', cause: x, why: y, source: {title: t, url: 'https://a'}}",
+     r"causes.yaml: \[0\].why: unknown field"),
+    ("library: torch", r"causes.yaml: expected a list of causes"),
+    ("- [unclosed", r"causes.yaml: not valid YAML \(line 1\)"),
+])
+def test_a_malformed_causes_file_is_one_line_naming_the_entry(tmp_path: Path, content: str, message: str) -> None:
+    from reportgen.records.causes import load_causes
+
+    (tmp_path / "causes.yaml").write_text(content)
+    with pytest.raises(UserError, match=message):
+        load_causes(tmp_path)
 
 
 def test_the_rest_of_the_site_reads_the_current_release(tmp_path: Path) -> None:
@@ -350,13 +407,56 @@ def test_bisect_measures_the_releases_between_and_names_the_first_with_the_chang
     hash_ = json.loads((RUN / "run.json").read_text())["suite"]["hash"]
     suite = argparse.Namespace(name="cpu-default", hash=hash_)
     index = ["5.19.0", "5.20.0", "5.21.0", "5.22.0", "5.23.0", "5.24.0", "5.25.0", "5.25.0rc1"]
-    code = command.bisect(suite, combo, ["2.13.0"], cache=tmp_path / "cache", out=root, timeout_s=None,
-                          command="reportgen history", bench=tmp_path / "bench", index=lambda _: index)
+    code = command.bisect(suite, combo, [ReleaseSet("2.13.0", "5.25.0")], cache=tmp_path / "cache", out=root,
+                          timeout_s=None, command="reportgen history", bench=tmp_path / "bench",
+                          index=lambda _: index)
     assert code == 0
     assert measured == ["5.22.0", "5.21.0"]  # halving: the middle of 5.20-5.24, then of 5.20-5.21
     out = capsys.readouterr().out
     assert "first transformers release with the change: 5.22.0 (torch 2.13.0)" in out
     assert "between transformers 5.21.0 and 5.22.0" in out
+
+
+def test_bisect_halves_a_torch_step_with_transformers_held(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from reportgen.commands import history as command
+
+    root = tmp_path / "runs"
+    combo = "bert-base--forward--fp32--sdpa--b1--s128"
+    _history_run(root, "5.0.0", 1.5, torch="2.4.1", only=combo)
+    _history_run(root, "5.0.0", 1.0, torch="2.10.0")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / f"{HW}.json").write_text(json.dumps(coverage_bench([0.05] * 10)))
+    measured: list[tuple[str, str]] = []
+
+    def measure_one(suite: Any, release: ReleaseSet, **_: Any) -> dict[str, Any]:
+        # the change came with torch 2.6.0
+        measured.append((release.torch, release.transformers))
+        faster = [int(p) for p in release.torch.split(".")] >= [2, 6, 0]
+        run = _history_run(root, release.transformers, 1.0 if faster else 1.5, torch=release.torch, only=combo)
+        return {"run_id": f"{HW}/{run.name}", "line": "ok"}
+
+    monkeypatch.setattr(command, "measure_one", measure_one)
+    hash_ = json.loads((RUN / "run.json").read_text())["suite"]["hash"]
+    suite = argparse.Namespace(name="cpu-default", hash=hash_)
+    index = {"torch": ["2.4.1", "2.5.0", "2.5.1", "2.6.0", "2.7.0", "2.7.1", "2.8.0", "2.9.0", "2.10.0"],
+             "transformers": ["5.0.0"]}
+    sets = [ReleaseSet("2.4.1", "5.0.0"), ReleaseSet("2.10.0", "5.0.0")]
+    code = command.bisect(suite, combo, sets, cache=tmp_path / "cache", out=root, timeout_s=None,
+                          command="reportgen history", bench=tmp_path / "bench", index=lambda lib: index[lib])
+    assert code == 0
+    # the middle of 2.5.0-2.9.0 (2.7.0), then of 2.5.0-2.6.0 (2.5.1), then 2.6.0 alone
+    assert measured == [("2.7.0", "5.0.0"), ("2.5.1", "5.0.0"), ("2.6.0", "5.0.0")]
+    out = capsys.readouterr().out
+    assert "first torch release with the change: 2.6.0 (transformers 5.0.0)" in out
+    assert "between torch 2.5.1 and 2.6.0" in out
+    # no two releases of either library measured: nothing to halve, said so
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert command.bisect(suite, combo, sets, cache=tmp_path / "cache", out=empty, timeout_s=None,
+                          command="reportgen history", bench=tmp_path / "bench",
+                          index=lambda lib: index[lib]) == 1
+    assert "measure some releases first" in capsys.readouterr().out
 
 
 def test_compare_of_two_releases_says_which_versions_differ(tmp_path: Path) -> None:
@@ -429,3 +529,37 @@ def test_a_step_measured_under_contention_says_so(tmp_path: Path) -> None:
     (group,) = history.history_runs(load_runs(root)).values()
     (step,) = [s for s in history.steps(history.points(group), "transformers", 0.05) if s.combo_id == combo]
     assert step.marked and step.unstable == "new: another process used 90% of the CPU while it was timed"
+
+
+def test_a_claim_says_under_which_releases_it_holds(tmp_path: Path) -> None:
+    from reportgen.claims.evaluate import check, releases_summary
+    from reportgen.render.findings import pages
+
+    root = _tree(tmp_path)  # transformers 5.19.0: BERT-base SDPA 1.5x slower than under 5.20.0, 5.25.0
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    (claims / "bert-fast.yaml").write_text(
+        "id: bert-fast\ntitle: BERT-base SDPA at 128 tokens in under 200 ms\n"
+        "quote: BERT-base runs a forward of 128 tokens in under 200 ms.\n"
+        "source: {title: A test claim, url: 'https://example.org/claim', date: 2026-12-01, quote_in_primary: found}\n"
+        "conditions: {model: bert-base, mode: forward, attn_implementation: sdpa, seq_len: {max: 128},"
+        " hardware: any, setting: inference}\n"
+        "predicate: {metric: latency, op: '<', value: 200}\n")
+    (result,) = check(root, claims).claims
+    # the site's verdict reads the installed release's run only (163 ms: supported)
+    assert result.verdict == "supported" and all("transformers" not in r["run_id"] for r in result.evidence)
+    by_release = {e["transformers"]: e for e in result.releases}
+    assert set(by_release) == {"5.19.0", "5.20.0", "5.25.0"}
+    assert by_release["5.19.0"]["verdict"] == "refuted" and by_release["5.19.0"]["decides"]
+    assert by_release["5.20.0"]["verdict"] == by_release["5.25.0"]["verdict"] == "supported"
+    assert by_release["5.19.0"]["measured"] == "245 ms"  # 1.5 x 163.3 ms
+    assert releases_summary(result.releases) == (
+        "The outcome depends on the release: refuted under torch 2.13.0 with transformers 5.19.0; "
+        "supported under torch 2.13.0 with transformers 5.20.0, torch 2.13.0 with transformers 5.25.0.")
+    page = pages(root, claims)["findings/bert-fast.md"]
+    assert "## Across releases" in page
+    assert "| CPU · AMD EPYC · 2 cores | 2.13.0 | 5.19.0 | 1 | 245 ms | refuted |" in page
+    # a claim the history's models never meet has no such section
+    (claims / "bert-fast.yaml").write_text((claims / "bert-fast.yaml").read_text().replace("bert-base", "mistral-7b"))
+    assert check(root, claims).claims[0].releases == []
+    assert "## Across releases" not in pages(root, claims)["findings/bert-fast.md"]

@@ -158,11 +158,10 @@ def test_preflight_counts_a_state_space_model_s_constant_state() -> None:
     assert kv("llama", 64) > kv("llama", 16)
 
 
-def test_a_model_too_big_for_the_host_is_told_the_layers_that_fit(tmp_path: Any) -> None:
-    """The pre-flight skip names the most layers (`--layers`) whose estimate fits."""
+def test_a_model_too_big_for_the_host_is_measured_with_the_layers_that_fit(tmp_path: Any) -> None:
+    """A model too big whole is measured with the most layers (`--layers`) whose estimate fits."""
     from types import SimpleNamespace
 
-    from reportgen.errors import Skip
     from reportgen.profile import preflight
 
     combo = SimpleNamespace(model="qwen3-8b", scale="reference", mode="forward", dtype="bf16",
@@ -175,8 +174,10 @@ def test_a_model_too_big_for_the_host_is_told_the_layers_that_fit(tmp_path: Any)
     available = (ten + eleven) // 2  # between ten and eleven layers' estimate, at the margin
     meminfo = tmp_path / "meminfo"
     meminfo.write_text(f"MemAvailable: {int(available / preflight.SAFETY_MARGIN) // 1024 + 1} kB\n")
-    with pytest.raises(Skip, match=r"; --layers 10 fits$"):
-        preflight.check(combo, meminfo_path=meminfo, cgroup_root=tmp_path / "none",
-                        self_cgroup_path=tmp_path / "none")
+    section = preflight.check(combo, meminfo_path=meminfo, cgroup_root=tmp_path / "none",
+                              self_cgroup_path=tmp_path / "none")
+    assert section["fits"] is True and section["reduced"]["layers"] == 10 and section["reduced"]["experts"] is None
+    assert section["reduced"]["reason"].startswith("measured 10 of 36 layers: the whole model needs ~")
+    assert section["estimate_bytes"] == ten and section["requested_estimate_bytes"] == needed(None)
     assert preflight.layers_that_fit(combo, needed(1) - 1) is None
     assert preflight.layers_that_fit(SimpleNamespace(**{**vars(combo), "layers": 4}), ten) is None

@@ -112,20 +112,25 @@ def test_reference_llama_does_not_fit_21_9_gib(host: dict[str, Path], monkeypatc
     assert est["estimate_bytes"] > 20 * GIB
     assert est["parts"]["weights"] >= est["parameters"] * 4
 
-    with pytest.raises(Skip) as caught:
-        preflight.check(c, "cpu", **host)
-    message = str(caught.value)
-    match = re.match(r"needs ~(\d+\.\d) GiB, 21\.9 GiB available", message)
+    # too big whole: measured with the most of its layers that fit, and the section says why
+    section = preflight.check(c, "cpu", **host)
+    message = section["reduced"]["reason"]
+    match = re.fullmatch(r"measured (\d+) of 32 layers: the whole model needs ~(\d+\.\d) GiB, 21\.9 GiB "
+                         r"available \(host memory\)", message)
     assert match, message
-    assert float(match.group(1)) == round(est["estimate_bytes"] / GIB, 1) > 20
-    section = caught.value.preflight  # type: ignore[attr-defined]
-    assert section["fits"] is False
-    assert section["estimate_bytes"] == est["estimate_bytes"]
+    assert float(match.group(2)) == round(est["estimate_bytes"] / GIB, 1) > 20
+    layers = int(match.group(1))
+    assert section["reduced"] == {"layers": layers, "experts": None, "reason": message}
+    assert section["fits"] is True
+    assert section["requested_estimate_bytes"] == est["estimate_bytes"]
+    assert section["estimate_bytes"] <= preflight.SAFETY_MARGIN * AVAILABLE_21_9
+    more = preflight.estimate(combo("llama", scale="reference", batch_size=1, seq_len=128, layers=layers + 1))
+    assert more["estimate_bytes"] > preflight.SAFETY_MARGIN * AVAILABLE_21_9  # the most that fit
     assert section["available_bytes"] == AVAILABLE_21_9
     assert str(host["meminfo_path"]) in section["available_source"]
-    assert section["parameters"] == est["parameters"]
+    assert section["parameters"] < est["parameters"]
     assert set(section) == {"estimate_bytes", "parts", "parameters", "available_bytes", "available_source",
-                            "reusable_bytes", "fits", "method"}
+                            "reusable_bytes", "fits", "method", "requested_estimate_bytes", "reduced"}
     json.dumps(section)
     # heap a warm worker freed and keeps counts as available to it: with 8 GiB of it, it fits
     roomy = preflight.check(c, "cpu", reusable_bytes=8 * GIB, **host)
@@ -334,11 +339,9 @@ def test_the_cuda_path_reads_free_device_memory(monkeypatch: pytest.MonkeyPatch)
     assert preflight.available("cuda:3") == (free, "torch.cuda.mem_get_info(cuda:3) free")
     assert asked == [0, 3]
     c = combo("llama", scale="reference", batch_size=1, seq_len=128)
-    with pytest.raises(Skip) as caught:
-        preflight.check(c, "cuda", reusable_bytes=8 * GIB)  # a CPU worker's heap is no GPU memory
+    section = preflight.check(c, "cuda", reusable_bytes=8 * GIB)  # a CPU worker's heap is no GPU memory
     # the whole model does not fit; one of its layers at full width does
-    assert re.fullmatch(r"needs ~\d+\.\d GiB, 2\.5 GiB available \(GPU 0 free memory\); --layers 1 fits",
-                        str(caught.value))
-    section = caught.value.preflight  # type: ignore[attr-defined]
+    assert re.fullmatch(r"measured 1 of 32 layers: the whole model needs ~\d+\.\d GiB, 2\.5 GiB available "
+                        r"\(GPU 0 free memory\)", section["reduced"]["reason"])
     assert section["available_bytes"] == free and section["reusable_bytes"] == 0
     assert section["parts"]["profiler"] == 0  # the trace lives in host memory

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from support.tiny_models import TINY, build, toy
+from torch import nn
 
 from reportgen.attribution import classify_ops
 from reportgen.categories import CATEGORIES
 from reportgen.profile.profiling import profile_step, write_gzip_atomic
-from reportgen.profile.structure import classify, derive
+from reportgen.profile.structure import ModuleRole, classify, derive, label
 
 ATTRIBUTED = ("attention.qkv", "attention.core", "attention.out", "mlp", "norm")
 
@@ -145,3 +149,50 @@ def test_unknown_architecture_profiles(tmp_path: Path) -> None:
         if fqn.endswith((".q", ".o1", ".o2", ".ff")):
             assert cats[fqn] == category, fqn
     _check_categories_against_ops(result)
+
+
+@contextlib.contextmanager
+def _module_hook_ranges(model: nn.Module, roles: Mapping[str, ModuleRole]) -> Iterator[None]:
+    """The reference labelling: a forward pre-hook and a forward hook per labelled module,
+    opening and closing its ``rg|<role>|<fqn>`` range (what the profiled pass did first)."""
+    modules = dict(model.named_modules())
+    handles = []
+    for fqn, info in roles.items():
+        if info.role is None or fqn not in modules:
+            continue
+        stack: list[Any] = []
+
+        def pre(_m: nn.Module, _a: Any, name: str = label(info.role, fqn), stack: list[Any] = stack) -> None:
+            stack.append(torch.ops.profiler._record_function_enter_new(name, None))
+
+        def post(_m: nn.Module, _a: Any, _o: Any, stack: list[Any] = stack) -> None:
+            torch.ops.profiler._record_function_exit._RecordFunction(stack.pop())
+
+        handles += [modules[fqn].register_forward_pre_hook(pre),
+                    modules[fqn].register_forward_hook(post, always_call=True)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
+def test_ranges_attribute_every_op_as_module_hooks_do(name: str, tmp_path: Path) -> None:
+    """The profiled pass's ranges, at the structure's labels, give every op the category
+    and layer that ranges opened by module hooks at every module with a role give it."""
+    model, step = build(name)
+    structure = derive(model, step)
+
+    def ops(path: Path, labels: Mapping[str, ModuleRole] | None) -> list[tuple[str, str, str | None]]:
+        result = profile_step(step, model, iterations=2, warmup=1, trace_path=path, labels=labels)
+        assert result["attribution"]["categories"]
+        trace = json.loads(gzip.decompress(path.read_bytes()))
+        return [(op["name"], op["category"], op["layer"]) for op in classify_ops(trace)]
+
+    with _module_hook_ranges(model, structure.roles):
+        reference = ops(tmp_path / "reference.trace.json.gz", None)
+    got = ops(tmp_path / "wrapped.trace.json.gz", structure.labels)
+    assert got == reference
+    assert {c for _, c, _ in got} >= {*ATTRIBUTED, "embeddings", "other"}
+    assert {layer for _, _, layer in got} > {None}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 from pathlib import Path
@@ -9,7 +10,9 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from support.tiny_models import TINY, build
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from reportgen import shares, stats
 from reportgen.bench import ablation
@@ -157,9 +160,9 @@ def test_hooks_method_on_a_model_with_known_times() -> None:
                                                  - ms["attention.out"] - 2 * RESID)
     assert section["forward_ms"] == pytest.approx(sum(expected.values()))
     assert section["iterations"] == 4 and section["clock"] == "host-clock"
-    # model, embedding, and per block: itself, attention, 4 projections, norm, MLP, 2
-    # projections, activation
-    assert section["calls_per_forward"] == 1 + 1 + 2 * 11
+    # model, embedding, and per block: itself, attention, 4 projections, norm, MLP and its
+    # last projection (the projection and activation before it are the MLP's time either way)
+    assert section["calls_per_forward"] == 1 + 1 + 2 * 9
     # a constant share has a zero-width interval
     core = section["categories"]["attention.core"]
     assert core["share_low"] == pytest.approx(core["share"]) == pytest.approx(core["share_high"])
@@ -473,3 +476,63 @@ def test_hodges_lehmann() -> None:
     # Walsh averages of (0, 0, 10): 0, 0, 5, 0, 5, 10 -> median 2.5; one outlier moves it less than the mean
     assert stats.hodges_lehmann([0.0, 0.0, 10.0]) == 2.5
     assert stats.hodges_lehmann([0.1, 0.2, 0.3, 0.4, 100.0]) == pytest.approx(0.3)
+
+
+class OpClock(TorchDispatchMode):
+    """A clock every aten op advances by one: the categories come out in ops, exactly, so
+    two labellings of the same forward can be compared without timing noise."""
+
+    method = "host-clock"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self.paused = 0  # inside the instrumentation's own work (``uncounted``)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if not self.paused:
+            self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+    def uncounted(self, fn: Any) -> Any:
+        """``fn`` with the ops it runs left out of the count."""
+        def run(*args: Any, **kwargs: Any) -> Any:
+            self.paused += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.paused -= 1
+        return run
+
+    def begin(self) -> None:
+        return None
+
+    def mark(self) -> int:
+        return self.ops
+
+    def finish(self, step: Any) -> int:
+        return self.ops
+
+    def resolve(self, marks: Any) -> list[float]:
+        return [float(m - marks[0]) for m in marks]
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_hooks_method_labels_move_no_op_between_categories(name: str) -> None:
+    """Clocked at the structure's labels, every op of a tiny model's forward lands in the
+    category it lands in when every module with a role is clocked."""
+    model, step = build(name)
+    structure = derive(model, step)
+    full = dataclasses.replace(structure, labels=structure.roles)
+    counted = {}
+    for key, labelled in (("all roles", full), ("labels", structure)):
+        clock = OpClock()
+        with clock:
+            ops, cats = regions.hooked_forward(model, step, clock, labelled)
+        counted[key] = cats
+        assert sum(cats.values()) == ops > 0
+    assert counted["labels"] == counted["all roles"]
+    assert all(counted["labels"][c] > 0 for c in ("attention.qkv", "attention.core", "attention.out",
+                                                  "mlp", "norm", "embeddings"))
+    if name in ("llama", "gpt2", "t5"):  # each has an MLP projection or activation unlabelled
+        assert structure.labels != structure.roles

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.browser import CDP, chromium, free_port, serve
+from support.browser import CDP, SLOW_TIMEOUT_S, TIMEOUT_S, chromium, free_port, serve
 from support.site import HOSTILE, mkdocs_build
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -74,11 +74,11 @@ CHARTS_DRAWN = """(() => {
 })()"""
 
 
-def _open(cdp: CDP, url: str) -> int:
+def _open(cdp: CDP, url: str, timeout_s: float = TIMEOUT_S) -> int:
     cdp.send("Page.navigate", {"url": url})
     cdp.wait_for("document.readyState === 'complete' && location.href === "
-                 + json.dumps(url), f"{url} to load")
-    charts = int(cdp.wait_for(CHARTS_DRAWN, f"charts on {url}")) - 1
+                 + json.dumps(url), f"{url} to load", timeout_s)
+    charts = int(cdp.wait_for(CHARTS_DRAWN, f"charts on {url}", timeout_s)) - 1
     specs = int(cdp.evaluate("document.querySelectorAll('div.rg-chart[data-spec]').length"))
     assert charts == specs
     return charts
@@ -233,29 +233,34 @@ def test_pages_fit_the_screen_and_draw_their_charts(site: tuple[str, Path], brow
 def test_dark_mode_from_the_system_setting(site: tuple[str, Path], browser: CDP) -> None:
     base, _ = site
     url = base + "hardware/nvidia-synthetic-h200-1x/bert-base/"
-    _open(browser, url)
+    # every step waits for its condition, each as long as a loaded host may need
+    # (a fresh load draws every chart of the page): none is a fixed pause
+    slow = SLOW_TIMEOUT_S
+    _open(browser, url, slow)
     _viewport(browser, 1400, dark=True)
     try:
         # the system setting in effect before the page is loaded again, and no palette
         # chosen by hand (an earlier test's toggle, or the palette the open page switched
         # to, stored): a fresh load must take the dark palette from the system alone
-        browser.wait_for("matchMedia('(prefers-color-scheme: dark)').matches", "the emulated dark system setting")
+        browser.wait_for("matchMedia('(prefers-color-scheme: dark)').matches",
+                         "the emulated dark system setting", slow)
         # the stored palette is cleared with no page of the site open, so no page can
         # store one again (on leaving) before the fresh load reads it
         browser.send("Page.navigate", {"url": "about:blank"})
-        browser.wait_for("location.href === 'about:blank' && document.readyState === 'complete'", "a blank page")
+        browser.wait_for("location.href === 'about:blank' && document.readyState === 'complete'",
+                         "a blank page", slow)
         origin = base.rstrip("/")
         browser.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "local_storage"})
         browser.events.clear()
-        _open(browser, url + "?system-dark")
+        _open(browser, url + "?system-dark", slow)
         browser.wait_for("document.body.getAttribute('data-md-color-scheme') === 'slate'",
-                         "the dark palette from prefers-color-scheme")
+                         "the dark palette from prefers-color-scheme", slow)
         browser.wait_for("document.querySelectorAll('div.rg-chart').length >= 2",
-                         "the page's charts")
-        charts = int(browser.wait_for(CHARTS_DRAWN, "charts in dark mode")) - 1
+                         "the page's charts", slow)
+        charts = int(browser.wait_for(CHARTS_DRAWN, "charts in dark mode", slow)) - 1
         assert charts >= 2
         browser.wait_for("[...document.querySelectorAll('div.rg-chart')].every(c => "
-                         "c.getAttribute('data-rg-scheme') === 'dark')", "charts themed dark")
+                         "c.getAttribute('data-rg-scheme') === 'dark')", "charts themed dark", slow)
         assert browser.errors() == []
     finally:
         _viewport(browser, 1400, dark=None)

@@ -131,6 +131,26 @@ def test_no_download_is_empty_or_writes_counts_as_floats(built: tuple[Path, Path
             raise AssertionError(f"{path.relative_to(site)}: an empty download")
 
 
+_ONE_PLURAL = re.compile(r"(?<![\d.,])1 (layers|samples|rounds|passes|tokens|combinations|runs|experts)\b")
+_ZERO_SHARE = re.compile(r"^\| ([\w.<>]+) \| (?:0 ms|0\.0+ ms|–) \| 0\.0% <small>\[0\.0%, 0\.0%\]</small>", re.M)
+
+
+def test_a_count_of_one_is_singular_and_a_missing_category_a_dash(built: tuple[Path, Path]) -> None:
+    """"1 layer", never "1 layers"; a category the model does not have reads "–" in the
+    category table, never a measured "0.0% [0.0%, 0.0%]" beside no time."""
+    docs, _ = built
+    pages = sorted(docs.rglob("*.md"))
+    plural = [f"{p.relative_to(docs)}: {m.group(0)}" for p in pages
+              for m in _ONE_PLURAL.finditer(p.read_text(encoding="utf-8"))]
+    assert not plural, plural[:10]
+    zero = [f"{p.relative_to(docs)}: {m.group(1)}" for p in pages
+            for m in _ZERO_SHARE.finditer(p.read_text(encoding="utf-8"))]
+    assert not zero, zero[:10]
+    # the committed hybrid and mixture-of-experts models lack a dense MLP: a dash
+    dashes = [p for p in pages if "| mlp | – | – | – | – |" in p.read_text(encoding="utf-8")]
+    assert dashes
+
+
 def test_a_table_download_follows_its_table(built: tuple[Path, Path]) -> None:
     """"Download this table" sits right below a table; a download that spans several
     tables says what it holds."""
@@ -314,6 +334,13 @@ def test_addresses_are_the_public_ones(built: tuple[Path, Path], tmp_path: Path)
     refs = re.findall(r'(?:href|src)="([^"#]+)"', notfound)
     local = [r for r in refs if not re.match(r"[a-z]+:", r)]
     assert local and all(r.startswith("/reportgen/") for r in local), local
+    # no page links by a path from the host's root outside the site's own (a project's
+    # Pages site lives under /<repository>/, where "/assets/..." finds nothing)
+    base = "/" + SITE_URL.split("://", 1)[1].split("/", 1)[1]
+    rooted = [f"{html.relative_to(site)}: {r}" for html in _pages(site)
+              for r in re.findall(r'(?:href|src)="(/[^"]*)"', html.read_text(encoding="utf-8"))
+              if not r.startswith(base) and not r.startswith("//")]
+    assert not rooted, rooted[:10]
     # built without an address: no canonical link, no sitemap entry, nothing on this machine
     bare = mkdocs_build(docs.parent, tmp_path / "bare")
     assert bare.returncode == 0, bare.stdout + bare.stderr

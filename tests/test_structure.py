@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from support.tiny_models import LAYERS, TINY, build, toy
@@ -9,6 +11,7 @@ from torch import nn
 
 from reportgen.categories import CATEGORIES
 from reportgen.profile.structure import (
+    ModuleRole,
     classify,
     derive,
     install_hooks,
@@ -116,14 +119,19 @@ def test_every_architecture_classifies(name: str) -> None:
     assert any(i.role == "embed" for i in info.values())
 
 
+def _wrapped(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if "forward" in vars(m)]
+
+
 def test_hooks_are_removed_and_inert() -> None:
     model, step = build("bert")
     expected = step().last_hidden_state
     with install_hooks(model, classify(model)) as roles:
-        hooked = sum(len(m._forward_pre_hooks) for m in model.modules())
-        assert hooked == sum(1 for i in roles.values() if i.role is not None)
+        assert len(_wrapped(model)) == sum(1 for i in roles.values() if i.role is not None)
         got = step().last_hidden_state
     assert torch.equal(expected, got)
+    assert not _wrapped(model)
+    # the module call keeps nn.Module's fast path: no hook of ours on any module
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
 
 
@@ -132,7 +140,43 @@ def test_hooks_removed_after_error() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         with install_hooks(model, classify(model)):
             raise RuntimeError("boom")
-    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+    assert not _wrapped(model)
+
+
+class _Failing(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("boom")
+
+
+def test_hooks_close_their_range_when_forward_raises() -> None:
+    model = nn.ModuleDict({"a": _Failing(), "b": nn.Linear(4, 4)})
+    roles = {fqn: ModuleRole(fqn, role, "norm", None, None, None)
+             for fqn, role in (("", None), ("a", "norm"), ("b", "proj"))}
+    x = torch.randn(2, 4)
+    with install_hooks(model, roles), torch.profiler.profile() as prof:
+        with pytest.raises(RuntimeError, match="boom"):
+            model["a"](x)
+        model["b"](x)
+    spans = {e.name: e.time_range for e in prof.events() if e.name.startswith("rg|")}
+    assert set(spans) == {label("norm", "a"), label("proj", "b")}
+    assert spans[label("norm", "a")].end <= spans[label("proj", "b")].start
+
+
+def test_hooks_restore_an_instance_forward_of_someone_else() -> None:
+    model, step = build("bert")
+    norm = model.encoder.layer[0].output.LayerNorm
+    calls: list[int] = []
+    original = norm.forward
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    vars(norm)["forward"] = counted
+    with install_hooks(model, classify(model)):
+        assert norm.forward is not counted
+        step()
+    assert vars(norm)["forward"] is counted and calls == [1]
 
 
 def test_label_format() -> None:
@@ -152,3 +196,38 @@ def test_unknown_architecture_uses_the_core_op() -> None:
     assert cats["layers.0.attn.drop"] == "other"
     assert cats["layers.1.ff"] == "mlp"
     assert cats["emb"] == "embeddings"
+
+
+@pytest.mark.parametrize(("name", "mlp", "kept", "dropped"), [
+    # gate and up projections and the activation run before down_proj ends
+    ("llama", "model.layers.{}.mlp", ["down_proj"], ["gate_proj", "up_proj", "act_fn"]),
+    # c_fc and the activation before c_proj
+    ("gpt2", "transformer.h.{}.mlp", ["c_proj"], ["c_fc", "act"]),
+    # the activation runs after the intermediate's only projection: its ops are not the
+    # container's own time before that projection ends, so it keeps its label
+    ("bert", "encoder.layer.{}.intermediate", ["dense", "intermediate_act_fn"], []),
+])
+def test_labels_are_the_category_boundaries(name: str, mlp: str, kept: list[str],
+                                            dropped: list[str]) -> None:
+    model, step = build(name)
+    structure = derive(model, step)
+    unlabelled = {fqn for fqn, info in structure.labels.items()
+                  if info.role is None and structure.roles[fqn].role is not None}
+    assert unlabelled == {f"{mlp.format(i)}.{child}" for i in range(LAYERS) for child in dropped}
+    for i in range(LAYERS):
+        assert all(structure.labels[f"{mlp.format(i)}.{child}"].role is not None for child in kept)
+    # an unlabelled module keeps everything but its label
+    for fqn in unlabelled:
+        assert structure.labels[fqn] == replace(structure.roles[fqn], role=None)
+        assert structure.categories[fqn] == "mlp"
+    assert structure.labels.keys() == structure.roles.keys()
+
+
+def test_install_hooks_wraps_the_labelled_modules_alone() -> None:
+    model, step = build("llama")
+    structure = derive(model, step)
+    with install_hooks(model, structure.labels):
+        wrapped = {fqn for fqn, m in model.named_modules() if "forward" in vars(m)}
+    assert wrapped == {fqn for fqn, info in structure.labels.items() if info.role is not None}
+    assert "model.layers.0.mlp" in wrapped and "model.layers.0.mlp.down_proj" in wrapped
+    assert "model.layers.0.mlp.up_proj" not in wrapped

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -379,10 +380,12 @@ def test_tools_page_from_a_record(bert_study: tuple[dict[str, Any], Path],
     status = "measured" if HTA_INSTALLED else "missing"
     assert f"| HolisticTraceAnalysis | {status} |" in page
     norm = result["comparison"]["rows"][CATEGORIES.index("norm")]
-    low, high = (norm["intervals"]["reportgen"][k] for k in ("low", "high"))
-    assert (f"| norm | {fmt.markdown_cell(fmt.num(norm['reportgen']) + ' ' + fmt.ci(low, high))} | "
-            f"{fmt.markdown_cell(fmt.num(norm['key_averages']) + ' [')}") in page
-    assert "the median of 6 passes of 3 profiled forwards each" in page
+    median, low, high = (norm["intervals"]["reportgen"][k] for k in ("median", "low", "high"))
+    ka_median = norm["intervals"]["key_averages"]["median"]
+    (row,) = [line for line in page.splitlines() if line.startswith("| norm | ")]
+    assert row.startswith(f"| norm | {fmt.markdown_cell(fmt.num(median) + ' ' + fmt.ci(low, high))}")
+    assert f" | {fmt.markdown_cell(fmt.num(ka_median) + ' [')}" in row
+    assert "the median over 6 passes of 3 profiled forwards each" in page
     differences = [d for r in result["comparison"]["rows"] for d in r["differences"]]
     for d in differences:  # each difference over 2% is on the page with its reasons
         for reason in d["reasons"]:
@@ -395,6 +398,31 @@ def test_tools_page_from_a_record(bert_study: tuple[dict[str, Any], Path],
     traces = list(docs.glob("data/**/*.tools.trace.json.gz"))
     assert len(traces) == 1
     assert "rg-download" in page
+
+
+_POINT = re.compile(r"(-?[\d,.]+)(?: ms)? &#91;(-?[\d,.]+), (-?[\d,.]+)&#93;")
+
+
+def test_every_figure_on_the_tools_page_is_the_median_its_interval_is_of() -> None:
+    """Each figure beside an interval is the median over the passes that interval is of,
+    so it lies inside it, never at an edge the interval does not share (one pass's figure
+    beside the interval of all of them sat at the edge wherever that pass was the
+    extreme); checked on the page made from the committed runs."""
+    from reportgen.records.load import load_runs
+    from reportgen.render.pages import SiteBuilder
+    from reportgen.render.site import render_page
+    from reportgen.render.templating import environment
+    from reportgen.render.tools import page
+
+    (tools,) = page(SiteBuilder(load_runs(Path(__file__).resolve().parents[1] / "runs")))
+    text = render_page(environment(), tools)
+    shown = [(m.group(0), *(float(v.replace(",", "")) for v in m.groups()))
+             for m in _POINT.finditer(text)]
+    assert len(shown) > 50
+    outside = [s for s, x, lo, hi in shown if not lo <= x <= hi or (lo < hi and x in (lo, hi))]
+    assert not outside, outside
+    # the page says where the parts of a difference come from: the median pass, beside it
+    assert "; in the median pass " in text
 
 
 def test_no_tools_page_without_a_study(tmp_path: Path) -> None:

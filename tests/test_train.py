@@ -52,7 +52,7 @@ def attributed(built: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     for mode, b in built.items():
         path = tmp_path_factory.mktemp(mode) / "t.trace.json.gz"
         structure = derive(b.model, b.step)
-        profiled = profile_step(b.step, b.model, iterations=2, trace_path=path, labels=structure.roles)
+        profiled = profile_step(b.step, b.model, iterations=2, trace_path=path, labels=structure.labels)
         out[mode] = (profiled, attribute(profiled, b.model, b.step, structure, budget_s=0.2), path)
     return out
 
@@ -485,3 +485,34 @@ def test_a_training_record_renders_its_training_step_section(tmp_path: Path) -> 
     pages = [p.read_text() for p in (tmp_path / "docs").rglob("*.md")]
     assert any("## Training step" in page for page in pages)
     assert list((tmp_path / "docs").rglob("*training*.csv"))
+
+
+def test_hooked_labels_move_no_op_between_categories_in_a_step(
+        built: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clocked at the structure's labels, every op of a training step (its backward
+    included) lands in the category it lands in when every module with a role is
+    clocked; the clock counts the step's aten ops (``OpClock``; not the views the clocks'
+    own identity nodes make, more of them where more calls are clocked), so the
+    comparison is exact."""
+    import dataclasses
+
+    from test_regions import OpClock
+
+    from reportgen.profile import regions
+    from reportgen.profile.structure import derive
+
+    b = built["train"]
+    structure = derive(b.model, b.step)
+    assert structure.labels != structure.roles
+    identity = regions._identity_node
+    counted = {}
+    for key, labelled in (("all roles", dataclasses.replace(structure, labels=structure.roles)),
+                          ("labels", structure)):
+        clock = OpClock()
+        monkeypatch.setattr(regions, "_identity_node", clock.uncounted(identity))
+        with clock:
+            _, cats = regions.hooked_forward(b.model, b.step, clock, labelled)
+        b.step.reset()
+        counted[key] = cats
+    assert counted["labels"] == counted["all roles"]
+    assert counted["labels"]["mlp"] > 0 and counted["labels"][OPTIMIZER] > 0

@@ -3,7 +3,9 @@ that shows it: the timer's resolution, the variation between rounds, or between 
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,8 @@ from support.runs import RUN
 from reportgen import fmt
 from reportgen.intervals import is_wide, wide_reason
 from reportgen.render import render
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _record(median: float, low: float, high: float, *, method: str = "host-clock",
@@ -65,3 +69,81 @@ def test_every_page_showing_the_interval_flags_it(tmp_path: Path) -> None:
     shown = [line for line in combination.splitlines() if high in line]
     assert len(shown) >= 3
     assert [line for line in combination.splitlines() if flag in line] == shown
+    # the README's table of the run and ``reportgen summary`` (its table and CSV) flag it too
+    from rich.console import Console
+
+    from reportgen.commands.summary import render_table, rows_to_csv
+    from reportgen.records.schema import load_run
+    from reportgen.render.readme import blocks
+    from reportgen.render.runtable import run_rows
+
+    readme = blocks(runs, ROOT / "bench")["runs"]
+    (line,) = [x for x in readme.splitlines() if f"`{record['id']}`" in x]
+    assert "(wide: the variation between rounds" in line
+    assert readme.count("(wide: ") == 1
+    rows = run_rows(load_run(dest))
+    table = rows_to_csv(rows).splitlines()
+    column = table[0].split(",").index("wide")
+    flagged = [x for x in table[1:] if "the variation between rounds" in x]
+    assert len(flagged) == 1 and flagged[0].startswith(record["id"]) and column
+    console = Console(record=True, width=400)
+    console.print(render_table(rows))
+    assert console.export_text().count("wide interval: the variation between rounds") == 1
+
+
+_SHOWN = re.compile(r"(-?[\d,.]+)(?: ms)? &#91;(-?[\d,.]+), (-?[\d,.]+)&#93;")
+
+
+def unflagged(text: str) -> list[str]:
+    """Each ``x [low, high]`` of ``text`` past twice ``x`` with no flag right after it."""
+    out = []
+    for m in _SHOWN.finditer(text):
+        x, lo, hi = (float(v.replace(",", "")) for v in m.groups())
+        rest = text[m.end():m.end() + 200]
+        if is_wide(x, lo, hi) and not re.match(r"( [^|<]*)?\s*<span class=\"rg-warn\">wide: ", rest):
+            out.append(m.group(0))
+    return out
+
+
+def test_the_tools_page_flags_its_wide_intervals() -> None:
+    from reportgen.records.load import load_runs
+    from reportgen.render.pages import SiteBuilder
+    from reportgen.render.site import render_page
+    from reportgen.render.templating import environment
+    from reportgen.render.tools import page, wide
+
+    assert wide({"median": 1.0, "low": 0.4, "high": 1.2, "confidence": 0.95}) == "the variation between passes"
+    tick = wide({"median": 0.002, "low": 0.001, "high": 0.005, "confidence": 0.95})
+    assert tick is not None and tick.startswith("the timer's resolution")
+    assert wide({"median": 1.0, "low": 0.4, "high": 1.2, "confidence": 0}) is None  # one pass
+    (tools,) = page(SiteBuilder(load_runs(ROOT / "runs")))
+    text = render_page(environment(), tools)
+    assert "wide: the variation between passes" in text
+    assert unflagged(text) == []
+
+
+def test_the_validation_page_flags_a_wide_latency_interval_in_its_rows() -> None:
+    from reportgen.bench import results as B
+    from reportgen.render.validation import render_validation, row_columns
+
+    rows = [{"combination": "a", "median_ms": 10.0, "ci_low_ms": 9.0, "ci_high_ms": 11.0,
+             "confidence": 0.95, "remeasured_ms": 10.2, "inside": True},
+            {"combination": "b", "median_ms": 0.68, "ci_low_ms": 0.55, "ci_high_ms": 1.45,
+             "confidence": 0.95, "remeasured_ms": 0.7, "inside": True},
+            {"combination": "c", "median_ms": 0.002, "ci_low_ms": 0.001, "ci_high_ms": 0.005,
+             "confidence": 0.95, "remeasured_ms": 0.002, "inside": True}]
+    fig = B.figure("Interval coverage", "q", value=1.0, unit="share", interval=None,
+                   goal="shown", goal_spec=None, rows=rows)
+    assert row_columns("interval_coverage", rows)[-1] == "wide"
+    assert row_columns("interval_coverage", rows[:1])[-1] == "inside"  # none wide: no column
+    doc = B.results_document({"interval_coverage": fig},
+                             environment={"hardware": "cpu-test-2c", "cpu": "Test CPU", "threads": 2,
+                                          "torch": "x", "transformers": "y"},
+                             created="2026-12-02T13:00:00Z", quick=True, duration_s=1.5, command="bench")
+    md = render_validation(doc)
+    (header,) = [line for line in md.splitlines() if line.startswith("| combination | median")]
+    assert header.rstrip(" |").endswith("wide")
+    by_row = {line.split(" | ")[0]: line for line in md.splitlines() if line.startswith("| ") and " | 0.95 | " in line}
+    assert "median_ms: the variation between rounds and samples" in html.unescape(by_row["| b"])
+    assert "median_ms: the timer's resolution" in html.unescape(by_row["| c"])
+    assert "variation" not in by_row["| a"] and "resolution" not in by_row["| a"]

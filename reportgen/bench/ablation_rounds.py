@@ -112,7 +112,7 @@ def _profiler_series(built: Any, structure: Any, iterations: int, trace_dir: Pat
                      category: str = DEFAULT_TARGET) -> tuple[list[float], list[float]]:
     from reportgen.profile import regions
 
-    profiled = profile_pass(built, structure.roles, iterations, trace_dir, name)
+    profiled = profile_pass(built, structure.labels, iterations, trace_dir, name)
     return category_series(regions.profiler_method(profiled["per_iteration"],
                                                    fields.get(profiled, "attribution.basis")), category)
 

@@ -3,8 +3,9 @@
 * Profiler overhead: the profiled pass's per-iteration time over the unprofiled median,
   for every combination of the suite run (read from the records ``measure`` wrote).
 * Instrumentation overhead: reportgen's own attribution instrumentation
-  (``structure.install_hooks``: module hooks and ``record_function`` ranges) active without
-  a profiler, against the bare forward, interleaved in ABBA rounds.
+  (``structure.install_hooks``: each labelled module's forward wrapped in a
+  ``record_function`` range) active without a profiler, against the bare forward,
+  interleaved in ABBA rounds.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ PROFILER_QUESTION = (
     "corrected for."
 )
 INSTRUMENTATION_QUESTION = (
-    "What does reportgen's own instrumentation (module hooks that open `record_function` "
-    "ranges) cost when no profiler is recording? Instrumented and bare forwards of the same "
+    "What does reportgen's own instrumentation (each labelled module's forward wrapped in a "
+    "`record_function` range) cost when no profiler is recording? Instrumented and bare forwards of the same "
     "model alternate in one process."
 )
 
@@ -83,10 +84,11 @@ def instrumentation_compare(combo: Any, *, rounds: int, budget_s: float) -> dict
     def bare() -> float:
         return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
 
-    roles = structure.classify(model)
+    # the labels the profiled pass places its ranges by (``measure``'s)
+    labels = structure.derive(model, step).labels
 
     def instrumented() -> float:
-        with structure.install_hooks(model, roles):
+        with structure.install_hooks(model, labels):
             return time_median(step, budget_s, target_rel_halfwidth=TIGHT)[0]
 
     with stopwatch() as wall:
@@ -98,6 +100,7 @@ def instrumentation_compare(combo: Any, *, rounds: int, budget_s: float) -> dict
         "bare_ms": median(values["bare"]), "instrumented_ms": median(values["instrumented"]),
         "ratio": ratio, "ratio_low": lo, "ratio_high": hi,
         "modules": sum(1 for _ in model.modules()),
+        "labelled": sum(1 for info in labels.values() if info.role is not None),
         "bare_rounds_ms": values["bare"], "instrumented_rounds_ms": values["instrumented"],
         "wall_s": wall[0],
     }
@@ -141,8 +144,9 @@ def instrumentation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str]
         f"ratio under {limit:.2f}; {len(over)} are significantly above"
         + (": " + ", ".join(f"{r['combination']} ({r['ratio']:.3f})" for r in over) if over else "")
         + f". Highest point: {worst['combination']} ({worst['ratio']:.4f}, interval "
-          f"{worst['ratio_low']:.3f}-{worst['ratio_high']:.3f}; {worst['modules']} modules, "
-          f"bare forward {worst['bare_ms']:.2f} ms).",
+          f"{worst['ratio_low']:.3f}-{worst['ratio_high']:.3f}; {worst['modules']} modules"
+          + (f", {worst['labelled']} with a range" if worst.get("labelled") is not None else "")
+          + f", bare forward {worst['bare_ms']:.2f} ms).",
         "Median ratio by mode: " + ", ".join(f"{m} {median(v):.4f}" for m, v in by_mode.items()) + ".",
         f"{rounds} interleaved rounds per combination, reportgen timing budget {budget_s} s per "
         "round; per-combination interval = paired bootstrap over rounds.",

@@ -110,6 +110,8 @@ class ClaimResult:
     # per hardware that is not the claim's: {"hardware", "device", "label", "n", "low",
     # "high", "unit", "lowest", "text"}
     context: list[dict[str, Any]] = field(default_factory=list)
+    # the predicate under each release set a history measured (`across_releases`)
+    releases: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         c = self.claim
@@ -129,6 +131,7 @@ class ClaimResult:
             "counts": self.counts,
             "reason": self.reason,
             "context": self.context,
+            "releases": self.releases,
             "evidence": self.evidence,
         }
 
@@ -184,15 +187,23 @@ def load_observations(runs_root: Path | str) -> list[Observation]:
     labels = host_labels(runs)  # from every run, as the pages name each host
     observations: list[Observation] = []
     for run in current_runs(runs):  # earlier runs of a suite: history only
-        hardware = run.hardware
-        suite = fields.run_get(run.record, "suite.name")
-        gpu, cpu = _gpu_name(run.record), cpu_name(fields.run_get(run.record, "environment"))
-        for record in run.combination_records():
-            device = str(fields.get(record, "combination.device") or "cpu")
-            kind = "gpu" if device.startswith("cuda") else "cpu"
-            observations.append(Observation(run.run_id, hardware, kind, gpu if kind == "gpu" else None,
-                                            suite, record, cpu, labels[hardware]))
+        observations.extend(_run_observations(run, labels))
     return observations
+
+
+def _run_observations(run: Any, labels: dict[str, str]) -> list[Observation]:
+    """One observation per combination record of ``run`` (a ``records.schema.Run``);
+    ``labels``: each host's name to a reader (``host_labels``)."""
+    hardware = run.hardware
+    suite = fields.run_get(run.record, "suite.name")
+    gpu, cpu = _gpu_name(run.record), cpu_name(fields.run_get(run.record, "environment"))
+    out = []
+    for record in run.combination_records():
+        device = str(fields.get(record, "combination.device") or "cpu")
+        kind = "gpu" if device.startswith("cuda") else "cpu"
+        out.append(Observation(run.run_id, hardware, kind, gpu if kind == "gpu" else None,
+                               suite, record, cpu, labels[hardware]))
+    return out
 
 
 # -- conditions ----------------------------------------------------------------------------
@@ -545,4 +556,102 @@ def check(runs_root: Path | str, claims_dir: Path | str) -> CheckReport:
     # a combination two current runs measured is one combination (as every page counts it)
     report = CheckReport(str(runs_root), observations=len(latest_per_combination(observations)[0]))
     report.claims = [evaluate_claim(c, observations) for c in claims]
+    history = load_history_observations(runs_root)
+    for result in report.claims:
+        result.releases = across_releases(result.claim, history)
     return report
+
+
+# -- across releases -----------------------------------------------------------------------
+
+
+def load_history_observations(runs_root: Path | str) -> dict[tuple[str, str, str], list[Observation]]:
+    """The records of every history run (``reportgen history``: one run per torch and
+    transformers release set), by (hardware, torch, transformers); a release set measured
+    twice on one hardware and suite: its latest complete run."""
+    from reportgen.records.releases import is_history, release_of
+    from reportgen.records.schema import COMPLETE, iter_runs
+
+    runs = list(iter_runs(runs_root))
+    labels = host_labels(runs)
+    by_release: dict[tuple[str, str, str, str], list[Any]] = {}
+    for run in runs:
+        if is_history(run.record):
+            rel = release_of(run.record)
+            hardware = run.hardware
+            suite = str(fields.run_get(run.record, "suite.name") or "")
+            by_release.setdefault((hardware, suite, rel["torch"] or "?", rel["transformers"] or "?"),
+                                  []).append(run)
+    out: dict[tuple[str, str, str], list[Observation]] = {}
+    for (hardware, _suite, torch, transformers), runs in sorted(by_release.items()):
+        # as `current_runs` picks a series' run (it never picks a history's): latest complete
+        runs.sort(key=lambda r: (str(r.record.get("started") or ""), r.run_id))
+        complete = [r for r in runs if r.record.get("status") == COMPLETE] or runs
+        out.setdefault((hardware, torch, transformers), []).extend(_run_observations(complete[-1], labels))
+    return out
+
+
+def across_releases(claim: Claim, history: dict[tuple[str, str, str], list[Observation]]) -> list[dict[str, Any]]:
+    """What the claim's predicate gives under each release set a history measured: one
+    entry per (hardware, torch, transformers) with a combination of the claim's model,
+    scale and mode. On the claim's hardware and within its conditions the entry carries a
+    verdict; elsewhere the predicate's outcome there (context, as on the claim page)."""
+    out: list[dict[str, Any]] = []
+    for (hardware, torch, transformers), observations in history.items():
+        result = evaluate_claim(claim, observations)
+        rows = [r for r in result.evidence if r.get("value") is not None]
+        if not rows:
+            continue
+        decides = [r for r in rows if r["within_conditions"]]
+        # context: the rows outside the claim's conditions by hardware only, else all
+        near = decides or [r for r in rows if len(r["outside"]) == 1] or rows
+        outcomes = Counter(str(r["verdict"]) for r in near)
+        verdict = outcomes.most_common(1)[0][0] if len(outcomes) == 1 else MIXED
+        values = [float(r["value"]) for r in near]
+        unit = claim.predicate.checks[0].metric.unit
+        measured = (format_value(values[0], unit) if len(values) == 1
+                    else format_range(min(values), max(values), unit))
+        if verdict == MIXED:
+            said = ", ".join(f"{n} {v}" if decides else f"{n} {CONTEXT_OUTCOME.get(v, v)}"
+                             for v, n in outcomes.most_common())
+            outcome = f"mixed: {said}"
+        else:
+            outcome = verdict if decides else CONTEXT_OUTCOME.get(verdict, verdict)
+        out.append({
+            "hardware": hardware, "hardware_label": near[0]["hardware_label"],
+            "torch": torch, "transformers": transformers,
+            "run_ids": sorted({str(r["run_id"]) for r in near}),
+            "n": len(near), "low": min(values), "high": max(values),
+            "ci_low": min((float(r["ci_low"]) for r in near if r.get("ci_low") is not None), default=None),
+            "ci_high": max((float(r["ci_high"]) for r in near if r.get("ci_high") is not None), default=None),
+            "measured": measured, "decides": bool(decides), "verdict": verdict,
+            "counts": dict(outcomes.most_common()), "outcome": outcome,
+        })
+    return sorted(out, key=lambda e: (e["hardware"], _version(e["torch"]), _version(e["transformers"])))
+
+
+def _version(text: str) -> tuple[int, ...]:
+    from reportgen.records.releases import version_key
+
+    return version_key(text)
+
+
+def releases_summary(entries: list[dict[str, Any]]) -> str | None:
+    """One sentence: the predicate's outcome under each release set, release sets of one
+    outcome together ("holds under torch 2.13.0 with transformers 5.0.0, ...; ...")."""
+    if not entries:
+        return None
+    by_outcome: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        by_outcome.setdefault(str(e["outcome"]), []).append(e)
+    context = "" if any(e["decides"] for e in entries) else " (context: not the claim's hardware)"
+    if len(by_outcome) == 1:
+        outcome = next(iter(by_outcome))
+        return (f"Under every one of the {len(entries)} release sets measured, the same outcome"
+                f"{context}: {outcome}.")
+
+    def names(group: list[dict[str, Any]]) -> str:
+        return ", ".join(f"torch {e['torch']} with transformers {e['transformers']}" for e in group)
+
+    return ("The outcome depends on the release" + context + ": "
+            + "; ".join(f"{outcome} under {names(group)}" for outcome, group in by_outcome.items()) + ".")

@@ -19,6 +19,7 @@ from typing import Any
 
 from reportgen.errors import UserError
 from reportgen.records.releases import (
+    LIBRARIES,
     ReleaseSet,
     is_final,
     is_history,
@@ -54,9 +55,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--releases", metavar="VERSIONS",
                         help="the same as --transformers (e.g. last:6: the six newest transformers releases)")
     parser.add_argument("--bisect", metavar="COMBINATION",
-                        help="for this combination, measure the transformers releases between two measured "
-                        "ones whose step is beyond this host's drift, halving until the first release with "
-                        "the change is named (with the torch of --torch, default this interpreter's)")
+                        help="for this combination, measure the releases between two measured ones whose "
+                        "step is beyond this host's drift, halving until the first release with the change "
+                        "is named: torch's steps with each --transformers release held, transformers' "
+                        "with each --torch release held")
     parser.add_argument("--bench", default="bench", metavar="DIR",
                         help="bench results (<hardware>.json), whose re-measurement gives this host's "
                         "run-to-run drift (for --bisect; default: bench)")
@@ -160,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     if args.bisect is not None:
         if not args.list:
             measure_all(suite, sets, cache=cache, out=out, timeout_s=timeout_s, command=command_line(args))
-        return bisect(suite, args.bisect, sorted({s.torch for s in sets}), cache=cache, out=out,
+        return bisect(suite, args.bisect, sets, cache=cache, out=out,
                       timeout_s=timeout_s, command=command_line(args), bench=Path(args.bench),
                       index=history.index_versions)
     outcomes = measure_all(suite, sets, cache=cache, out=out, timeout_s=timeout_s, command=command_line(args))
@@ -212,58 +214,81 @@ def measure_one(suite: Any, release: ReleaseSet, *, cache: Path, out: Path, time
     return outcome
 
 
-BISECT_STEPS = 12  # at most this many releases measured by one --bisect
+BISECT_STEPS = 12  # at most this many releases measured by one --bisect, per step
 
 
-def bisect(suite: Any, combo_id: str, torch_releases: list[str], *, cache: Path, out: Path,
+def bisect(suite: Any, combo_id: str, sets: list[ReleaseSet], *, cache: Path, out: Path,
            timeout_s: float | None, command: str, bench: Path,
            index: Callable[[str], list[str] | None]) -> int:
     """Halve each step of ``combo_id`` beyond this host's drift (``render.history.steps``
-    over the runs under ``out``) until its two releases are neighbours on the index, then
-    name the first release with the change. Each release measured is an ordinary run of
-    the whole suite (its History page shows it)."""
-    from reportgen.records.load import load_runs
-    from reportgen.render import history as pages
+    over the runs under ``out``), in either library with the other's release held as in
+    ``sets``, until its two releases are neighbours on the index, then name the first
+    release with the change. Each release measured is an ordinary run of the whole suite
+    (its History page shows it)."""
     from reportgen.render.compare import read_drift
 
-    available = index("transformers")
-    if available is None:
-        raise UserError("--bisect: transformers' releases could not be read from the package index")
-    ordered = sorted({public(v) for v in available if is_final(public(v))}, key=version_key)
     drift = read_drift(bench)
     found: list[str] = []
-    for torch in torch_releases:
-        for _ in range(BISECT_STEPS + 1):
-            runs = [r for r in load_runs(out) if is_history(r.record)
-                    and (r.record.get("suite") or {}).get("hash") == suite.hash
-                    and release_of(r.record)["torch"] == torch]
-            if not runs:
-                print(f"--bisect: no run of {suite.name} with torch {torch} under {out}: measure some releases first")
-                return 1
-            hardware = runs[-1].hardware
-            floor = (drift.get(hardware) or {}).get("floor")
-            pts = [p for p in pages.points([r for r in runs if r.hardware == hardware]) if p.combo_id == combo_id]
-            marked = [s for s in pages.steps(pts, "transformers", floor) if s.marked]
-            between = {s.new: [v for v in ordered if version_key(s.base) < version_key(v) < version_key(s.new)]
-                       for s in marked}
-            open_steps = [s for s in marked if between[s.new]]
-            if not open_steps:
-                if not marked:
-                    found.append(f"{combo_id} with torch {torch}: no step between measured transformers releases "
-                                 "is beyond the noise" + (f" ({floor:.1%} drift)" if floor else ""))
-                for s in marked:
-                    found.append(f"first transformers release with the change: {s.new} (torch {torch}): {s.text()}")
-                break
-            step = open_steps[0]
-            middle = between[step.new][len(between[step.new]) // 2]
-            print(f"bisecting {step.text()}: measuring transformers {middle}", flush=True)
-            outcome = measure_one(suite, ReleaseSet(torch, middle), cache=cache, out=out, timeout_s=timeout_s,
-                                  command=command)
-            if outcome["run_id"] is None:
-                found.append(f"bisection stopped: transformers {middle} could not be measured ({outcome['line']})")
-                break
-        else:
-            found.append(f"bisection stopped after {BISECT_STEPS} releases")
+    for library in LIBRARIES:
+        other = "transformers" if library == "torch" else "torch"
+        held_releases = sorted({getattr(s, other) for s in sets}, key=version_key)
+        runs_of = {held: _runs_holding(suite, out, other, held) for held in held_releases}
+        # a library with one measured release under every held release has no step to halve
+        if all(len({release_of(r.record)[library] for r in runs}) < 2 for runs in runs_of.values()):
+            continue
+        available = index(library)
+        if available is None:
+            raise UserError(f"--bisect: {library}'s releases could not be read from the package index")
+        ordered = sorted({public(v) for v in available if is_final(public(v))}, key=version_key)
+        for held in held_releases:
+            found.extend(_bisect_line(suite, combo_id, library, held, ordered, drift, cache=cache, out=out,
+                                      timeout_s=timeout_s, command=command))
+    if not found:
+        print(f"--bisect: no two releases of one library measured for {suite.name} under {out}: "
+              "measure some releases first")
+        return 1
     for line in found:
         print(line)
     return 0
+
+
+def _runs_holding(suite: Any, out: Path, other: str, held: str) -> list[Any]:
+    from reportgen.records.load import load_runs
+
+    return [r for r in load_runs(out) if is_history(r.record)
+            and (r.record.get("suite") or {}).get("hash") == suite.hash
+            and release_of(r.record)[other] == held]
+
+
+def _bisect_line(suite: Any, combo_id: str, library: str, held: str, ordered: list[str],
+                 drift: dict[str, Any], *, cache: Path, out: Path, timeout_s: float | None,
+                 command: str) -> list[str]:
+    """Bisect ``library``'s steps of ``combo_id`` with the other library at ``held``."""
+    from reportgen.render import history as pages
+
+    other = "transformers" if library == "torch" else "torch"
+    for _ in range(BISECT_STEPS + 1):
+        runs = _runs_holding(suite, out, other, held)
+        if len({release_of(r.record)[library] for r in runs}) < 2:
+            return []
+        hardware = runs[-1].hardware
+        floor = (drift.get(hardware) or {}).get("floor")
+        pts = [p for p in pages.points([r for r in runs if r.hardware == hardware]) if p.combo_id == combo_id]
+        marked = [s for s in pages.steps(pts, library, floor) if s.marked]
+        between = {s.new: [v for v in ordered if version_key(s.base) < version_key(v) < version_key(s.new)]
+                   for s in marked}
+        open_steps = [s for s in marked if between[s.new]]
+        if not open_steps:
+            if not marked:
+                return [f"{combo_id} with {other} {held}: no step between measured {library} releases "
+                        "is beyond the noise" + (f" ({floor:.1%} drift)" if floor else "")]
+            return [f"first {library} release with the change: {s.new} ({other} {held}): {s.text()}"
+                    for s in marked]
+        step = open_steps[0]
+        middle = between[step.new][len(between[step.new]) // 2]
+        print(f"bisecting {step.text()}: measuring {library} {middle}", flush=True)
+        release = ReleaseSet(middle, held) if library == "torch" else ReleaseSet(held, middle)
+        outcome = measure_one(suite, release, cache=cache, out=out, timeout_s=timeout_s, command=command)
+        if outcome["run_id"] is None:
+            return [f"bisection stopped: {library} {middle} could not be measured ({outcome['line']})"]
+    return [f"bisection of {library} with {other} {held} stopped after {BISECT_STEPS} releases"]

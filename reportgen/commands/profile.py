@@ -42,6 +42,10 @@ _OVERRIDES: tuple[tuple[str, str, str, str], ...] = (
     ("--layers", "layers", "N",
      ("measure N of each model's layers at its full width (every kind of layer it has, in its "
       "proportions; embeddings and head once) and extrapolate the whole model's figures by kind")),
+    ("--experts", "experts", "N",
+     ("build each mixture-of-experts layer with N of its routed experts (at least the experts a token "
+      "is routed to; experts per token, each expert's size and the shared experts kept) and extrapolate "
+      "the whole model's parameters and memory to all of them")),
     ("--studies", "studies", "LIST",
      f"studies run in each combination's profiled round: {', '.join(STUDIES)} (replaces the suite's)"),
 )
@@ -105,6 +109,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--timeout", dest="timeout_s", metavar="SECONDS",
                         help="stop a combination's worker after this long and record it failed "
                         "(default: the larger of 900 s and 120 timing budgets)")
+    parser.add_argument(
+        "--dry-run", dest="dry_run", action="store_true",
+        help=("check each combination against this device's memory (the pre-flight estimate, on the meta "
+              "device: nothing is allocated) and print what would be measured: as asked, with fewer layers "
+              "or experts and why, or skipped; writes nothing"))
     parser.add_argument(
         "--list", action="store_true", help="print the combination ids and exit; writes nothing"
     )
@@ -188,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     if args.executor != "slurm":  # a Slurm job's device is its nodes': slurm.main settles it
         suite = suite.with_device(runner.resolve_device(suite.settings.device))
     combos = suite.combinations()
-    if any(c.layers is not None for c in combos):
+    if any(c.layers is not None or c.experts is not None for c in combos):
         from reportgen.profile.modelspec import check_layers
 
         check_layers(combos)  # before anything is written
@@ -196,6 +205,14 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         for combo in combos:
             print(combo.id)
+        return 0
+    if args.dry_run:
+        if args.executor == "slurm":
+            raise UserError("--dry-run: checks this host's device; a Slurm job's nodes are not this host")
+        from reportgen.profile.preflight import plan_line
+
+        for combo in combos:
+            print(plan_line(combo), flush=True)
         return 0
 
     if args.executor == "slurm":

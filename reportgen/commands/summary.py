@@ -87,6 +87,7 @@ def csv_columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
         + [f"latency_ms.{f}" for f in LATENCY_FIELDS]
         + ["profiler_overhead", "compile_s"]
         + (["unstable"] if any(row.get("unstable") for row in rows) else [])
+        + (["wide"] if any(row.get("wide") for row in rows) else [])
         + (["depth"] if any(row.get("depth") for row in rows) else [])
         + ([f"whole_ms.{f}" for f in WHOLE_FIELDS] if any(row.get("whole_ms") for row in rows) else [])
         + ([MOE_LOAD] if has_moe_load(rows) else [])
@@ -170,6 +171,8 @@ def render_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
         )
         if row.get("unstable"):
             detail = f"unstable: {row['unstable']}" + (f"; {detail}" if detail else "")
+        if row.get("wide"):
+            detail = f"wide interval: {row['wide']}" + (f"; {detail}" if detail else "")
         if row.get("depth"):
             detail = f"{depth_text(row)}; {detail}" if detail else depth_text(row)
         # Text cells: a reason like "shape [1, 2]" must not be read as rich markup.

@@ -100,13 +100,16 @@ class Progress:
             unstable = unstable_reason(record) if is_ok(record) else None
             if unstable:
                 lines.append(f"  unstable: {unstable}")
+            reduced = ((record.get("preflight") or {}).get("reduced") or {}).get("reason")
+            if reduced:  # too big for the device as asked: what was measured instead, and why
+                lines.append(f"  {reduced}")
             if is_failed(record) and log_tail:
                 lines.append("  worker log (last lines):")
                 lines += ["  | " + text for text in log_tail.splitlines()]
             if self.bar is not None:
                 self.bar.advance(self.task)
                 self.bar.update(self.task, description=self._describe())
-                if is_failed(record) or unstable:
+                if is_failed(record) or unstable or reduced:
                     for text in lines:
                         self.bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
             else:

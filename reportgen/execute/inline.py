@@ -67,6 +67,10 @@ class InlineExecutor:
         try:
             if self.preflight is not None:
                 preflight = self.preflight(combo, self.device)
+                if (preflight or {}).get("reduced"):
+                    from reportgen.profile.fitting import applied
+
+                    combo = applied(combo, preflight["reduced"])
             sections = self.measure(combo, run_dir=task["run_dir"], combo_id=task["combo_id"],
                                     budget_s=task["budget_s"], seed=task["seed"],
                                     profile_iterations=task["profile_iterations"], **task.get("options", {}))

@@ -66,6 +66,10 @@ def combination_record(
     for name, value in (extra or {}).items():
         if value is not None:
             record.setdefault(name, value)
+    reduced = (record.get("preflight") or {}).get("reduced")
+    if isinstance(reduced, Mapping) and isinstance(record.get("depth"), Mapping):
+        # measured reduced because it did not fit as asked: the depth section says why
+        record["depth"] = {**record["depth"], "reason": reduced.get("reason")}
     if error_traceback is not None:
         record["traceback"] = error_traceback
     return record

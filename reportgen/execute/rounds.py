@@ -425,20 +425,42 @@ def _stop_reason(reasons: list[Any]) -> str | None:
     return "budget" if "budget" in known else str(known[-1])
 
 
+def _reduction(payload: Mapping[str, Any]) -> Any:
+    return (payload.get("preflight") or {}).get("reduced")
+
+
+def same_reduction(rounds: Mapping[int, Mapping[str, Any]]) -> tuple[dict[int, Mapping[str, Any]], list[int]]:
+    """The rounds measured with the same reduction as the profiled round (the pre-flight of
+    each round picks the layers and experts that fit the memory free then, which can
+    differ between rounds: another reduction is another model, never pooled), and the
+    numbers of the rounds set aside."""
+    ordered = sorted(rounds)
+    profiled = [i for i in ordered if _profiled(rounds[i])]
+    reference = _reduction(rounds[(profiled or ordered)[0]])
+    kept = {i: rounds[i] for i in ordered if _reduction(rounds[i]) == reference}
+    return kept, [i for i in ordered if i not in kept]
+
+
 def combination_outcome(rounds: Mapping[int, Mapping[str, Any]],
                         policy: Policy | None = None) -> tuple[Outcome, str, float]:
     """A finished combination's outcome from its rounds: (outcome, started, seconds)."""
     from reportgen.execute.supervisor import Outcome
 
+    spent = [rounds[i] for i in sorted(rounds)]  # every round took its time
+    rounds, other = same_reduction(rounds)
     ordered = [rounds[i] for i in sorted(rounds)]
     last = ordered[-1]
     execution = dict(last.get("execution") or {})
     execution["rounds"] = len(ordered)
+    if other:
+        # a round whose pre-flight found another memory figure measured another model
+        execution["rounds_set_aside"] = {"rounds": other, "reason": "measured with another reduction "
+                                         "(layers or experts) than the profiled round's"}
     execution["measure_s"] = sum(float((r.get("execution") or {}).get("measure_s") or 0.0) for r in ordered)
     first = ordered[0]
     outcome = Outcome(OK, sections=merged_sections(rounds, policy), preflight=first.get("preflight"),
                       device=last.get("device"), execution=execution)
-    return outcome, first["started"], sum(float(r["duration_s"]) for r in ordered)
+    return outcome, spent[0]["started"], sum(float(r["duration_s"]) for r in spent)
 
 
 def complete(run_dir: str | Path, unit: Unit, policy: Policy | None = None,

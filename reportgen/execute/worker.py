@@ -160,6 +160,11 @@ def run_task(task: Mapping[str, Any], spec: WorkerSpec, measure: Callable[..., A
     try:
         if preflight is not None:
             result["preflight"] = preflight(combo, spec.device, reusable_bytes=reusable)
+            reduced = (result["preflight"] or {}).get("reduced")
+            if reduced:  # too big as asked: measured with the layers (and experts) that fit
+                from reportgen.profile.fitting import applied
+
+                combo = applied(combo, reduced)
         result["sections"] = dict(measure(
             combo, run_dir=task["run_dir"], combo_id=task["combo_id"], budget_s=task["budget_s"],
             seed=task["seed"], profile_iterations=task["profile_iterations"],

@@ -116,6 +116,7 @@ def depth_facts(plan: DepthPlan, model: nn.Module, name: str, arch: str) -> dict
     info = model_info(name, full, arch)
     info.pop("config", None)
     return {
+        **({"experts": dict(plan.experts)} if plan.experts is not None else {}),
         "layers": len(depth.chosen), "full_layers": len(depth.kinds),
         "measured": depth.measured, "full": depth.full,
         "measured_layers": [{"index": i, "kind": depth.kinds[i], "layer": fqn}
@@ -284,7 +285,7 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     except (Skip, UserError, torch.OutOfMemoryError):
         raise
     except Exception as exc:
-        if scale != "tiny" or getattr(combo, "layers", None) is not None:
+        if scale != "tiny" or getattr(combo, "layers", None) is not None or getattr(combo, "experts", None) is not None:
             raise
         first = exc
     # A tiny shrink that broke a width some part of the model ties to another: the same
@@ -318,7 +319,8 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
         shrink_config(config, min_positions=needed, widths=False)
         plan = None
     else:
-        config, plan = spec.depth_config(scale, min_positions=needed, layers=getattr(combo, "layers", None))
+        config, plan = spec.depth_config(scale, min_positions=needed, layers=getattr(combo, "layers", None),
+                                         experts=getattr(combo, "experts", None))
     arch = architecture(config)
     if combo.mode != "forward" and combo.mode not in TRAIN_MODES and arch != "decoder":
         raise Skip(f"{combo.mode} applies to causal LMs; {spec.name} is an {arch}")

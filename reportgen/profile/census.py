@@ -26,11 +26,11 @@ from torch import nn
 
 from reportgen.catalog import Entry
 from reportgen.profile import layers as layer_mod
+from reportgen.profile.experts import EXPERT_NAMES as _EXPERT_NAMES
+from reportgen.profile.experts import TOP_K_NAMES as _TOP_K_NAMES
 
 __all__ = ["Census", "build_meta", "census", "config_of"]
 
-_EXPERT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-_TOP_K_NAMES = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token", "moe_topk", "top_k_experts")
 
 
 @dataclass(frozen=True)

@@ -111,14 +111,14 @@ def _profiler(*, device: bool, **options: bool) -> Callable[[Context], AbstractC
 def _reportgen_profiled(ctx: Context) -> Iterator[Ready]:
     """What the profiled pass runs (``profiling._record``): the module hooks' ranges under
     a profiler that records shapes, memory and FLOPs."""
-    hooks = install_hooks(ctx.model, ctx.structure.roles) if not ctx.compiled else contextlib.nullcontext()
+    hooks = install_hooks(ctx.model, ctx.structure.labels) if not ctx.compiled else contextlib.nullcontext()
     with hooks, _profiler(device=True, record_shapes=True, profile_memory=True, with_flops=True)(ctx):
         yield None
 
 
 @contextlib.contextmanager
 def _hook_ranges(ctx: Context) -> Iterator[Ready]:
-    with install_hooks(ctx.model, ctx.structure.roles):
+    with install_hooks(ctx.model, ctx.structure.labels):
         yield None
 
 
@@ -133,7 +133,7 @@ def _hook_clocks(ctx: Context) -> Iterator[Ready]:
 @contextlib.contextmanager
 def _nvtx(ctx: Context) -> Iterator[Ready]:
     """NVTX ranges named like the profiler's at the same module boundaries."""
-    with nvtx_ranges(ctx.model, ctx.structure.roles):
+    with nvtx_ranges(ctx.model, ctx.structure.labels):
         yield None
 
 

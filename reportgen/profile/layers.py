@@ -409,15 +409,17 @@ class Depth:
         return count_kinds(list(self.kinds))
 
 
-def reduce_depth(config: Any, n: int, build_meta: Callable[[Any], nn.Module], what: str = "the model") -> Depth:
-    """Cut ``config`` (in place) to ``n`` of its layers, chosen by kind, after checking on
-    the meta device (``build_meta`` builds a config's model there) that the cut model's
-    layers are the chosen ones, kind for kind."""
+def reduce_depth(config: Any, n: int | None, build_meta: Callable[[Any], nn.Module],
+                 what: str = "the model") -> Depth:
+    """Cut ``config`` (in place) to ``n`` of its layers (None: all of them, every layer
+    named by kind), chosen by kind, after checking on the meta device (``build_meta``
+    builds a config's model there) that the cut model's layers are the chosen ones, kind
+    for kind."""
     full = build_meta(config)
     kinds = layer_kinds(full)
     keys = layer_keys(full)
     del full
-    chosen = choose_layers(kinds, n, what)
+    chosen = choose_layers(kinds, len(kinds) if n is None else n, what)
     stack_config = _stack_config(config, len(kinds))
     reduce_config(stack_config, chosen)
     check_reduced(keys, chosen, layer_keys(build_meta(config)), kinds, str(config.model_type))

@@ -190,7 +190,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     # its kernels alone (reportgen.attribution, category "compiled")
     sampler.start()
     recorded = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path,
-                            labels=structure.roles if compiled is None else None)
+                            labels=structure.labels if compiled is None else None)
     pass_reading = sampler.stop()
     profile = dict(recorded["profile"])
     if pass_reading is not None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from reportgen.errors import UserError
 from reportgen.presets import PRESETS, preset_names
+from reportgen.profile import experts as experts_mod
 from reportgen.profile.autoclass import architecture, meta_model
 from reportgen.profile.layers import Depth, reduce_depth
 from reportgen.profile.shrink import shrink_config
@@ -45,16 +46,19 @@ class ModelSpec:
     def remote_code(self) -> bool:
         return bool(self.hub and self.hub.get("remote_code"))
 
-    def make_config(self, scale: str = "reference", min_positions: int = 0, layers: int | None = None) -> Any:
+    def make_config(self, scale: str = "reference", min_positions: int = 0, layers: int | None = None,
+                    experts: int | None = None) -> Any:
         """The transformers config at ``scale``; ``min_positions`` is the longest sequence
         the model will see (tiny configs grow their position tables to fit it); ``layers``
-        keeps that many of the model's layers, chosen by kind (`depth_config`)."""
-        return self.depth_config(scale, min_positions, layers)[0]
+        keeps that many of the model's layers, chosen by kind, and ``experts`` that many
+        routed experts per layer (`depth_config`)."""
+        return self.depth_config(scale, min_positions, layers, experts)[0]
 
-    def depth_config(self, scale: str = "reference", min_positions: int = 0,
-                     layers: int | None = None) -> tuple[Any, DepthPlan | None]:
-        """`make_config`, and with ``layers`` the plan of the cut: which layers of which
-        kinds, and the config of the whole model at the same widths."""
+    def depth_config(self, scale: str = "reference", min_positions: int = 0, layers: int | None = None,
+                     experts: int | None = None) -> tuple[Any, DepthPlan | None]:
+        """`make_config`, and with ``layers`` or ``experts`` the plan of the cut: which
+        layers of which kinds, how many routed experts, and the config of the whole model
+        at the same widths."""
         if self.source == "micro":
             raise UserError(f"{MICRO} has no transformers config")
         if scale not in SCALES:
@@ -69,8 +73,8 @@ class ModelSpec:
             config = CONFIG_MAPPING[self.model_type].from_dict(dict(self.overrides))
         else:
             config = CONFIG_MAPPING[self.model_type](**dict(self.overrides))
-        if layers is not None:
-            return config, plan_depth(config, layers, self.name, scale, min_positions)
+        if layers is not None or experts is not None:
+            return config, plan_depth(config, layers, self.name, scale, min_positions, experts)
         if scale == "tiny":
             shrink_config(config, min_positions=min_positions)
         return config, None
@@ -78,43 +82,67 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class DepthPlan:
-    """``--layers``: the layers kept (`layers.Depth`) and the whole model's config at the
-    widths measured (for its exact parameter and FLOP counts)."""
+    """``--layers`` and ``--experts``: the layers kept (`layers.Depth`), the whole model's
+    config at the widths measured (for its exact parameter and FLOP counts) and, with
+    fewer routed experts, their counts (``measured``, ``full``, ``top_k``; ``groups`` where
+    group-limited routing became one group)."""
 
     depth: Depth
     full_config: Any
+    experts: dict[str, Any] | None = None
 
 
-
-def plan_depth(config: Any, n: int, name: str, scale: str, min_positions: int) -> DepthPlan:
-    """Cut ``config`` (in place) to ``n`` of its layers, chosen by kind and checked on the
-    meta device; at ``--scale tiny`` the widths shrink after the cut, the depth stays."""
+def plan_depth(config: Any, n: int | None, name: str, scale: str, min_positions: int,
+               experts: int | None = None) -> DepthPlan:
+    """Cut ``config`` (in place) to ``n`` of its layers (None: all), chosen by kind and
+    checked on the meta device, and to ``experts`` routed experts per layer (None: all);
+    at ``--scale tiny`` the widths shrink after the cut, the depth stays, and the experts
+    are counted against the tiny model's."""
     if architecture(config) == "encoder-decoder":
-        raise UserError(f"--layers {n}: {name} is an encoder-decoder model; --layers measures models "
+        flag = f"--layers {n}" if n is not None else f"--experts {experts}"
+        raise UserError(f"{flag}: {name} is an encoder-decoder model; {flag.split()[0]} measures models "
                         "with one stack of layers")
     full = copy.deepcopy(config)
+    reduced = None
+    if experts is not None and scale != "tiny":
+        # before the cut, so the meta builds that choose the layers hold the fewer experts
+        reduced = _reduce_experts(config, full, experts, name)
     depth = reduce_depth(config, n, meta_model, what=name)
     if scale == "tiny":
         for part in (config, full):
             shrink_config(part, min_positions=min_positions, depth=False)
-    return DepthPlan(depth, full)
+        if experts is not None:  # counted against the tiny model's experts
+            reduced = _reduce_experts(config, full, experts, name)
+    return DepthPlan(depth, full, reduced)
+
+
+def _reduce_experts(config: Any, full: Any, n: int, name: str) -> dict[str, Any]:
+    """``config`` (in place) with ``n`` routed experts per layer, checked against ``full``'s."""
+    route = experts_mod.check(full, n, name)
+    reduced: dict[str, Any] = {"measured": int(n), "full": route.experts, "top_k": route.top_k}
+    if n < route.experts:
+        reduced.update(experts_mod.reduce(config, n))
+    return reduced
 
 
 def check_layers(combos: Any) -> None:
     """Refuse, before anything runs, a ``--layers`` count a model cannot be measured at
-    (none, more than it has, fewer than its kinds of layer): one line, with the smallest
-    count that would do. Built on the meta device: no memory, no weights."""
+    (none, more than it has, fewer than its kinds of layer), or an ``--experts`` count
+    (none, fewer than a token is routed to, more than it has, a model without routed
+    experts): one line, with the valid range. Built on the meta device: no memory, no
+    weights."""
     seen: set[tuple[Any, ...]] = set()
     for combo in combos:
-        n = getattr(combo, "layers", None)
-        key = (combo.model, combo.scale, n)
-        if n is None or key in seen:
+        n, e = getattr(combo, "layers", None), getattr(combo, "experts", None)
+        key = (combo.model, combo.scale, n, e)
+        if (n is None and e is None) or key in seen:
             continue
         seen.add(key)
         if combo.model == MICRO:
-            raise UserError(f"--layers {n}: {MICRO} is a single attention call, not a stack of layers")
+            flag = f"--layers {n}" if n is not None else f"--experts {e}"
+            raise UserError(f"{flag}: {MICRO} is a single attention call, not a stack of layers")
         try:
-            spec_of(combo).depth_config("reference", layers=n)
+            spec_of(combo).depth_config(combo.scale, layers=n, experts=e)
         except UserError:
             raise
         except Exception:  # noqa: BLE001 - a config that does not build fails its combination, recorded

@@ -77,9 +77,15 @@ The estimate comes from the config alone:
   CUDA context itself is not counted: `torch.cuda.mem_get_info` creates it before it
   answers, so its free figure is already net of the context.
 
-Where the whole model does not fit but some of its layers at full width would, the skip
-reason names the most that fit ("...; --layers 21 fits": `layers_that_fit`, every kind of
-layer kept, as ``--layers`` measures), so the model can be measured depth-reduced instead.
+Where the combination does not fit at the depth it asks for (the whole model, or its
+``--layers``) it is measured depth-reduced instead, with the most layers that fit, every
+kind of layer kept, as ``--layers`` measures; a mixture of experts that does not fit even
+at its fewest layers is built with fewer routed experts per layer, the largest count that
+fits (`fitting.reduce`). The section's ``reduced`` says what and why ("measured 6 of 61
+layers with 16 of 256 experts: the whole model needs ~1250.3 GiB, 21.9 GiB available (host
+memory)"), its ``estimate_bytes`` are of what is measured and ``requested_estimate_bytes``
+of what was asked for; the worker builds the combination as reduced (`fitting.applied`).
+Only where nothing fits is it skipped.
 
 The check compares the estimate with ``SAFETY_MARGIN`` (95%) of what is available: on
 the CPU ``MemAvailable`` from /proc/meminfo, or less where a cgroup memory limit leaves
@@ -100,7 +106,7 @@ import torch
 
 from reportgen import kvcache
 from reportgen.errors import Skip, UserError
-from reportgen.profile import autoclass, building, dtypes, inputs, modelspec
+from reportgen.profile import autoclass, building, dtypes, experts, fitting, inputs, modelspec
 from reportgen.profile.layers import first
 from reportgen.vocabulary import ATTENTION_MICRO, DECODE_NOCACHE, TRAIN, TRAIN_MODES, positions_needed
 
@@ -108,7 +114,6 @@ __all__ = ["SAFETY_MARGIN", "available", "check", "estimate", "format_gib"]
 
 GIB = 1024**3
 _LAYER_COUNT_NAMES = ("num_hidden_layers", "num_layers", "n_layer")
-MAX_KINDS = 8  # layer kinds one model mixes, at most, tried when looking for the fewest layers
 MIB = 1024**2
 METHOD = "meta-device parameter count + analytic working set"
 
@@ -193,7 +198,7 @@ def _meta_model(combo: Any) -> tuple[torch.nn.Module, Any, str, str]:
     spec = modelspec.spec_of(combo)
     needed = positions_needed(str(combo.mode), int(combo.seq_len))
     config = spec.make_config(_field(combo, "scale", "reference"), min_positions=needed,
-                              layers=_field(combo, "layers", None))
+                              layers=_field(combo, "layers", None), experts=_field(combo, "experts", None))
     arch = autoclass.architecture(config)
     cls = autoclass.auto_class(config, arch, str(combo.mode))
     dtype = building.torch_dtype(combo.dtype)
@@ -354,9 +359,32 @@ def layers_that_fit(combo: Any, budget: float, *, device: str | None = None,
                     profile_iterations: int = PROFILE_ITERATIONS) -> int | None:
     """The most layers of ``combo``'s model (``--layers``: every kind kept, at full width)
     whose estimate is within ``budget`` bytes, or None where even the fewest do not fit,
-    the combination already names its layers, or its model cannot be cut. The estimate
-    grows with the layers kept, so a bisection over the counts finds it."""
-    if _field(combo, "layers", None) is not None or _field(combo, "model", None) == ATTENTION_MICRO:
+    the combination already names its layers, or its model cannot be cut."""
+    if _field(combo, "layers", None) is not None:
+        return None
+    found = _model_counts(combo)
+    if found is None:
+        return None
+    return fitting.most_layers(_fits(combo, budget, device, profile_iterations), _field(combo, "experts", None),
+                               found[0] - 1)
+
+
+def reduction(combo: Any, budget: float, *, device: str | None = None,
+              profile_iterations: int = PROFILE_ITERATIONS) -> fitting.Reduction | None:
+    """What of ``combo`` fits within ``budget`` bytes where it does not as asked: fewer
+    layers, else (a mixture of experts not given ``--experts``) fewer routed experts
+    (`fitting.reduce`); None where nothing fits or the model cannot be cut."""
+    found = _model_counts(combo)
+    if found is None:
+        return None
+    total, route = found
+    return fitting.reduce(_fits(combo, budget, device, profile_iterations), total=total,
+                          layers=_field(combo, "layers", None), experts=_field(combo, "experts", None), route=route)
+
+
+def _model_counts(combo: Any) -> tuple[int, experts.Routing | None] | None:
+    """(layers, routing) of ``combo``'s model at its scale; None where it cannot be cut."""
+    if _field(combo, "model", None) == ATTENTION_MICRO:
         return None
     try:
         config = modelspec.spec_of(combo).make_config(_field(combo, "scale", "reference"))
@@ -365,31 +393,23 @@ def layers_that_fit(combo: Any, budget: float, *, device: str | None = None,
     total = first(config, _LAYER_COUNT_NAMES)
     if not isinstance(total, int) or total < 2:
         return None
+    return total, experts.routing(config)
 
-    def fits(n: int) -> bool | None:
-        """Whether ``n`` layers fit; None where the cut is refused (fewer layers than kinds)."""
-        fields = {**_as_dict(combo), "layers": n}
+
+def _fits(combo: Any, budget: float, device: str | None, profile_iterations: int) -> fitting.Fits:
+    def fits(layers: int, count: int | None) -> bool | None:
+        """Whether ``layers`` layers with ``count`` experts fit; None where the cut is refused."""
         try:
-            needed = estimate(SimpleNamespace(**fields), device=device, profile_iterations=profile_iterations)
+            needed = estimate(_reduced(combo, layers, count), device=device, profile_iterations=profile_iterations)
         except UserError:
             return None
         return int(needed["estimate_bytes"]) <= budget
 
-    fewest = 1
-    answer = fits(fewest)
-    while answer is None and fewest < min(total - 1, MAX_KINDS):
-        fewest += 1  # the fewest layers that keep one of every kind
-        answer = fits(fewest)
-    if not answer:
-        return None
-    best, low, high = fewest, fewest + 1, total - 1
-    while low <= high:
-        middle = (low + high) // 2
-        if fits(middle):
-            best, low = middle, middle + 1
-        else:
-            high = middle - 1
-    return best
+    return fits
+
+
+def _reduced(combo: Any, layers: int | None, count: int | None) -> SimpleNamespace:
+    return SimpleNamespace(**{**_as_dict(combo), "layers": layers, "experts": count})
 
 
 # --- what is available ----------------------------------------------------------------
@@ -544,9 +564,45 @@ def check(combo: Any, device: str | None = None, *, profile_iterations: int = PR
         "method": est["method"],
     }
     if fits is False:
-        fewer = layers_that_fit(combo, margin * avail, device=device, profile_iterations=profile_iterations)
-        skip = Skip(f"needs ~{format_gib(est['estimate_bytes'])}, {format_gib(avail)} available "
-                    f"({_where(device)})" + (f"; --layers {fewer} fits" if fewer else ""))
-        skip.preflight = section  # type: ignore[attr-defined]
-        raise skip
+        short = f"~{format_gib(est['estimate_bytes'])}, {format_gib(avail)} available ({_where(device)})"
+        found = reduction(combo, margin * avail, device=device, profile_iterations=profile_iterations)
+        if found is None:
+            skip = Skip(f"needs {short}; not even its fewest layers"
+                        + (" with the fewest experts" if _field(combo, "experts", None) is None
+                           and experts.routing(_config_of(combo)) is not None else "") + " fit")
+            skip.preflight = section  # type: ignore[attr-defined]
+            raise skip
+        measured = estimate(_reduced(combo, found.layers if found.layers is not None else _field(combo, "layers"),
+                                     found.experts if found.experts is not None else _field(combo, "experts")),
+                            device=device, profile_iterations=profile_iterations)
+        asked = (f"{_field(combo, 'layers')} layers need" if _field(combo, "layers", None) is not None
+                 else "the whole model needs")
+        section.update(fits=True, estimate_bytes=measured["estimate_bytes"], parts=measured["parts"],
+                       parameters=measured["parameters"], requested_estimate_bytes=est["estimate_bytes"],
+                       reduced={"layers": found.layers, "experts": found.experts,
+                                "reason": f"{found.words()}: {asked} {short}"})
     return section
+
+
+def _config_of(combo: Any) -> Any:
+    try:
+        return modelspec.spec_of(combo).make_config(_field(combo, "scale", "reference"))
+    except Exception:  # noqa: BLE001 - a config that cannot be read has no experts to reduce
+        return None
+
+
+def plan_line(combo: Any, device: str | None = None, **paths: Any) -> str:
+    """One line for ``reportgen profile --dry-run``: what `check` would let ``combo``
+    measure on ``device`` (default ``combo.device``): as asked, reduced and why, or skipped
+    and why. ``paths`` are `check`'s (the tests' memory figures)."""
+    try:
+        section = check(combo, device, **paths)
+    except Skip as exc:
+        return f"{combo.id}: skipped: {exc}"
+    reduced = section.get("reduced")
+    if reduced:
+        return f"{combo.id}: {reduced['reason']}"
+    if section.get("fits") is None:
+        return f"{combo.id}: runs unchecked ({section['method']})"
+    return (f"{combo.id}: fits: needs ~{format_gib(int(section['estimate_bytes']))}, "
+            f"{format_gib(int(section['available_bytes']))} available ({_where(str(device or combo.device))})")

@@ -1,9 +1,10 @@
 """The module-boundary attribution method: clocks at module calls in an unprofiled pass.
 
 The same modules ``reportgen.profile.structure`` labels for the profiler (embeddings,
-attention calls and their projections, MLP containers, norms, activations, heads, the
-blocks), plus the model's own forward, get forward pre/post hooks that read a clock and
-nothing else: ``time.perf_counter_ns`` on a CPU; on a GPU a CUDA event recorded on the
+attention calls and their projections, MLP containers and their last projection, norms,
+activations outside an MLP's projections, heads, the blocks: a `Structure`'s ``labels``),
+plus the model's own forward, get forward pre/post hooks that read a clock and nothing
+else: ``time.perf_counter_ns`` on a CPU; on a GPU a CUDA event recorded on the
 current stream, read only after the iteration's synchronise. No profiler, no
 ``record_function``, no per-op recording. ``reportgen.shares.categorise`` turns each
 iteration's timed calls into the categories (``attention.core`` = the attention call less
@@ -152,7 +153,7 @@ class _Recorder:
         self._handles: list[Any] = []
         modules = dict(model.named_modules())
         targets: list[tuple[str, str, str | None]] = [("", "model", None)]
-        for fqn, info in structure.roles.items():
+        for fqn, info in structure.labels.items():
             if info.role is not None and fqn in modules:
                 targets.append((fqn, info.role, structure.categories.get(fqn) if info.role == "proj"
                                 else None))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reportgen.profile.experts import EXPERT_NAMES as _EXPERT_NAMES
 from reportgen.profile.layers import LAYER_NAMES as _LAYER_NAMES
 from reportgen.profile.layers import first as _first
 from reportgen.profile.layers import get as _get
@@ -33,7 +34,6 @@ _POSITION_NAMES = ("max_position_embeddings", "n_positions", "n_ctx")
 # Mixtures of experts keep several experts and more than one per token, so routing runs.
 TINY_EXPERTS = 4
 TINY_TOP_K = 2
-_EXPERT_NAMES = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 TOP_K_NAMES = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k")
 # group-limited routing (experts in groups, top groups first): one group of all experts
 _EXPERT_GROUP_NAMES = ("n_group", "topk_group", "num_expert_group")

@@ -1,9 +1,11 @@
 """Structural classification of a model's modules, and the hooks that label its ops.
 
 Classification reads only module classes and nesting (ARCHITECTURE.md, "Categories"):
-no model names. The hooks open ``rg|<role>|<fqn>`` profiler ranges around the modules
-whose role matters; ``reportgen.attribution`` turns ops inside those ranges into
-categories, splitting each attention call at its core ops.
+no model names. ``install_hooks`` opens ``rg|<role>|<fqn>`` profiler ranges around the
+calls of the modules whose role matters (a `Structure`'s ``labels``: the roles less the
+modules inside an MLP call whose boundary moves no time between categories);
+``reportgen.attribution`` turns ops inside those ranges into categories, splitting each
+attention call at its core ops.
 
 Roles: ``embed`` (embedding modules), ``norm`` (norm leaves), ``attn`` (outermost
 attention modules), ``proj`` (projection leaves inside attention or a block), ``core``
@@ -18,9 +20,10 @@ module of a block that holds experts), ``experts`` (its experts, routed or share
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -230,81 +233,115 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
     return result
 
 
-class _Hooks:
-    """Forward pre/post hooks opening and closing one profiler range per call."""
+_NO_FORWARD = object()
 
-    def __init__(self, model: nn.Module, roles: Mapping[str, ModuleRole]) -> None:
-        self._handles: list[Any] = []
-        modules = dict(model.named_modules())
-        enter = torch.ops.profiler._record_function_enter_new
-        leave = torch.ops.profiler._record_function_exit._RecordFunction
-        enabled = torch.autograd._profiler_enabled
-        for fqn, info in roles.items():
-            if info.role is None or fqn not in modules:
-                continue
-            name = label(info.role, fqn)
-            # A stack per module: a shared module can be re-entered (tied embeddings).
-            open_ranges: list[Any] = []
 
-            def pre(_m: nn.Module, _a: Any, name: str = name,
-                    stack: list[Any] = open_ranges) -> None:
-                # Outside a profiler the hooks cost one call: keep bare forwards bare.
-                stack.append(enter(name, None) if enabled() else None)
+class _Forwards:
+    """Module calls wrapped in place: each module's ``forward`` is replaced, on the
+    instance, by a function that opens a range, calls the original and closes the range.
 
-            def post(_m: nn.Module, _a: Any, _o: Any, stack: list[Any] = open_ranges) -> None:
-                handle = stack.pop() if stack else None
-                if handle is not None:
-                    leave(handle)
+    Not module hooks: a module with a forward hook leaves ``nn.Module.__call__``'s fast
+    path for its general one (hook tables, a closure and a try per call), which costs
+    microseconds per call, more than the range itself; a forward replaced on the instance
+    keeps the fast path, and the range encloses the same ops (the module's forward). A
+    module is wrapped once (a shared module's one object), and ``remove`` puts back what
+    was there before (the class's forward, or an instance forward of someone else's)."""
 
-            module = modules[fqn]
-            self._handles.append(module.register_forward_pre_hook(pre))
-            self._handles.append(module.register_forward_hook(post, always_call=True))
+    def __init__(self) -> None:
+        self._installed: list[tuple[nn.Module, object, Callable[..., Any]]] = []
+
+    def wrap(self, module: nn.Module, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        previous = vars(module).get("forward", _NO_FORWARD)
+        wrapper = functools.wraps(module.forward)(make(module.forward))
+        vars(module)["forward"] = wrapper
+        self._installed.append((module, previous, wrapper))
 
     def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        while self._installed:
+            module, previous, wrapper = self._installed.pop()
+            if vars(module).get("forward") is not wrapper:
+                continue  # replaced again since: that owner puts back its own
+            if previous is _NO_FORWARD:
+                del vars(module)["forward"]
+            else:
+                vars(module)["forward"] = previous
+
+
+def _hooked(model: nn.Module, roles: Mapping[str, ModuleRole]) -> Iterator[tuple[str, nn.Module]]:
+    """(range label, module) of every module ``roles`` gives a role, each module once."""
+    modules = dict(model.named_modules())
+    seen: set[int] = set()
+    for fqn, info in roles.items():
+        module = modules.get(fqn)
+        if info.role is None or module is None or id(module) in seen:
+            continue
+        seen.add(id(module))
+        yield label(info.role, fqn), module
+
+
+def _profiler_range(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    enter = torch.ops.profiler._record_function_enter_new
+    leave = torch.ops.profiler._record_function_exit._RecordFunction
+    enabled = torch.autograd._profiler_enabled
+
+    def make(inner: Callable[..., Any]) -> Callable[..., Any]:
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            # Outside a profiler the range costs one check: keep bare forwards bare.
+            if not enabled():
+                return inner(*args, **kwargs)
+            handle = enter(name, None)
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                leave(handle)
+        return forward
+    return make
+
+
+def _nvtx_range(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+
+    def make(inner: Callable[..., Any]) -> Callable[..., Any]:
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            push(name)
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                pop()
+        return forward
+    return make
+
+
+@contextmanager
+def _ranges(model: nn.Module, roles: Mapping[str, ModuleRole],
+            kind: Callable[[str], Callable[[Callable[..., Any]], Callable[..., Any]]]) -> Iterator[None]:
+    forwards = _Forwards()
+    try:
+        for name, module in _hooked(model, roles):
+            forwards.wrap(module, kind(name))
+        yield
+    finally:
+        forwards.remove()
 
 
 @contextmanager
 def install_hooks(model: nn.Module, roles: Mapping[str, ModuleRole]) -> Iterator[Mapping[str, ModuleRole]]:
     """Label the model's module calls with ``rg|<role>|<fqn>`` profiler ranges, one per
-    module ``roles`` (``classify``'s, or a `Structure`'s) gives a role.
+    module ``roles`` (``classify``'s, or a `Structure`'s) gives a role (see ``_Forwards``
+    for how a call is wrapped). No range is opened while no profiler records.
 
-    Yields ``roles``; the hooks are removed on exit, even after an error.
+    Yields ``roles``; the wrappers are removed on exit, even after an error.
     """
-    hooks = _Hooks(model, roles)
-    try:
+    with _ranges(model, roles, _profiler_range):
         yield roles
-    finally:
-        hooks.remove()
 
 
 @contextmanager
 def nvtx_ranges(model: nn.Module, roles: Mapping[str, ModuleRole]) -> Iterator[None]:
     """The same module ranges as ``install_hooks``, named alike, as NVTX ranges (what
     Nsight Systems reads); removed on exit."""
-    push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
-    modules = dict(model.named_modules())
-    handles = []
-    for fqn, info in roles.items():
-        if info.role is None or fqn not in modules:
-            continue
-        name = label(info.role, fqn)
-
-        def pre(_m: nn.Module, _a: Any, name: str = name) -> None:
-            push(name)
-
-        def post(_m: nn.Module, _a: Any, _o: Any) -> None:
-            pop()
-
-        handles.append(modules[fqn].register_forward_pre_hook(pre))
-        handles.append(modules[fqn].register_forward_hook(post, always_call=True))
-    try:
+    with _ranges(model, roles, _nvtx_range):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 class _Recorder(TorchFunctionMode):
@@ -336,10 +373,14 @@ class Structure:
 
     ``roles``: `classify`'s answer, by FQN. ``categories``: module FQN ("" = root) ->
     category of that module's own (exclusive) ops, settled by one recorded forward.
+    ``labels``: the roles the ranges and clocks are placed by (``install_hooks``,
+    ``nvtx_ranges``, the hooks method): ``roles`` less the modules whose boundary moves
+    no time between categories (``_inside_mlp``), which keep their category but no role.
     """
 
     roles: Mapping[str, ModuleRole]
     categories: Mapping[str, str]
+    labels: Mapping[str, ModuleRole]
 
 
 def derive(model: nn.Module, step: StepLike) -> Structure:
@@ -348,10 +389,41 @@ def derive(model: nn.Module, step: StepLike) -> Structure:
     (qkv or out: before or after the core ops) and the ops after an attention or MLP
     call's output projection (other)."""
     roles = classify(model)
-    return Structure(roles, _module_categories(model, step, roles))
+    categories, spans = _module_categories(model, step, roles)
+    inner = _inside_mlp(roles, spans)
+    labels = {fqn: replace(info, role=None) if fqn in inner else info
+              for fqn, info in roles.items()}
+    return Structure(roles, categories, labels)
 
 
-def _module_categories(model: nn.Module, step: StepLike, roles: Mapping[str, ModuleRole]) -> dict[str, str]:
+def _inside_mlp(roles: Mapping[str, ModuleRole], spans: Mapping[str, tuple[int, int]]) -> frozenset[str]:
+    """Labelled modules whose boundary moves no time between categories: inside an MLP
+    container's call, the projections and activations that start before its last
+    projection ends. Their ops are ``mlp`` with a range of their own or without (the
+    container's own ops before that end are ``mlp``: ``attribution.split_mlp``,
+    ``shares``' MLP gaps); the last projection keeps its range, as it marks where the
+    container's ops turn ``other``. Attention keeps all of its projections (qkv and out
+    are told apart by them), and every other role names a category of its own."""
+    members: dict[str, list[str]] = {}
+    for fqn, info in roles.items():
+        if (info.container == "mlp" and info.role in ("proj", "act") and fqn in spans
+                and info.container_fqn is not None and info.container_fqn in spans
+                and roles[info.container_fqn].role == "mlp"):
+            members.setdefault(info.container_fqn, []).append(fqn)
+    inner: set[str] = set()
+    for names in members.values():
+        projections = [n for n in names if roles[n].role == "proj"]
+        if not projections:
+            continue
+        last = max(projections, key=lambda n: spans[n][1])
+        inner.update(n for n in names if n != last and spans[n][0] < spans[last][1])
+    return frozenset(inner)
+
+
+def _module_categories(model: nn.Module, step: StepLike, roles: Mapping[str, ModuleRole]
+                       ) -> tuple[dict[str, str], dict[str, tuple[int, int]]]:
+    """(category of each module, span of each attention or MLP container call and of the
+    modules inside it: its first call's (start, end) on the recorder's clock)."""
     modules = dict(model.named_modules())
     recorder = _Recorder()
     spans: dict[str, tuple[int, int]] = {}
@@ -420,4 +492,4 @@ def _module_categories(model: nn.Module, step: StepLike, roles: Mapping[str, Mod
     for fqn, module in model.named_modules(remove_duplicate=False):
         if fqn not in categories and canonical.get(id(module)) in categories:
             categories[fqn] = categories[canonical[id(module)]]
-    return categories
+    return categories, spans

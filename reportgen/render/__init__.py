@@ -29,7 +29,8 @@ def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = No
     ``claims``: a claims registry directory; its claims, checked against ``runs``, become
     the Findings section (a missing or empty directory: no section). ``bench``: a directory
     of bench results files; the newest becomes the Validation page, which lists
-    the other hosts' verdicts too (none: no page).
+    the other hosts' verdicts too (none: no page). ``runs/causes.yaml``, where it exists,
+    names the causes of steps between releases on the History pages.
 
     Deterministic: the same inputs give the same bytes. ``svg=False`` skips the static
     chart fallbacks (quicker, for previews); the site build then reports the missing images.
@@ -37,6 +38,7 @@ def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = No
     URL (None: the citations say that none was set).
     """
     from reportgen.records.bench import load_benches
+    from reportgen.records.causes import load_causes
     from reportgen.records.load import load_runs
     from reportgen.render.pages import site_model
     from reportgen.render.site import write_site
@@ -49,5 +51,5 @@ def render(runs: Path, docs: Path, *, svg: bool = True, claims: Path | None = No
         report = check(runs, claims)
     results = load_benches(bench) if bench is not None else []
     return write_site(site_model(loaded, report=report, bench=results[0] if results else None,
-                                 other_benches=results[1:], site_url=site_url),
+                                 other_benches=results[1:], site_url=site_url, causes=load_causes(runs)),
                       docs, svg=svg)

@@ -74,6 +74,11 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
                 "whole_ci_low": fields.number(rec, "depth.whole.ci_low_ms"),
                 "whole_ci_high": fields.number(rec, "depth.whole.ci_high_ms"),
                 "whole_notes": "; ".join(str(n) for n in fields.get(rec, "depth.whole.notes") or []),
+                # built with fewer routed experts (--experts, or because it did not fit), and why
+                # it was measured reduced where the pre-flight chose it
+                "experts_measured": fields.number(rec, "depth.experts.measured"),
+                "experts_full": fields.number(rec, "depth.experts.full"),
+                "depth_reason": str(fields.get(rec, "depth.reason") or ""),
                 "mode": str(c.get("mode") or ""),
                 "dtype": str(c.get("dtype") or ""),
                 "attn": str(c.get("attn_implementation") or ""),
@@ -120,7 +125,7 @@ def combinations_frame(runs: Sequence[Run], *, latest_only: bool = True) -> pd.D
             }
             shares = {cat: fields.number(rec, ("attribution", "categories", cat, "share")) for cat in CATEGORIES}
             for cat in CATEGORIES:
-                row[f"ms:{cat}"] = fields.number(rec, ("attribution", "categories", cat, "ms"))
+                row[f"ms:{cat}"] = attributed_ms(rec, cat)
                 row[f"share:{cat}"] = shares[cat]
                 # optional: the share's bootstrap interval over the attributed iterations,
                 # where the record carries one (records store it as share_low/share_high)
@@ -296,14 +301,27 @@ def shown_columns(frame: pd.DataFrame) -> list[str]:
     if "moe_max_over_mean" in frame and not frame["moe_max_over_mean"].notna().any():
         drop.add("moe_max_over_mean")
     # the depth columns only where some row measured fewer layers than its model has
-    for column in ("depth", "whole_notes"):
+    for column in ("depth", "whole_notes", "depth_reason"):
         if column in frame and not (frame[column] != "").any():
             drop.add(column)
-    for column in ("whole_median", "whole_ci_low", "whole_ci_high"):
+    for column in ("whole_median", "whole_ci_low", "whole_ci_high", "experts_measured", "experts_full"):
         if column in frame and not frame[column].notna().any():
             drop.add(column)
     return [c for c in frame.columns
             if c not in drop and not (":" in c and c.split(":", 1)[1] in hidden)]
+
+
+def attributed_ms(record: Mapping[str, Any], category: str) -> float:
+    """A category's time as every page quotes it: its share of the forward times the
+    unprofiled median latency (the attributed pass only apportions; its own forward, slower
+    by the profiler's or the clocks' cost, is not the latency), so a category reads the same
+    in every table and chart; the attributed pass's own ms only where the record has no
+    median."""
+    share = fields.number(record, ("attribution", "categories", category, "share"))
+    median = fields.number(record, "timing.median")
+    if math.isfinite(share) and math.isfinite(median):
+        return share * median
+    return fields.number(record, ("attribution", "categories", category, "ms"))
 
 
 def shares_long(rows: pd.DataFrame, by: str = "seq",
@@ -477,9 +495,13 @@ def attribution_methods(record: Mapping[str, Any]) -> dict[str, Any] | None:
     rows = [r for r in rows if r["category"] in shown or r["category"] not in CATEGORIES]
     cats = hooks.get("categories") or {}
     forward = _num(hooks.get("forward_ms"))
-    sources = [{"where": k, "ms": v, "share": v / forward if forward > 0 else math.nan}
-               for k, v in sorted((hooks.get("other_sources_ms") or {}).items(),
-                                  key=lambda kv: -kv[1])]
+    median = fields.number(record, "timing.median")
+    sources = []
+    for where, ms in sorted((hooks.get("other_sources_ms") or {}).items(), key=lambda kv: -kv[1]):
+        share = ms / forward if forward > 0 else math.nan
+        # on the latency's base, as the categories are quoted (attributed_ms)
+        sources.append({"where": where, "share": share,
+                        "ms": share * median if math.isfinite(share * median) else ms})
     remainder = sum(_num((cats.get(c) or {}).get("share")) for c in ("other", "overhead"))
     return {"rows": rows, "headline": attribution.get("headline_method"),
             "reason": attribution.get("headline_reason"), "cost": hooks.get("cost") or {},

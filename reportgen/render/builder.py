@@ -23,6 +23,7 @@ import pandas as pd
 
 from reportgen.intervals import unstable_reason
 from reportgen.records import fields, hardware
+from reportgen.records.causes import Cause
 from reportgen.records.schema import Run, current_runs
 from reportgen.records.status import OK
 from reportgen.render import analysis, charts, payoff
@@ -157,9 +158,10 @@ class Builder:
 
     def __init__(self, runs: Sequence[Run], report: CheckReport | None = None,
                  bench: Mapping[str, Any] | None = None, site_url: str | None = None,
-                 other_benches: Sequence[Mapping[str, Any]] = ()) -> None:
+                 other_benches: Sequence[Mapping[str, Any]] = (), causes: Sequence[Cause] = ()) -> None:
         self.runs = list(runs)
         self.site_url = site_url
+        self.causes = list(causes)  # why steps between releases happened (runs/causes.yaml)
         # pages read each suite's current run; earlier runs appear in Runs and Changes
         self.current = current_runs(self.runs)
         self.report = report if report is not None and report.claims else None

@@ -24,7 +24,7 @@ from jinja2 import Environment
 from markupsafe import Markup
 
 from reportgen import fmt
-from reportgen.claims.evaluate import CONTEXT_OUTCOME, CheckReport, ClaimResult, check
+from reportgen.claims.evaluate import CONTEXT_OUTCOME, CheckReport, ClaimResult, check, releases_summary
 from reportgen.claims.metrics import format_value
 from reportgen.claims.registry import Comparison, Hardware, Ordering
 from reportgen.render import sections
@@ -340,6 +340,8 @@ def page_model(result: ClaimResult, combination_page: CombinationPage | None = N
         "conditions": [(k, _condition_text(v)) for k, v in claim.conditions.items()],
         "hardware": claim.hardware.describe(),
         "context": result.context,
+        "releases": result.releases,
+        "releases_summary": releases_summary(result.releases),
         "quote_in_primary": QUOTE_STATUS[claim.source.quote_in_primary],
         "cite": {"bibtex": Markup(citation.bibtex), "text": Markup(citation.text), "key": citation.key},
         "predicate": claim.predicate.describe(),

@@ -24,6 +24,7 @@ import pandas as pd
 
 from reportgen.categories import CATEGORIES
 from reportgen.records import fields
+from reportgen.records.causes import Cause, cause_of, notes_url
 from reportgen.records.releases import LIBRARIES, is_history, release_of, version_key
 from reportgen.records.schema import Run
 from reportgen.render import charts
@@ -262,7 +263,16 @@ def drift_by_hardware(b: Builder) -> dict[str, dict[str, Any]]:
     return out
 
 
-def sections_for(pts: Sequence[Point], library: str, floor: float | None) -> list[dict[str, Any]]:
+def _explained(step: Step, causes: Sequence[Cause]) -> dict[str, Any]:
+    """A marked step with its recorded cause (or None) and the new release's notes."""
+    cause = cause_of(list(causes), step.library, step.base, step.new, step.combo_id)
+    return {**step.as_dict(), "notes_url": notes_url(step.library, step.new),
+            "cause": None if cause is None else {"text": cause.cause, "title": cause.source_title,
+                                                 "url": cause.source_url, "release": cause.release}}
+
+
+def sections_for(pts: Sequence[Point], library: str, floor: float | None,
+                 causes: Sequence[Cause] = ()) -> list[dict[str, Any]]:
     """One section per release of the other library held fixed: the points, steps and
     table of ``library``'s history there (only where two or more of its releases were measured)."""
     other = "transformers" if library == "torch" else "torch"
@@ -275,7 +285,7 @@ def sections_for(pts: Sequence[Point], library: str, floor: float | None) -> lis
         section: dict[str, Any] = {
             "library": library, "other": other, "held": held, "points": part,
             "releases": sorted({p.release(library) for p in part}, key=version_key),
-            "marked": [s.as_dict() for s in found if s.marked],
+            "marked": [_explained(s, causes) for s in found if s.marked],
             "noise": [s.as_dict() for s in found if not s.marked and s.ratio is not None],
             "not_compared": [s.as_dict() for s in found if s.ratio is None],
             "table": _table(part, library)}
@@ -297,7 +307,7 @@ def history_pages(b: Builder) -> list[Page]:
         out_charts: list[charts.Chart] = []
         libraries: list[dict[str, Any]] = []
         for library in LIBRARIES:
-            secs = sections_for(pts, library, floor)
+            secs = sections_for(pts, library, floor, b.causes)
             for sec in secs:
                 frame, long = _frames(sec.pop("points"), library)
                 stem = f"{library}-{slugify(sec['other'] + '-' + sec['held'])}"

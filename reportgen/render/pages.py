@@ -16,6 +16,7 @@ import pandas as pd
 from reportgen import stats
 from reportgen.categories import CATEGORIES
 from reportgen.records import fields, hardware, paths
+from reportgen.records.causes import Cause
 from reportgen.records.releases import is_history, release_of
 from reportgen.records.schema import Run
 from reportgen.records.status import COMBINATION_STATUSES, OK
@@ -139,8 +140,8 @@ class SiteBuilder(Builder):
 
     def __init__(self, runs: Sequence[Run], report: CheckReport | None = None,
                  bench: Mapping[str, Any] | None = None, site_url: str | None = None,
-                 other_benches: Sequence[Mapping[str, Any]] = ()) -> None:
-        super().__init__(runs, report, bench, site_url, other_benches)
+                 other_benches: Sequence[Mapping[str, Any]] = (), causes: Sequence[Cause] = ()) -> None:
+        super().__init__(runs, report, bench, site_url, other_benches, causes)
         self._claims = findings.claims_index(self.report) if self.report is not None else {}
         self._summaries: dict[tuple[str, str], dict[str, Any] | None] = {}
 
@@ -620,12 +621,13 @@ PRODUCERS: tuple[Producer, ...] = (
 
 def site_model(runs: Sequence[Run], *, report: CheckReport | None = None,
                bench: Mapping[str, Any] | None = None, site_url: str | None = None,
-               other_benches: Sequence[Mapping[str, Any]] = ()) -> SiteModel:
+               other_benches: Sequence[Mapping[str, Any]] = (), causes: Sequence[Cause] = ()) -> SiteModel:
     """Every page of the site; ``report`` adds the Findings section (when it has claims)
     and the claims on each combination page, ``bench`` (a results document) the
     Validation page, ``other_benches`` (other hosts' results) a summary of theirs on it;
-    ``site_url`` (the published site's address) the citations' URLs."""
-    return SiteBuilder(runs, report, bench, site_url, other_benches).build()
+    ``site_url`` (the published site's address) the citations' URLs, ``causes`` (runs/causes.yaml)
+    the causes the History pages name beside the steps they explain."""
+    return SiteBuilder(runs, report, bench, site_url, other_benches, causes).build()
 
 
 __all__ = ["CATEGORIES", "DATA_DIR", "Page", "SiteModel", "rel", "site_model", "slugify",

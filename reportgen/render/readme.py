@@ -81,7 +81,7 @@ def train_figures(run: Run) -> dict[str, Any]:
         trained = training_rows([(record, None)]) if record is not None else []
         if trained:
             core = (row.get("shares") or {}).get("attention.core")
-            rows.append({**trained[0], "train": True, "core": core})
+            rows.append({**trained[0], "train": True, "core": core, "wide": row.get("wide")})
         else:
             rows.append({"combo_id": row["id"], "train": False, "status": row["status"],
                          "reason": row.get("reason") or "not a training step"})

@@ -11,7 +11,7 @@ from typing import Any
 
 from reportgen import depth
 from reportgen.categories import CATEGORIES
-from reportgen.intervals import unstable_reason
+from reportgen.intervals import unstable_reason, wide_reason
 from reportgen.records import fields
 from reportgen.records.schema import Run, load_combination
 from reportgen.records.status import PENDING, is_ok
@@ -74,6 +74,9 @@ def combination_row(record: Mapping[str, Any]) -> dict[str, Any]:
     unstable = unstable_reason(record) if is_ok(record) else None
     if unstable:
         row["unstable"] = unstable  # a key only where it applies: clean runs' CSVs stay as they were
+    wide = wide_reason(record) if is_ok(record) else None
+    if wide:  # an interval past twice its median, with why: a key only where it applies
+        row["wide"] = wide
     label = depth.record_label(record)
     if label:  # fewer layers measured than the model has: keys only where that applies
         row["depth"] = label

@@ -12,6 +12,7 @@ import pandas as pd
 
 from reportgen import fmt
 from reportgen.categories import CATEGORIES
+from reportgen.intervals import TIMER_RESOLUTION_MS, interval_wide_reason
 from reportgen.records import fields
 from reportgen.render import charts
 from reportgen.render.builder import Builder, Page, rel, slugify
@@ -51,6 +52,31 @@ def interval_text(interval: Mapping[str, Any] | None) -> str:
                               fmt.NOMINAL_LEVEL)
 
 
+def point(value: Any, interval: Mapping[str, Any] | None) -> Any:
+    """The figure shown beside ``interval``: the median over the passes that the interval
+    is of (never one pass's figure, which can sit at the interval's edge); ``value`` (the
+    median pass's) where the record has no interval with its median."""
+    if isinstance(interval, Mapping) and isinstance(interval.get("median"), int | float):
+        return interval["median"]
+    return value
+
+
+def wide(interval: Mapping[str, Any] | None) -> str | None:
+    """Why a pass interval reaches past twice its median (``intervals.interval_wide_reason``
+    over passes: trace events carry whole microseconds), None where it does not."""
+    if not isinstance(interval, Mapping) or not interval.get("confidence"):
+        return None
+    return interval_wide_reason(interval.get("median"), interval.get("low"), interval.get("high"),
+                                tick_ms=TIMER_RESOLUTION_MS["host-clock"], between="passes")
+
+
+def cell(value: Any, interval: Mapping[str, Any] | None) -> str:
+    """A figure with its pass interval; empty where the tool has none."""
+    if value is None:
+        return ""
+    return fmt.num(point(value, interval)) + interval_text(interval)
+
+
 def tool_rows(study: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per tool: status, version, basis, forward and idle ms, reason, notes."""
     tools = study.get("tools") or {}
@@ -61,8 +87,10 @@ def tool_rows(study: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         out.append({"tool": TOOL_NAMES[key], "key": key, "status": t.get("status"),
                     "version": t.get("version"), "basis": t.get("basis"),
-                    "forward_ms": t.get("forward_ms"), "idle_ms": t.get("idle_ms"),
+                    "forward_ms": point(t.get("forward_ms"), t.get("forward_interval")),
+                    "idle_ms": t.get("idle_ms"),
                     "forward_interval": interval_text(t.get("forward_interval")),
+                    "forward_wide": wide(t.get("forward_interval")),
                     "reason": t.get("reason"), "notes": list(t.get("notes") or [])})
     return out
 
@@ -70,26 +98,31 @@ def tool_rows(study: Mapping[str, Any]) -> list[dict[str, Any]]:
 def table_rows(study: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per category: each tool's ms per forward and the differences with their reasons."""
     comparison = study.get("comparison") or {}
+    ours = (study.get("tools") or {}).get("reportgen") or {}
+    forward = point(comparison.get("forward_ms"), ours.get("forward_interval"))
     out = []
     for row in comparison.get("rows") or []:
         differences = []
         for d in row.get("differences") or []:
             interval = d.get("interval") if isinstance(d.get("interval"), Mapping) else None
+            ms = point(d.get("ms"), interval)
             differences.append({
                 "tool": TOOL_NAMES.get(str(d.get("tool")), str(d.get("tool"))),
-                "ms": d.get("ms"), "share_of_forward": d.get("share_of_forward"),
-                "interval": interval_text(interval),
+                "ms": ms, "share_of_forward": (ms / forward if forward else d.get("share_of_forward")),
+                "pass_ms": d.get("ms"), "interval": interval_text(interval),
+                "wide": wide(interval),
                 "explained": bool(d.get("explained")),
                 "reasons": [{"reason": r.get("reason"), "ms": r.get("ms")}
                             for r in d.get("reasons") or []]})
         intervals = row.get("intervals") if isinstance(row.get("intervals"), Mapping) else {}
         out.append({"category": row.get("category"),
-                    **{key: row.get(key) for key in TOOL_ORDER},
+                    **{key: (None if row.get(key) is None else point(row.get(key), intervals.get(key)))
+                       for key in TOOL_ORDER},
                     "intervals": {key: intervals.get(key) for key in TOOL_ORDER
                                   if isinstance(intervals.get(key), Mapping)},
-                    "cells": {key: ("" if row.get(key) is None else fmt.num(row.get(key)))
-                              + (interval_text(intervals.get(key)) if row.get(key) is not None else "")
-                              for key in TOOL_ORDER},
+                    "cells": {key: cell(row.get(key), intervals.get(key)) for key in TOOL_ORDER},
+                    "wide": {key: wide(intervals.get(key)) for key in TOOL_ORDER
+                             if row.get(key) is not None},
                     "differences": differences})
     return out
 
@@ -99,8 +132,10 @@ def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     flat = []
     for r in rows:
         reasons = "; ".join(
-            f"{d['tool']} {d['ms']:+.4g} ms{d.get('interval', '')}: " + ", ".join(
-                f"{x['reason']} ({x['ms']:+.4g} ms)" for x in d["reasons"])
+            f"{d['tool']} {d['ms']:+.4g} ms{d.get('interval', '')}"
+            + (f", wide: {d['wide']}" if d.get("wide") else "")
+            + f" (median pass {d['pass_ms']:+.4g} ms: " + ", ".join(
+                f"{x['reason']} ({x['ms']:+.4g} ms)" for x in d["reasons"]) + ")"
             for d in r["differences"])
         bounds = {}
         for k in TOOL_ORDER:

@@ -18,6 +18,7 @@ from typing import Any
 from markupsafe import Markup
 
 from reportgen import fmt, reruns
+from reportgen.intervals import interval_wide_reason
 from reportgen.records.bench import FIGURES, validate
 from reportgen.render import analysis, sections
 from reportgen.render.builder import Builder, Page
@@ -234,16 +235,41 @@ ROW_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# The latencies with an interval a figure's rows hold: (median, low, high columns, what
+# the interval spans). A row whose interval reaches past twice its median says why in a
+# ``wide`` column (intervals.interval_wide_reason), as every page flags such an interval.
+WIDE_INTERVALS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
+    "interval_coverage": (("median_ms", "ci_low_ms", "ci_high_ms", "rounds and samples"),),
+    "attribution_ablation": (("drop_ms", "drop_low_ms", "drop_high_ms", "rounds"),),
+    "depth_extrapolation": (
+        ("extrapolated_ms", "extrapolated_low_ms", "extrapolated_high_ms",
+         "the measured layers and rounds"),
+        ("measured_ms", "measured_low_ms", "measured_high_ms", "rounds and samples")),
+}
+WIDE = "wide"
+
+
+def wide_text(name: str, row: Mapping[str, Any]) -> str | None:
+    """Why each of a row's latency intervals past twice its median is wide, or None."""
+    reasons = []
+    for median, low, high, between in WIDE_INTERVALS.get(name, ()):
+        reason = interval_wide_reason(row.get(median), row.get(low), row.get(high), between=between)
+        if reason:
+            reasons.append(f"{median}: {reason}")
+    return "; ".join(reasons) or None
+
+
 def row_columns(name: str, rows: list[Mapping[str, Any]]) -> list[str]:
     """Columns shown for a figure's rows: the known ones present (or with a default), in
-    order."""
+    order; ``wide`` after them where a row's latency interval is wide."""
     known = ROW_COLUMNS.get(name)
     if not rows:
         return []
     present = set().union(*(r.keys() for r in rows)) | set(ROW_DEFAULTS.get(name, {}))
+    wide = [WIDE] if any(wide_text(name, r) for r in rows) else []
     if known:
-        return [c for c in known if c in present]
-    return sorted(present)
+        return [c for c in known if c in present] + wide
+    return sorted(present) + wide
 
 
 def extra_table(name: str, fig: Mapping[str, Any]) -> tuple[str, list[str], list[Mapping[str, Any]]] | None:
@@ -260,6 +286,8 @@ def extra_table(name: str, fig: Mapping[str, Any]) -> tuple[str, list[str], list
 
 def row_value(name: str, row: Mapping[str, Any], column: str) -> Any:
     """A row's value in a column, or the column's default for rows written before it."""
+    if column == WIDE and name in WIDE_INTERVALS:
+        return wide_text(name, row)
     if column in row:
         return row[column]
     return ROW_DEFAULTS.get(name, {}).get(column)
@@ -487,3 +515,4 @@ def _scaling_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any])
 # a training step's figures (the bench's training_check) read like the forward's
 ROW_COLUMNS["training_latency_agreement"] = ROW_COLUMNS["latency_agreement"]
 ROW_COLUMNS["training_ablation"] = ROW_COLUMNS["attribution_ablation"]
+WIDE_INTERVALS["training_ablation"] = WIDE_INTERVALS["attribution_ablation"]

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 TIMEOUT_S = 30.0
+SLOW_TIMEOUT_S = 120.0
+"""For a wait that a loaded host can stretch (a fresh load that draws every chart): long
+enough for a busy machine, still finite; a condition met sooner ends the wait sooner."""
 
 
 def free_port() -> int:
@@ -29,7 +32,9 @@ class CDP:
     def __init__(self, ws_url: str) -> None:
         import websocket
 
-        self.ws = websocket.create_connection(ws_url, timeout=TIMEOUT_S, suppress_origin=True)
+        # a reply waited for here can be slow on a loaded host (a navigation, a page's
+        # scripts): the waits below bound what a test waits for
+        self.ws = websocket.create_connection(ws_url, timeout=SLOW_TIMEOUT_S, suppress_origin=True)
         self.next_id = 0
         self.events: list[dict[str, Any]] = []
 
@@ -53,8 +58,10 @@ class CDP:
             raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
 
-    def wait_for(self, expression: str, what: str) -> Any:
-        deadline = time.monotonic() + TIMEOUT_S
+    def wait_for(self, expression: str, what: str, timeout_s: float = TIMEOUT_S) -> Any:
+        """The value of ``expression`` once it is truthy, asked again every 0.1 s until
+        ``timeout_s`` has passed."""
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
                 value = self.evaluate(expression)
@@ -65,7 +72,7 @@ class CDP:
             if value:
                 return value
             time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}")
+        raise AssertionError(f"timed out waiting for {what} ({timeout_s:.0f} s)")
 
     def errors(self) -> list[str]:
         out = []
