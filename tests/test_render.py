@@ -651,3 +651,28 @@ def test_the_method_paragraphs_are_said_once_a_page(rendered: Path) -> None:
         assert text.count("A change is significant when a two-sided Mann") <= 1, page
         # the attribution method's reason is folded into one line per method
         assert not re.search(r"^Category shares.*attribution method: ", text, re.M), page
+
+
+def test_every_interval_is_drawn_by_the_one_encoder() -> None:
+    """A point with its interval is drawn by ``charts.point_interval`` alone (no module
+    of the pages encodes an interval's rule, ``x2``/``y2``, of its own), at its widths."""
+    import ast
+
+    from reportgen.render import charts
+
+    for path in sorted((ROOT / "reportgen" / "render").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword) and node.arg in ("x2", "y2"):
+                raise AssertionError(f"{path.name}:{node.value.lineno}: an interval encoded outside the encoder")
+    frame = pd.DataFrame([{"seq": 128, "attn": "sdpa", "median": 1.0, "ci_low": 0.9, "ci_high": 1.1,
+                           "ratio": 1.0, "confidence": 0.95}])
+    attention = charts.attention_chart(frame)
+    gain = charts.gain_chart([{"label": "a", "series": "s", "gain": 1.2, "gain_low": 1.1, "gain_high": 1.3,
+                               "href": "x"}], series_title="t", x_title="x")
+    assert attention["spec"]["width"] == gain["width"] == charts.INTERVAL_WIDTH
+    for spec in (attention["spec"], gain):
+        rule, point = (layer for layer in spec["layer"] if layer["mark"]["type"] in ("rule", "point")
+                       and "datum" not in str(layer["encoding"].get("x", "")))
+        assert rule["mark"]["strokeWidth"] == charts.INTERVAL_STROKE
+        assert point["mark"]["size"] == charts.INTERVAL_POINT_SIZE

@@ -57,7 +57,6 @@ SUPPORTED, REFUTED, INCONCLUSIVE, NOT_TESTED = "supported", "refuted", "inconclu
 MIXED = "mixed"  # a claim's overall verdict when its evidence disagrees
 NOT_TESTED_HARDWARE = "not tested on its hardware"  # a claim's overall verdict, never a row's
 VERDICTS = (SUPPORTED, REFUTED, INCONCLUSIVE, NOT_TESTED)
-CLAIM_VERDICTS = (*VERDICTS, MIXED, NOT_TESTED_HARDWARE)
 # What a row outside the claim's conditions shows: the predicate's outcome there, in words
 # that are not a verdict (context never decides, so it is never "refuted").
 CONTEXT_OUTCOME = {SUPPORTED: "holds here", REFUTED: "does not hold here",

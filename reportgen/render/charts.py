@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import altair as alt
 import pandas as pd
@@ -38,7 +38,6 @@ assert len(CATEGORY_COLOURS) == len(CATEGORIES), "one colour per category"
 SERIES_COLOURS: tuple[str, ...] = ("#3f6ee8", "#e44907", "#008f7d", "#a64ddb", "#6f7f8c",
                                    "#8b7f19", "#e0307c", "#0f88c2")
 GUIDE_GREY = "#888888"
-BACKGROUNDS: tuple[str, ...] = ("#ffffff", "#1e2129")  # light page, dark (slate) page
 _COLOUR_OF = dict(zip(CATEGORIES, CATEGORY_COLOURS))
 _SERIES_SCALE = alt.Scale(range=list(SERIES_COLOURS))
 WIDTH = 560
@@ -186,26 +185,57 @@ def scaling_chart(long: pd.DataFrame, unit: str = "tokens") -> dict[str, Any]:
 # A confidence level in a tooltip as fmt.level writes it: 95%, 87.5%, 93.75%.
 LEVEL_FORMAT = ".4~%"
 
+# Every point-with-interval chart: one plot width (a panel of a chart faceted into two
+# columns: one panel width), one point size, one rule width.
+INTERVAL_WIDTH = WIDTH - 120
+INTERVAL_PANEL_WIDTH = 320
+INTERVAL_POINT_SIZE = 60
+INTERVAL_STROKE = 2
+
+
+def point_interval(*, value: str, low: str, high: str, along: str = "x", title: Any = alt.Undefined,
+                   scale: Any = alt.Undefined, axis: Any = alt.Undefined,
+                   both: Mapping[str, Any] | None = None, point: Mapping[str, Any] | None = None,
+                   rule: Mapping[str, Any] | None = None, under: Sequence[Any] = (),
+                   over: Sequence[Any] = (), width: int = INTERVAL_WIDTH, height: Any = alt.Undefined,
+                   data: Any = alt.Undefined, base: Any = None, interval: bool = True) -> alt.LayerChart:
+    """The one encoder of a point with its interval: a filled point at field ``value`` and a
+    rule from ``low`` to ``high``, along the quantitative axis ``along`` (``"x"``: rows of
+    intervals; ``"y"``: columns), titled ``title`` with ``scale`` and ``axis``; ``both``:
+    the encodings the point and its rule share (the other axis, colour, an offset),
+    ``point`` and ``rule``: each one's own (tooltip, shape, opacity, a link); ``under``
+    and ``over``: guide layers drawn below and above (a line at 1, a threshold). The
+    layers drawn ``width`` wide: `INTERVAL_WIDTH`, or `INTERVAL_PANEL_WIDTH` for a panel
+    of a two-column facet; ``base``: the chart the marks are made from (a filtered one);
+    ``interval=False``: the points alone (no row carries an interval)."""
+    channel = alt.X if along == "x" else alt.Y
+    start = base if base is not None else alt.Chart()
+    shared = dict(both or {})
+    rules = start.mark_rule(strokeWidth=INTERVAL_STROKE).encode(
+        **{along: channel(f"{low}:Q", title=title, scale=scale, axis=axis), f"{along}2": f"{high}:Q"},
+        **shared, **(rule or {}))
+    points = start.mark_point(filled=True, size=INTERVAL_POINT_SIZE).encode(
+        **{along: channel(f"{value}:Q", title=title, scale=scale, axis=axis)}, **shared, **(point or {}))
+    marks = [rules, points] if interval else [points]
+    sizes = {"width": width} if height is alt.Undefined else {"width": width, "height": height}
+    return cast(alt.LayerChart, alt.layer(*under, *marks, *over, data=data, **sizes))  # layers, never a facet
+
 
 def attention_chart(comparison: pd.DataFrame) -> dict[str, Any]:
     """Median latency with its interval per attention implementation and length (the
     level each states in its tooltip)."""
     data = comparison.assign(label=comparison["seq"].map(lambda s: f"seq {s}"))
-    base = alt.Chart()
-    rules = base.mark_rule().encode(
-        x=alt.X("ci_low:Q", title="median latency (ms) with its CI",
-                scale=alt.Scale(zero=False)),
-        x2="ci_high:Q", y=alt.Y("attn:N", title=None))
-    points = base.mark_point(filled=True, size=60).encode(
-        x="median:Q", y=alt.Y("attn:N", title=None),
-        color=alt.Color("attn:N", legend=None, scale=_SERIES_SCALE),
-        tooltip=[alt.Tooltip("attn:N", title="implementation"), alt.Tooltip("seq:Q"),
-                 alt.Tooltip("median:Q", format=".4~g"), alt.Tooltip("ci_low:Q", format=".4~g"),
-                 alt.Tooltip("ci_high:Q", format=".4~g"),
-                 alt.Tooltip("confidence:Q", format=LEVEL_FORMAT, title="CI level"),
-                 alt.Tooltip("ratio:Q", format=".3f")])
-    layered = alt.layer(rules, points)
-    chart = layered.properties(width=WIDTH - 80, height=alt.Step(16)).facet(
+    layered = point_interval(
+        value="median", low="ci_low", high="ci_high", title="median latency (ms) with its CI",
+        scale=alt.Scale(zero=False), both={"y": alt.Y("attn:N", title=None)},
+        point={"color": alt.Color("attn:N", legend=None, scale=_SERIES_SCALE),
+               "tooltip": [alt.Tooltip("attn:N", title="implementation"), alt.Tooltip("seq:Q"),
+                           alt.Tooltip("median:Q", format=".4~g"), alt.Tooltip("ci_low:Q", format=".4~g"),
+                           alt.Tooltip("ci_high:Q", format=".4~g"),
+                           alt.Tooltip("confidence:Q", format=LEVEL_FORMAT, title="CI level"),
+                           alt.Tooltip("ratio:Q", format=".3f")]},
+        height=alt.Step(16))
+    chart = layered.facet(
         row=alt.Row("label:N", title=None, sort=alt.EncodingSortField("seq")), data=_PLACEHOLDER
     ).resolve_scale(x="independent")
     return _spec(chart, _records(
@@ -215,21 +245,19 @@ def attention_chart(comparison: pd.DataFrame) -> dict[str, Any]:
 def overhead_chart(frame: pd.DataFrame) -> dict[str, Any]:
     """Instrumented / bare forward time per instrument with its interval, one panel per
     combination; the rule at 1 is the bare forward."""
-    base = alt.Chart()
     variant = alt.Y("variant:N", title=None, sort=list(dict.fromkeys(frame["variant"])))
-    x = alt.X("ci_low:Q", title="instrumented / bare forward time (95% CI)",
-              scale=alt.Scale(zero=False))
-    one = base.mark_rule(color=GUIDE_GREY, strokeDash=[4, 3]).encode(x=alt.X("baseline:Q"))
-    rules = base.mark_rule().encode(x=x, x2="ci_high:Q", y=variant)
-    points = base.mark_point(filled=True, size=60).encode(
-        x="ratio:Q", y=variant, color=alt.value(SERIES_COLOURS[0]),
-        tooltip=[alt.Tooltip("combination:N"), alt.Tooltip("variant:N"),
-                 alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("ci_low:Q", format=".3f"),
-                 alt.Tooltip("ci_high:Q", format=".3f"), alt.Tooltip("n_pairs:Q", title="pairs"),
-                 alt.Tooltip("bare_ms:Q", format=".4~g", title="bare ms"),
-                 alt.Tooltip("instrumented_ms:Q", format=".4~g", title="instrumented ms"),
-                 alt.Tooltip("gives:N")])
-    chart = alt.layer(one, rules, points).properties(width=WIDTH - 160, height=alt.Step(16)).facet(
+    one = alt.Chart().mark_rule(color=GUIDE_GREY, strokeDash=[4, 3]).encode(x=alt.X("baseline:Q"))
+    layered = point_interval(
+        value="ratio", low="ci_low", high="ci_high", title="instrumented / bare forward time (95% CI)",
+        scale=alt.Scale(zero=False), both={"y": variant}, under=[one], height=alt.Step(16),
+        point={"color": alt.value(SERIES_COLOURS[0]),
+               "tooltip": [alt.Tooltip("combination:N"), alt.Tooltip("variant:N"),
+                           alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("ci_low:Q", format=".3f"),
+                           alt.Tooltip("ci_high:Q", format=".3f"), alt.Tooltip("n_pairs:Q", title="pairs"),
+                           alt.Tooltip("bare_ms:Q", format=".4~g", title="bare ms"),
+                           alt.Tooltip("instrumented_ms:Q", format=".4~g", title="instrumented ms"),
+                           alt.Tooltip("gives:N")]})
+    chart = layered.facet(
         row=alt.Row("combination:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left",
                                                                  labelFontWeight="bold")),
         data=_PLACEHOLDER)
@@ -272,18 +300,17 @@ def roofline_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                            alt.Tooltip("flops_per_s:Q", format=".3~s", title="attainable FLOP/s")],
     ).transform_filter(alt.datum.kind == "roof")
     scale = category_scale(shown_categories([r for r in rows if r.get("kind") == "category"]))
-    bars = alt.Chart().mark_rule().encode(
-        x=x, y="flops_per_s_low:Q", y2="flops_per_s_high:Q",
-        color=alt.Color("category:N", scale=scale, title="category"),
-    ).transform_filter(alt.datum.kind == "category")
-    points = alt.Chart().mark_point(filled=True, size=70).encode(
-        x=x, y=y, color=alt.Color("category:N", scale=scale, title="category"),
-        tooltip=[alt.Tooltip("category:N"), alt.Tooltip("intensity:Q", format=".3~g"),
-                 alt.Tooltip("flops_per_s:Q", format=".3~s", title="achieved FLOP/s"),
-                 alt.Tooltip("bandwidth:Q", format=".3~s", title="achieved bytes/s"),
-                 alt.Tooltip("ms:Q", format=".3~g", title="attributed ms")],
-    ).transform_filter(alt.datum.kind == "category")
-    chart = alt.layer(roof, bars, points).properties(width=WIDTH - 140, height=260).facet(
+    layered = point_interval(
+        value="flops_per_s", low="flops_per_s_low", high="flops_per_s_high", along="y", title="FLOP/s",
+        scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"),
+        base=alt.Chart().transform_filter(alt.datum.kind == "category"),
+        both={"x": x, "color": alt.Color("category:N", scale=scale, title="category")},
+        point={"tooltip": [alt.Tooltip("category:N"), alt.Tooltip("intensity:Q", format=".3~g"),
+                           alt.Tooltip("flops_per_s:Q", format=".3~s", title="achieved FLOP/s"),
+                           alt.Tooltip("bandwidth:Q", format=".3~s", title="achieved bytes/s"),
+                           alt.Tooltip("ms:Q", format=".3~g", title="attributed ms")]},
+        under=[roof], height=260)
+    chart = layered.facet(
         row=alt.Row("panel:N", title=None, header=alt.Header(labelOrient="top", labelAnchor="start",
                                                              labelFontWeight="bold")),
         data=_PLACEHOLDER)
@@ -306,15 +333,12 @@ def gain_chart(rows: Sequence[Mapping[str, Any]], *, series_title: str, x_title:
                alt.Tooltip("gain:Q", format=".3f"), alt.Tooltip("gain_low:Q", format=".3f", title="CI low"),
                alt.Tooltip("gain_high:Q", format=".3f", title="CI high"),
                alt.Tooltip("confidence:Q", format=LEVEL_FORMAT, title="CI level")]
-    rules = base.mark_rule(strokeWidth=2).encode(
-        x=alt.X("gain_low:Q", title=x_title, scale=scale), x2="gain_high:Q", y=y, yOffset=offset,
-        color=colour, tooltip=tooltip)
-    points = base.mark_point(filled=True, size=55).encode(
-        x=alt.X("gain:Q", scale=scale), y=y, yOffset=offset, color=colour,
-        shape=alt.Shape("series:N", legend=None),
-        href="href:N", tooltip=tooltip)
     unity = base.mark_rule(strokeDash=[4, 3], color=GUIDE_GREY).encode(x=alt.datum(1.0))
-    chart = alt.layer(unity, rules, points).properties(width=WIDTH - 180, height=alt.Step(12))
+    chart = point_interval(
+        value="gain", low="gain_low", high="gain_high", title=x_title, scale=scale, base=base,
+        both={"y": y, "yOffset": offset, "color": colour, "tooltip": tooltip},
+        point={"shape": alt.Shape("series:N", legend=None), "href": "href:N"},
+        under=[unity], height=alt.Step(12))
     return _spec(chart, [dict(r) for r in rows])
 
 

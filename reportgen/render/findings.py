@@ -29,7 +29,7 @@ from reportgen.claims.metrics import format_value
 from reportgen.claims.registry import Comparison, Hardware, Ordering
 from reportgen.render import sections
 from reportgen.render.builder import Builder, Page, rel
-from reportgen.render.charts import LEVEL_FORMAT, script_block
+from reportgen.render.charts import INTERVAL_PANEL_WIDTH, LEVEL_FORMAT, point_interval, script_block
 from reportgen.render.cite import Citation, citation, page_url
 from reportgen.render.templating import make_environment
 
@@ -111,8 +111,7 @@ ROLE_DECIDES = "decides the verdict (the claim's hardware and conditions)"
 ROLE_OTHER_HARDWARE = "context only: not the claim's hardware"
 ROLE_OTHER_CONDITIONS = "context only: outside the claim's other conditions"
 ROLES = (ROLE_DECIDES, ROLE_OTHER_HARDWARE, ROLE_OTHER_CONDITIONS)
-CHART_WIDTH = 320  # per panel, in px: readable alone, two panels side by side on a laptop
-CHART_HEIGHT = 240
+CHART_HEIGHT = 240  # per panel, two panels side by side (charts.INTERVAL_PANEL_WIDTH wide)
 
 
 def _role(row: dict[str, Any]) -> str:
@@ -223,19 +222,7 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
                                          "seq_len:O", "value:Q", "ci_low:Q", "ci_high:Q")]
     tooltip += [alt.Tooltip("confidence:Q", format=LEVEL_FORMAT, title="CI level"),
                 alt.Tooltip("outcome:N"), alt.Tooltip("role:N")]
-    layers: list[Any] = [
-        base.mark_rule(strokeWidth=2).encode(
-            y=alt.Y("ci_low:Q", title=y_title, axis=y_axis), y2="ci_high:Q",
-            opacity=alt.condition(deciding, alt.value(0.9), alt.value(0.35))),
-        base.mark_point(filled=True, size=80).encode(
-            y="value:Q",
-            shape=alt.Shape("role:N", title="marks", scale=alt.Scale(**role_scale),
-                            legend=alt.Legend(values=roles, labelLimit=360, orient="bottom",
-                                              direction="vertical")),
-            opacity=alt.condition(deciding, alt.value(1.0), alt.value(0.45)),
-            tooltip=tooltip,
-        ),
-    ]
+    over: list[Any] = []
     if len(checks) == 1 and isinstance(checks[0], Comparison):
         lines: list[float] = []
         for spec in all_checks:
@@ -245,11 +232,19 @@ def chart_spec(result: ClaimResult) -> dict[str, Any] | None:
                                          for c in all_checks if isinstance(c, Comparison))
         one = alt.Chart().transform_aggregate(n="count()")  # one mark per panel, not per point
         for line in dict.fromkeys(lines):
-            layers.append(one.mark_rule(strokeDash=[4, 4], color="gray").encode(y=alt.datum(line)))
-        layers.append(one.mark_text(align="left", baseline="bottom", dx=4, dy=-2, color="gray").encode(
+            over.append(one.mark_rule(strokeDash=[4, 4], color="gray").encode(y=alt.datum(line)))
+        over.append(one.mark_text(align="left", baseline="bottom", dx=4, dy=-2, color="gray").encode(
             x=alt.value(0), y=alt.datum(max(lines)), text=alt.datum(label)))
-    data = alt.Data(values=points)  # type: ignore[no-untyped-call]
-    layered = alt.layer(*layers, data=data).properties(width=CHART_WIDTH, height=CHART_HEIGHT)
+    layered = point_interval(
+        value="value", low="ci_low", high="ci_high", along="y", title=y_title, axis=y_axis, base=base,
+        rule={"opacity": alt.condition(deciding, alt.value(0.9), alt.value(0.35))},
+        point={"shape": alt.Shape("role:N", title="marks", scale=alt.Scale(**role_scale),
+                                  legend=alt.Legend(values=roles, labelLimit=360, orient="bottom",
+                                                    direction="vertical")),
+               "opacity": alt.condition(deciding, alt.value(1.0), alt.value(0.45)),
+               "tooltip": tooltip},
+        over=over, width=INTERVAL_PANEL_WIDTH, height=CHART_HEIGHT,
+        data=alt.Data(values=points))  # type: ignore[no-untyped-call]
     chart = layered.facet(
         facet=alt.Facet("hardware:N", title="measured on",
                         sort=alt.EncodingSortField("panel", op="min")),

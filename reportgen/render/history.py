@@ -195,16 +195,16 @@ def steps(pts: Sequence[Point], library: str, floor: float | None) -> list[Step]
 def _latency_chart(frame: pd.DataFrame, library: str) -> dict[str, Any]:
     order = sorted(frame["release"].unique().tolist(), key=version_key)
     x = alt.X("release:O", title=f"{library} release", sort=order)
-    base = alt.Chart()
-    line = base.mark_line(point=True).encode(
-        x=x, y=alt.Y("median:Q", title="median latency (ms)", scale=alt.Scale(zero=False)),
-        color=alt.Color("combination:N", title="combination", scale=alt.Scale(range=list(charts.SERIES_COLOURS)),
-                        legend=alt.Legend(orient="bottom", columns=1)),
-        tooltip=[alt.Tooltip("combination:N"), alt.Tooltip("release:O", title=library),
-                 alt.Tooltip("median:Q", format=".4~g"), alt.Tooltip("ci_low:Q", format=".4~g"),
-                 alt.Tooltip("ci_high:Q", format=".4~g")])
-    bars = base.mark_rule().encode(x=x, y="ci_low:Q", y2="ci_high:Q", color=alt.Color("combination:N"))
-    chart = alt.layer(line, bars).properties(width=charts.WIDTH, height=300)
+    colour = alt.Color("combination:N", title="combination", scale=alt.Scale(range=list(charts.SERIES_COLOURS)),
+                       legend=alt.Legend(orient="bottom", columns=1))
+    y = alt.Y("median:Q", title="median latency (ms)", scale=alt.Scale(zero=False))
+    line = alt.Chart().mark_line().encode(x=x, y=y, color=colour)
+    chart = charts.point_interval(
+        value="median", low="ci_low", high="ci_high", along="y", title="median latency (ms)",
+        scale=alt.Scale(zero=False), both={"x": x, "color": colour}, under=[line], height=300,
+        point={"tooltip": [alt.Tooltip("combination:N"), alt.Tooltip("release:O", title=library),
+                           alt.Tooltip("median:Q", format=".4~g"), alt.Tooltip("ci_low:Q", format=".4~g"),
+                           alt.Tooltip("ci_high:Q", format=".4~g")]})
     return charts._spec(chart, charts._records(frame))
 
 

@@ -7,7 +7,7 @@ hosts lack some.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from reportgen import fmt
@@ -108,11 +108,3 @@ def environment_facts(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         add("Project commit", value, warn=bool(dirty))
     add("Measured", fields.run_get(run, "environment.time"))
     return rows
-
-
-def measured_on(labels: Sequence[str]) -> str:
-    """``CPU · AMD EPYC · 2 cores`` / ``A and B`` / ``A, B and C``."""
-    items = list(labels)
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]

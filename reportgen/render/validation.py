@@ -22,7 +22,7 @@ from reportgen.intervals import interval_wide_reason
 from reportgen.records.bench import FIGURES, validate
 from reportgen.render import analysis, sections
 from reportgen.render.builder import Builder, Page
-from reportgen.render.charts import script_block
+from reportgen.render.charts import INTERVAL_PANEL_WIDTH, INTERVAL_WIDTH, point_interval, script_block
 from reportgen.render.templating import make_environment
 
 ChartBlock = Callable[[str, Mapping[str, Any]], str]
@@ -311,7 +311,7 @@ def short_labels(ids: list[str]) -> dict[str, str]:
 # Axis numbers: three significant digits, exponent notation for the very small (a relative
 # difference of 4e-16 rather than 0.0000000000000004).
 AXIS_FORMAT = ".3~g"
-CHART_WIDTH = 440
+CHART_WIDTH = INTERVAL_WIDTH
 
 
 def chart_specs(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -371,27 +371,23 @@ def _plain_row(row: Mapping[str, Any]) -> dict[str, Any]:
 def _ratio_chart(field: str, title: str) -> Callable[[Any, list[dict[str, Any]], Mapping[str, Any]], Any]:
     def build(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -> Any:
         values = [r for r in rows if r.get(field) is not None]
-        x = alt.X(f"{field}:Q", title=title, scale=alt.Scale(zero=False),
-                  axis=alt.Axis(format=AXIS_FORMAT))
-        y = alt.Y("label:N", sort=None, title=None)
         tooltip = [alt.Tooltip("combination:N"), alt.Tooltip(f"{field}:Q", format=".4f")]
-        layers = []
-        if any(r.get(f"{field}_low") is not None for r in values):
-            layers.append(alt.Chart().mark_rule().encode(
-                x=alt.X(f"{field}_low:Q", title=title, axis=alt.Axis(format=AXIS_FORMAT)),
-                x2=f"{field}_high:Q", y=y))
+        interval = any(r.get(f"{field}_low") is not None for r in values)
+        if interval:
             tooltip += [alt.Tooltip(f"{field}_low:Q", format=".4f", title="95% CI low"),
                         alt.Tooltip(f"{field}_high:Q", format=".4f", title="95% CI high")]
-        layers.append(alt.Chart().mark_point(filled=True).encode(x=x, y=y, tooltip=tooltip))
         spec = fig.get("goal_spec") or {}
         bands = []
         if spec.get("kind") == "ratio_within":
             bands = [1 - float(spec["target"]), 1 + float(spec["target"])]
         elif spec.get("kind") == "below":
             bands = [float(spec["target"])]
-        for b in bands:
-            layers.append(alt.Chart().mark_rule(strokeDash=[4, 4], color="gray").encode(x=alt.datum(b)))
-        chart = alt.layer(*layers).properties(width=CHART_WIDTH, title=fig["title"])
+        chart = point_interval(
+            value=field, low=f"{field}_low", high=f"{field}_high", title=title, scale=alt.Scale(zero=False),
+            axis=alt.Axis(format=AXIS_FORMAT), both={"y": alt.Y("label:N", sort=None, title=None)},
+            point={"tooltip": tooltip}, interval=interval,
+            over=[alt.Chart().mark_rule(strokeDash=[4, 4], color="gray").encode(x=alt.datum(b)) for b in bands]
+        ).properties(title=fig["title"])
         return _with_data(alt, chart, values)
     return build
 
@@ -494,14 +490,13 @@ def _depth_chart(alt: Any, rows: list[dict[str, Any]], fig: Mapping[str, Any]) -
                        scale=alt.Scale(domain=names, range=[colours[n] for n in names]))
     line = alt.Chart().mark_line(strokeDash=[4, 3], color="gray").encode(x=x, y=y).transform_filter(
         alt.datum.series == "fit")
-    points = alt.Chart().transform_filter(alt.datum.series != "fit")
-    bars = points.mark_rule().encode(x=x, y="low:Q", y2="high:Q", color=series)
-    marks = points.mark_point(filled=True, size=50).encode(
-        x=x, y=y, color=series,
-        tooltip=["model:N", "series:N", "layers:Q", alt.Tooltip("ms:Q", format=".4~g"),
-                 alt.Tooltip("low:Q", format=".4~g"), alt.Tooltip("high:Q", format=".4~g")])
-    return (alt.layer(line, bars, marks, data=alt.Data(values=values))
-            .properties(width=CHART_WIDTH // 2, height=180)
+    return (point_interval(
+        value="ms", low="low", high="high", along="y", title="median latency, ms",
+        axis=alt.Axis(format=AXIS_FORMAT), base=alt.Chart().transform_filter(alt.datum.series != "fit"),
+        both={"x": x, "color": series}, under=[line],
+        point={"tooltip": ["model:N", "series:N", "layers:Q", alt.Tooltip("ms:Q", format=".4~g"),
+                           alt.Tooltip("low:Q", format=".4~g"), alt.Tooltip("high:Q", format=".4~g")]},
+        width=INTERVAL_PANEL_WIDTH, height=180, data=alt.Data(values=values))
             .facet(facet=alt.Facet("model:N", title=None), columns=2)
             .resolve_scale(y="independent", x="independent")
             .properties(title=fig["title"]))
