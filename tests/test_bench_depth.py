@@ -162,6 +162,24 @@ def test_shares_compared_are_the_profiler_methods_and_a_missing_category_counts_
     assert found["other"]["measured"] == 0.0 and found["other"]["diff"] == pytest.approx(0.03)
 
 
+def test_shares_compared_are_the_method_the_extrapolation_scaled() -> None:
+    whole = record("m", None, 100.0, shares={"mixer": 0.6, "mlp": 0.4})  # the profiler's
+    whole["attribution"]["methods"]["hooks"] = {"categories": {"mixer": {"share": 0.5}, "mlp": {"share": 0.5}}}
+    extrapolated = whole_figures(100.0, {"mixer": 0.51, "mlp": 0.49})
+    reduced = record("m", 4, 30.0, whole={**extrapolated, "attribution_method": "hooks"})
+    row = D.comparison_row(whole, reduced)
+    assert row is not None and row["share_method"] == "hooks" and row["verdict"] == "pass"
+    assert row["shares"]["mixer"]["measured"] == 0.5 and row["worst_share_diff"] == pytest.approx(0.01)
+    # a record that does not name its method extrapolated the profiler's shares
+    older = D.comparison_row(whole, record("m", 4, 30.0, whole=extrapolated))
+    assert older is not None and older["share_method"] == "profiler" and older["verdict"] == "fail"
+    assert older["worst_share_category"] in ("mixer", "mlp")
+    assert older["worst_share_diff"] == pytest.approx(0.09 if older["worst_share_category"] == "mlp" else -0.09)
+    # a whole record without that method has nothing to compare with: every share counts as none
+    reduced_only = D.share_comparison(record("m", None, 100.0), reduced)
+    assert {s["measured"] for s in reduced_only.values()} == {0.0}
+
+
 def test_the_suite_measures_each_model_whole_and_at_each_count(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
     path.write_text(D.suite_text(D.Plan()))
