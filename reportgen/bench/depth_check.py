@@ -172,8 +172,27 @@ def share_comparison(whole: Mapping[str, Any], reduced: Mapping[str, Any]) -> di
     """Per category: the share extrapolated from ``reduced`` and the share measured in
     ``whole`` by the same attribution method (each with its interval) and their difference
     (extrapolated less measured)."""
-    extrapolated = fields.get(reduced, "depth.whole.categories") or {}
-    measured = _method_categories(whole, share_method(reduced))
+    return _compare(fields.get(reduced, "depth.whole.categories") or {},
+                    _method_categories(whole, share_method(reduced)))
+
+
+def profiler_comparison(whole: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """``share_comparison`` by the profiler method, where the record extrapolated another's
+    (the profiler's per-layer times extrapolated again, the whole model's profiler shares
+    beside them): the disagreement METHOD.md rule 10b shows. None where the extrapolation
+    was the profiler's already or the record lacks what it needs."""
+    section, attribution = fields.get(reduced, "depth"), fields.get(reduced, "attribution")
+    if share_method(reduced) == depth.PROFILER or not isinstance(section, Mapping) \
+            or not isinstance(attribution, Mapping):
+        return None
+    found = depth.extrapolate(section, fields.get(reduced, "timing"),
+                              {**attribution, "headline_method": depth.PROFILER})
+    if found is None:
+        return None
+    return _compare(found["categories"], _method_categories(whole, depth.PROFILER))
+
+
+def _compare(extrapolated: Mapping[str, Any], measured: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for category in [*extrapolated, *(c for c in measured if c not in extrapolated)]:
         e, e_low, e_high = _share(extrapolated.get(category))
@@ -193,6 +212,8 @@ def comparison_row(whole: Mapping[str, Any], reduced: Mapping[str, Any], group: 
         return None
     shares = share_comparison(whole, reduced)
     worst = max(shares, key=lambda c: abs(shares[c]["diff"]), default=None)
+    profiled = profiler_comparison(whole, reduced) or {}
+    profiled_worst = max(profiled, key=lambda c: abs(profiled[c]["diff"]), default=None)
     rel = found["ratio"] - 1.0
     measured = found["measured_ms"]
     latency_ok = abs(rel) <= LATENCY_TOLERANCE
@@ -216,6 +237,10 @@ def comparison_row(whole: Mapping[str, Any], reduced: Mapping[str, Any], group: 
         "worst_share_category": worst, "worst_share_diff": shares[worst]["diff"] if worst else None,
         "share_diffs": {c: s["diff"] for c, s in shares.items()},
         "shares": shares, "share_method": share_method(reduced),
+        # the profiler's shares compared the same way, where the extrapolation was another
+        # method's: shown, not judged
+        "profiler_worst_share_category": profiled_worst,
+        "profiler_worst_share_diff": profiled[profiled_worst]["diff"] if profiled_worst else None,
         "profiled_ratio": fields.get(reduced, "profile.overhead_ratio"),
         "whole_profiled_ratio": fields.get(whole, "profile.overhead_ratio"),
         "extrapolation_notes": list(fields.get(reduced, "depth.whole.notes") or []),
@@ -338,6 +363,11 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
         *[f"{r['model']} at {r['layers']} of {r['full_layers']} layers: extrapolated latency "
           f"{r['rel_diff']:+.1%} of the measured, worst share {r['worst_share_category']} "
           f"{(r['worst_share_diff'] or 0.0) * 100:+.1f} points" for r in table if r["verdict"] != "pass"],
+        *[f"{r['model']} at {r['layers']} of {r['full_layers']} layers, by the profiler's shares (not judged: "
+          f"the extrapolation scaled the {r['share_method']} method's): worst share "
+          f"{r['profiler_worst_share_category']} {r['profiler_worst_share_diff'] * 100:+.1f} points"
+          for r in table if r.get("profiler_worst_share_diff") is not None
+          and abs(r["profiler_worst_share_diff"]) > SHARE_TOLERANCE],
         *[f"{f['model']}: " + (f"the median measured whole is {f['line_rel_diff']:+.1%} off the line"
                                if f["line_rel_diff"] is not None else "the line gives no positive latency")
           + f" at {f['full_layers']} layers ({f['slope_ms']:.3g} ms per layer + {f['intercept_ms']:.3g} ms, "

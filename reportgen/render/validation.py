@@ -209,7 +209,8 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "depth_extrapolation": ("model", "layers", "full_layers", "reduced_ms", "extrapolated_ms",
                             "extrapolated_low_ms", "extrapolated_high_ms", "measured_ms", "measured_low_ms",
                             "measured_high_ms", "rel_diff", "inside", "worst_share_category",
-                            "worst_share_diff", "share_diffs", "share_method", "profiled_ratio", "unstable",
+                            "worst_share_diff", "share_diffs", "share_method",
+                            "profiler_worst_share_category", "profiler_worst_share_diff", "profiled_ratio", "unstable",
                             "verdict"),
 }
 
