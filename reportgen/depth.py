@@ -1,13 +1,20 @@
 """Whole-model figures of a combination measured with fewer layers than its model has
 (``--layers N``): extrapolated by layer kind from the layers measured.
 
-The profiled pass times each measured layer (the attribution's ``per_layer``: each
-layer's milliseconds per category, the profiler method's means over its iterations,
-beside that method's categories and forward, which the whole-model categories therefore
-follow). A layer's busy time is the sum of its categories (the ``overhead`` of idle and
-launch gaps is the forward's, not a layer's). For each kind, the
-mean over its measured layers stands for each of its layers the model has and the
-measurement lacks:
+Each measured layer's milliseconds per category come from one attribution method, whose
+categories and forward the whole-model figures then follow (``attribution_method``): the
+headline method's where it times each layer (on a CPU the module-boundary clocks of an
+unprofiled pass, the hooks method's ``per_layer``), else the profiler's (the attribution's
+``per_layer``, means over the profiled iterations; on a GPU, and in records made before
+the hooks method timed layers). On a CPU the profiler's per-op recording does not cost
+the same in every layer of a pass: once a pass has recorded enough events (where varies
+from run to run), a layer made of many small ops (a state-space mixer's reference path)
+runs slower than it does unprofiled, its small ops taking fresh memory pages on every
+call, while a few large matrix products do not; a profiled pass of the whole model and
+one of a few layers then apportion the same layers differently. A layer's busy time is the sum of
+its categories (the ``overhead`` of idle and launch gaps is the forward's, not a layer's).
+For each kind, the mean over its measured layers stands for each of its layers the model
+has and the measurement lacks:
 
     whole busy  = measured busy + sum over kinds (full count - measured count) x mean layer time
     g           = whole busy / measured busy
@@ -48,14 +55,28 @@ OVERHEAD = "overhead"
 ROUTER = "moe.router"
 PROFILER_SLOWDOWN = 1.5  # a profiled pass slower than this many unprofiled forwards is noted
 SEED = 0
-METHOD = ("per-kind mean of the measured layers' profiled time, times the layers of that kind the "
-          "measurement lacks; interval: the measured median's, times a bootstrap over the measured "
-          "layers within each kind")
+PROFILER = "profiler"
+METHOD = ("per-kind mean of the measured layers' time (the headline attribution method's where it times "
+          "each layer, else the profiler's), times the layers of that kind the measurement lacks; "
+          "interval: the measured median's, times a bootstrap over the measured layers within each kind")
 
 
-def _layer_rows(depth: Mapping[str, Any], attribution: Mapping[str, Any]) -> dict[str, list[dict[str, float]]]:
+def basis(attribution: Mapping[str, Any]) -> tuple[str, Mapping[str, Any], Sequence[Any]]:
+    """The attribution method the extrapolation scales: (its name, its section, its
+    per-layer rows). The headline method where it times each layer, else the profiler's
+    (its section under ``methods``, or the attribution itself in a record with one
+    method; its per-layer rows are the attribution's own)."""
+    methods = attribution.get("methods") or {}
+    headline = str(attribution.get("headline_method") or PROFILER)
+    chosen = methods.get(headline)
+    if headline != PROFILER and isinstance(chosen, Mapping) and chosen.get("per_layer"):
+        return headline, chosen, chosen["per_layer"]
+    return PROFILER, methods.get(PROFILER) or attribution, attribution.get("per_layer") or []
+
+
+def _layer_rows(depth: Mapping[str, Any], per_layer: Sequence[Any]) -> dict[str, list[dict[str, float]]]:
     """Each kind's measured layers' category times (ms per forward), from ``per_layer``."""
-    by_fqn = {str(row.get("layer")): row.get("categories") or {} for row in attribution.get("per_layer") or []}
+    by_fqn = {str(row.get("layer")): row.get("categories") or {} for row in per_layer}
     rows: dict[str, list[dict[str, float]]] = {}
     for layer in depth.get("measured_layers") or []:
         cats = by_fqn.get(str(layer.get("layer")))
@@ -99,23 +120,22 @@ def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
     median = (timing or {}).get("median")
     if not median or attribution is None:
         return None
-    # the per-layer times are the profiler's (means over its iterations): the categories
-    # and forward they are parts of are the profiler method's too, whatever the headline
-    basis = (attribution.get("methods") or {}).get("profiler") or attribution
-    forward = basis.get("forward_ms")
+    # the categories and forward the per-layer times are parts of are that method's too
+    method, section, per_layer = basis(attribution)
+    forward = section.get("forward_ms")
     if not forward:
         return None
-    rows = _layer_rows(depth, attribution)
+    rows = _layer_rows(depth, per_layer)
     full = {str(k): int(v) for k, v in (depth.get("full") or {}).items()}
     measured = {str(k): int(v) for k, v in (depth.get("measured") or {}).items()}
     if set(rows) != set(full) or any(len(rows[k]) != measured.get(k) for k in rows):
         return None  # a measured layer without its time: nothing honest to say
     missing = {k: full[k] - measured[k] for k in full}
-    categories = {str(c): float(v.get("ms") or 0.0) for c, v in (basis.get("categories") or {}).items()}
+    categories = {str(c): float(v.get("ms") or 0.0) for c, v in (section.get("categories") or {}).items()}
     busy = sum(v for c, v in categories.items() if c != OVERHEAD)
     if busy <= 0:
         return None
-    scale = float(median) / float(forward)  # profiled milliseconds -> the timed forward's
+    scale = float(median) / float(forward)  # the method's milliseconds -> the timed forward's
     kinds = sorted(rows)
     router = expert_ratio(depth)
 
@@ -150,6 +170,7 @@ def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
                      "experts' time per token is the measured one (each token runs as many, of the same size)")
     return {
         "method": METHOD,
+        "attribution_method": method,
         "factor": g, "factor_low": g_low, "factor_high": g_high,
         "median_ms": float(median) * g, "ci_low_ms": low * g_low, "ci_high_ms": high * g_high,
         "categories": by_category,
@@ -170,7 +191,9 @@ def finish(sections: Mapping[str, Any]) -> dict[str, Any]:
     finished["whole"] = extrapolate(depth, fields.get(sections, "timing"), fields.get(sections, "attribution"),
                                     fields.get(sections, "memory"))
     ratio = fields.get(sections, "profile.overhead_ratio")
-    if finished["whole"] is not None and isinstance(ratio, (int, float)) and ratio > PROFILER_SLOWDOWN:
+    whole = finished["whole"]
+    if (whole is not None and whole["attribution_method"] == PROFILER and isinstance(ratio, (int, float))
+            and ratio > PROFILER_SLOWDOWN):
         # the layers' proportions come from the profiled pass: where the profiler's own cost
         # per op dominates, they need not be the unprofiled forward's
         finished["whole"]["notes"] = [*finished["whole"]["notes"],

@@ -67,7 +67,8 @@ class Call:
     A training step adds ``role="phase"`` calls (``category`` names the phase: forward,
     backward, optimizer) under the iteration, and under the backward phase the modules'
     backward calls (``backward=True``): from the moment the gradient of a module's
-    outputs is ready to the moment the gradient of its inputs is."""
+    outputs is ready to the moment the gradient of its inputs is. ``fqn`` names the
+    module called (a block's is its layer's)."""
 
     role: str
     start: float
@@ -75,6 +76,7 @@ class Call:
     parent: int | None
     category: str | None = None
     backward: bool = False
+    fqn: str | None = None
 
 
 def _gaps(call: Call, kids: Sequence[Call]) -> list[tuple[float, float]]:
@@ -155,6 +157,30 @@ def categorise(calls: Sequence[Call], sources: dict[str, float] | None = None) -
             if sources is not None and category in ("other", "overhead"):
                 where = SOURCES.get(call.role, call.role)
                 sources[where] = sources.get(where, 0.0) + end - start
+    return out
+
+
+def categorise_layers(calls: Sequence[Call]) -> dict[str, dict[str, float]]:
+    """Exclusive time per category inside each layer (``role="block"`` call, by its
+    ``fqn``), in the order the layers ran: what ``categorise`` gives, restricted to the
+    time within each block call (its backward calls too, under the same layer)."""
+    children: dict[int, list[Call]] = defaultdict(list)
+    for call in calls:
+        if call.parent is not None:
+            children[call.parent].append(call)
+    layer_of: list[str | None] = []
+    out: dict[str, dict[str, float]] = {}
+    for index, call in enumerate(calls):
+        # a call's parent is recorded before it: its layer is known already
+        inherited = layer_of[call.parent] if call.parent is not None and call.parent < index else None
+        layer = call.fqn if call.role == "block" and call.fqn is not None else inherited
+        layer_of.append(layer)
+        if layer is None:
+            continue
+        row = out.setdefault(layer, {c: 0.0 for c in CATEGORIES})
+        kids = children.get(index, [])
+        for start, end in _gaps(call, kids):
+            row[_gap_category(call, kids, start)] += end - start
     return out
 
 

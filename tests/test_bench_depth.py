@@ -162,6 +162,58 @@ def test_shares_compared_are_the_profiler_methods_and_a_missing_category_counts_
     assert found["other"]["measured"] == 0.0 and found["other"]["diff"] == pytest.approx(0.03)
 
 
+def test_shares_compared_are_the_method_the_extrapolation_scaled() -> None:
+    whole = record("m", None, 100.0, shares={"mixer": 0.6, "mlp": 0.4})  # the profiler's
+    whole["attribution"]["methods"]["hooks"] = {"categories": {"mixer": {"share": 0.5}, "mlp": {"share": 0.5}}}
+    extrapolated = whole_figures(100.0, {"mixer": 0.51, "mlp": 0.49})
+    reduced = record("m", 4, 30.0, whole={**extrapolated, "attribution_method": "hooks"})
+    row = D.comparison_row(whole, reduced)
+    assert row is not None and row["share_method"] == "hooks" and row["verdict"] == "pass"
+    assert row["shares"]["mixer"]["measured"] == 0.5 and row["worst_share_diff"] == pytest.approx(0.01)
+    # a record that does not name its method extrapolated the profiler's shares
+    older = D.comparison_row(whole, record("m", 4, 30.0, whole=extrapolated))
+    assert older is not None and older["share_method"] == "profiler" and older["verdict"] == "fail"
+    assert older["worst_share_category"] in ("mixer", "mlp")
+    assert older["worst_share_diff"] == pytest.approx(0.09 if older["worst_share_category"] == "mlp" else -0.09)
+    # a whole record without that method has nothing to compare with: every share counts as none
+    reduced_only = D.share_comparison(record("m", None, 100.0), reduced)
+    assert {s["measured"] for s in reduced_only.values()} == {0.0}
+
+
+def test_the_profilers_disagreement_is_shown_beside_the_verdict() -> None:
+    """A layer the profiled pass slowed (its mixer 4 ms where the module-boundary clocks
+    read 2 ms): the verdict is on the clocks' shares, the profiler's are shown."""
+    from reportgen import depth
+
+    def method(forward: float, mixer: float, **extra: Any) -> dict[str, Any]:
+        return {"forward_ms": forward, **extra,
+                "categories": {"mixer": {"ms": mixer}, "mlp": {"ms": 2.0}, "head": {"ms": 2.0}}}
+
+    layer = [{"layer": "l.0", "categories": {"mixer": 2.0, "mlp": 2.0}}]
+    sections = depth.finish({
+        "timing": {"median": 6.0, "ci_low": 5.9, "ci_high": 6.1},
+        "attribution": {"headline_method": "hooks",
+                        "per_layer": [{"layer": "l.0", "categories": {"mixer": 4.0, "mlp": 2.0}}],
+                        "methods": {"profiler": method(8.0, 4.0), "hooks": method(6.0, 2.0, per_layer=layer)}},
+        "depth": {"layers": 1, "full_layers": 4, "measured": {"a": 1}, "full": {"a": 4},
+                  "measured_layers": [{"index": 0, "kind": "a", "layer": "l.0"}]}})
+    reduced = {**record("m", 1, 6.0, full=4), **sections}
+    # measured whole: the clocks' shares as extrapolated (mixer 8, mlp 8, head 2 ms), the
+    # profiler's mixer slowed further than in the reduced pass (16 -> 21 ms)
+    whole = record("m", None, 18.0, full=4, shares={"mixer": 21 / 31, "mlp": 8 / 31, "head": 2 / 31})
+    whole["attribution"]["methods"]["hooks"] = {"categories": {c: {"share": v} for c, v in
+                                                               {"mixer": 4 / 9, "mlp": 4 / 9, "head": 1 / 9}.items()}}
+    row = D.comparison_row(whole, reduced)
+    assert row is not None and row["share_method"] == "hooks" and row["verdict"] == "pass"
+    assert row["worst_share_diff"] == pytest.approx(0.0, abs=1e-9)
+    # the profiler's extrapolation: mixer 4 + 3 x 4 = 16 of 26 ms, against 21 of 31 measured
+    assert row["profiler_worst_share_category"] == "mixer"
+    assert row["profiler_worst_share_diff"] == pytest.approx(16 / 26 - 21 / 31)
+    fig = D.summarise([whole, reduced], D.Plan(models=PLAN.models, counts=(1,)))
+    assert any("by the profiler's shares (not judged: the extrapolation scaled the hooks method's): worst "
+               "share mixer -6.2 points" in n for n in fig["notes"])
+
+
 def test_the_suite_measures_each_model_whole_and_at_each_count(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
     path.write_text(D.suite_text(D.Plan()))

@@ -100,6 +100,10 @@ def test_measured_with_fewer_layers_end_to_end(tmp_path: Path) -> None:
     assert section["full_weight_bytes"] == 4 * section["full_parameters"]
     assert section["flops_analytic"] > sections["flops"]["total_analytic"]
     whole = section["whole"]
+    # on a CPU the headline is the module-boundary clocks, which time each layer
+    assert whole["attribution_method"] == sections["attribution"]["headline_method"] == "hooks"
+    assert [r["layer"] for r in sections["attribution"]["methods"]["hooks"]["per_layer"]] == [
+        m["layer"] for m in section["measured_layers"]]
     assert whole["median_ms"] > sections["timing"]["median"]
     assert whole["ci_low_ms"] <= whole["median_ms"] <= whole["ci_high_ms"]
     assert 1 < whole["factor_low"] <= whole["factor"] <= whole["factor_high"]
@@ -119,7 +123,7 @@ def _sections(per_layer: list[tuple[str, dict[str, float]]], kinds: dict[str, st
     cats = {"embeddings": 1.0, "attention.core": 0.0, "mlp": 0.0, "head": 1.0, "overhead": 2.0}
     for _, row in per_layer:
         for c, v in row.items():
-            cats[c] += v
+            cats[c] = cats.get(c, 0.0) + v
     measured: dict[str, int] = {}
     for kind in kinds.values():
         measured[kind] = measured.get(kind, 0) + 1
@@ -162,6 +166,48 @@ def test_extrapolation_adds_each_missing_layer_at_its_kinds_mean() -> None:
     assert whole["memory"] == {"weight_bytes": 1000, "peak_allocated_bytes": 1600}
     slowed = depth.finish({**sections, "profile": {"overhead_ratio": 3.0}})["depth"]["whole"]
     assert slowed["notes"][-1].startswith("the profiled pass took 3.0x the unprofiled forward")
+
+
+def _with_hooks(sections: dict[str, Any], per_layer: list[tuple[str, dict[str, float]]] | None,
+                forward: float) -> dict[str, Any]:
+    """``sections`` whose headline is the hooks method, with ``forward`` ms and (where
+    given) its own per-layer times; its categories are the layers' plus 1 ms of embeddings."""
+    cats: dict[str, float] = {"embeddings": 1.0}
+    for _, row in per_layer or []:
+        for c, v in row.items():
+            cats[c] = cats.get(c, 0.0) + v
+    hooks: dict[str, Any] = {"forward_ms": forward, "categories": {c: {"ms": v} for c, v in cats.items()}}
+    if per_layer is not None:
+        hooks["per_layer"] = [{"layer": fqn, "categories": row} for fqn, row in per_layer]
+    attribution = sections["attribution"]
+    return {**sections, "attribution": {**attribution, "headline_method": "hooks",
+                                        "methods": {**attribution["methods"], "hooks": hooks}}}
+
+
+def test_extrapolation_scales_the_headline_methods_layers_where_it_times_them() -> None:
+    # the profiler's layers: its mixer twice as slow in the second (a pass that slowed it);
+    # the hooks method's: both alike
+    profiled = [("l.0", {"mixer": 2.0, "mlp": 2.0}), ("l.1", {"mixer": 4.0, "mlp": 2.0})]
+    clocked = [("l.0", {"mixer": 2.0, "mlp": 2.0}), ("l.1", {"mixer": 2.0, "mlp": 2.0})]
+    sections = _sections(profiled, {"l.0": "a", "l.1": "a"}, {"a": 6})
+    sections["profile"] = {"overhead_ratio": 3.0}
+    whole = depth.finish(_with_hooks(sections, clocked, forward=9.0))["depth"]["whole"]
+    assert whole["attribution_method"] == "hooks"
+    # busy 1 + 8 ms, four more layers of 4 ms: g = 25 / 9; the shares are the hooks method's
+    assert whole["factor"] == pytest.approx(25 / 9)
+    assert whole["categories"]["mixer"]["share"] == pytest.approx(12 / 25)
+    assert whole["categories"]["mlp"]["share"] == pytest.approx(12 / 25)
+    assert whole["layer_ms"]["a"] == pytest.approx(4.0 * sections["timing"]["median"] / 9.0)
+    # the layers' proportions are not the profiled pass's: nothing to say of its slowdown
+    assert not any("profiled pass" in n for n in whole["notes"])
+    # without per-layer times of its own (an older record, or a GPU's profiler headline)
+    # the profiler's layers and categories are scaled, as before
+    older = depth.finish(_with_hooks(sections, None, forward=9.0))["depth"]["whole"]
+    assert older["attribution_method"] == "profiler"
+    # busy: embeddings, head, the layers' 12 ms, and four more layers at their mean of 5 ms
+    g = (1 + 1 + 10 + 4 * 5) / (1 + 1 + 10)
+    assert older["categories"]["mixer"]["share"] == pytest.approx((6 + 4 * 3) / (32 + 2 * g))
+    assert older["notes"][-1].startswith("the profiled pass took 3.0x the unprofiled forward")
 
 
 def test_no_whole_figures_without_every_measured_layers_time() -> None:

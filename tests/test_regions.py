@@ -169,6 +169,29 @@ def test_hooks_method_on_a_model_with_known_times() -> None:
     assert section["other_sources_ms"] == pytest.approx(
         {shares.SOURCES["model"]: MASK, shares.SOURCES["attn"]: 2 * RESID,
          shares.SOURCES["iteration"]: HARNESS})
+    # each layer's own time by category, in the order the layers ran: the forward less
+    # what lies outside the layers (the embedding, the model's own work, the harness)
+    layer = {"attention.qkv": Q + K + V, "attention.core": CORE, "attention.out": OUT, "other": RESID,
+             "norm": NORM, "mlp": UP + ACT + DOWN}
+    assert [row["layer"] for row in section["per_layer"]] == ["layers.0", "layers.1"]
+    for row in section["per_layer"]:
+        assert row["categories"] == pytest.approx(layer)
+    assert sum(sum(row["categories"].values()) for row in section["per_layer"]) == pytest.approx(
+        section["forward_ms"] - EMBED - MASK - HARNESS)
+
+
+def test_layers_split_calls_by_the_block_around_them() -> None:
+    calls = [shares.Call("iteration", 0.0, 10.0, None), shares.Call("model", 0.5, 9.5, 0),
+             shares.Call("block", 1.0, 4.0, 1, fqn="b.0"), shares.Call("mixer", 1.5, 3.5, 2, fqn="b.0.m"),
+             shares.Call("block", 5.0, 9.0, 1, fqn="b.1"), shares.Call("mixer", 5.0, 8.0, 4, fqn="b.1.m")]
+    assert shares.categorise_layers(calls) == {
+        "b.0": {**dict.fromkeys(CATEGORIES, 0.0), "mixer": 2.0, "other": 1.0},
+        "b.1": {**dict.fromkeys(CATEGORIES, 0.0), "mixer": 3.0, "other": 1.0}}
+    # every instant inside a layer lies in that layer's categories once
+    whole = shares.categorise(calls)
+    assert whole["mixer"] == pytest.approx(5.0)
+    assert regions.layer_means([{"b.0": {"mixer": 2.0, "other": 0.0}}, {"b.0": {"mixer": 4.0, "other": 1.0}}]) == [
+        {"layer": "b.0", "categories": {"mixer": 3.0, "other": 0.5}}]
 
 
 def test_hooks_method_with_event_pairs() -> None:

@@ -14,8 +14,11 @@ Two checks, each on every model:
 * **The extrapolation**: each depth-reduced combination's extrapolated whole-model median
   against the median measured whole, within ``LATENCY_TOLERANCE``; each category's
   extrapolated share against its share measured whole, within ``SHARE_TOLERANCE`` (both
-  the profiler method's: the per-layer times the extrapolation scales by are the profiled
-  pass's, so the shares it extrapolates are that method's too). Both intervals are kept
+  one attribution method's: the one whose per-layer times the extrapolation scales by,
+  ``depth.basis``, the headline's where it times each layer, on a CPU the module-boundary
+  clocks of an unprofiled pass; the profiler's per-op recording inflates a layer of many
+  small ops once a pass has recorded enough events, so its shares of a whole model and of
+  a few layers differ by more than the tolerance). Both intervals are kept
   beside the medians: the extrapolation's (the reduced median's interval times the
   bootstrap over the measured layers) and the whole measurement's.
 * **Linearity**: the medians measured at 2, 4 and 8 layers fitted by latency = a + b x
@@ -140,11 +143,19 @@ def suite_text(plan: Plan, name: str = "depth-check") -> str:
 # ---------------------------------------------------------------- from records (pure)
 
 
-def _profiler_categories(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The profiler method's categories of a record (the headline's where it has only one
-    method): what the extrapolated shares are shares of."""
-    categories = fields.get(record, "attribution.methods.profiler.categories")
-    if not isinstance(categories, Mapping):
+def share_method(reduced: Mapping[str, Any]) -> str:
+    """The attribution method whose shares a depth-reduced record extrapolated (the
+    profiler's in a record made before it was named)."""
+    return str(fields.get(reduced, "depth.whole.attribution_method") or depth.PROFILER)
+
+
+def _method_categories(record: Mapping[str, Any], method: str) -> Mapping[str, Any]:
+    """``method``'s categories of a record (the headline's where it has only one method):
+    what the extrapolated shares are compared with."""
+    methods = fields.get(record, "attribution.methods")
+    section = methods.get(method) if isinstance(methods, Mapping) else None
+    categories = section.get("categories") if isinstance(section, Mapping) else None
+    if not isinstance(categories, Mapping) and not isinstance(methods, Mapping):
         categories = fields.get(record, "attribution.categories")
     return categories if isinstance(categories, Mapping) else {}
 
@@ -159,9 +170,29 @@ def _share(entry: Any) -> tuple[float, float | None, float | None]:
 
 def share_comparison(whole: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Per category: the share extrapolated from ``reduced`` and the share measured in
-    ``whole`` (each with its interval) and their difference (extrapolated less measured)."""
-    extrapolated = fields.get(reduced, "depth.whole.categories") or {}
-    measured = _profiler_categories(whole)
+    ``whole`` by the same attribution method (each with its interval) and their difference
+    (extrapolated less measured)."""
+    return _compare(fields.get(reduced, "depth.whole.categories") or {},
+                    _method_categories(whole, share_method(reduced)))
+
+
+def profiler_comparison(whole: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """``share_comparison`` by the profiler method, where the record extrapolated another's
+    (the profiler's per-layer times extrapolated again, the whole model's profiler shares
+    beside them): the disagreement METHOD.md rule 10b shows. None where the extrapolation
+    was the profiler's already or the record lacks what it needs."""
+    section, attribution = fields.get(reduced, "depth"), fields.get(reduced, "attribution")
+    if share_method(reduced) == depth.PROFILER or not isinstance(section, Mapping) \
+            or not isinstance(attribution, Mapping):
+        return None
+    found = depth.extrapolate(section, fields.get(reduced, "timing"),
+                              {**attribution, "headline_method": depth.PROFILER})
+    if found is None:
+        return None
+    return _compare(found["categories"], _method_categories(whole, depth.PROFILER))
+
+
+def _compare(extrapolated: Mapping[str, Any], measured: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for category in [*extrapolated, *(c for c in measured if c not in extrapolated)]:
         e, e_low, e_high = _share(extrapolated.get(category))
@@ -181,6 +212,8 @@ def comparison_row(whole: Mapping[str, Any], reduced: Mapping[str, Any], group: 
         return None
     shares = share_comparison(whole, reduced)
     worst = max(shares, key=lambda c: abs(shares[c]["diff"]), default=None)
+    profiled = profiler_comparison(whole, reduced) or {}
+    profiled_worst = max(profiled, key=lambda c: abs(profiled[c]["diff"]), default=None)
     rel = found["ratio"] - 1.0
     measured = found["measured_ms"]
     latency_ok = abs(rel) <= LATENCY_TOLERANCE
@@ -203,7 +236,11 @@ def comparison_row(whole: Mapping[str, Any], reduced: Mapping[str, Any], group: 
         "inside": found["within"],
         "worst_share_category": worst, "worst_share_diff": shares[worst]["diff"] if worst else None,
         "share_diffs": {c: s["diff"] for c, s in shares.items()},
-        "shares": shares,
+        "shares": shares, "share_method": share_method(reduced),
+        # the profiler's shares compared the same way, where the extrapolation was another
+        # method's: shown, not judged
+        "profiler_worst_share_category": profiled_worst,
+        "profiler_worst_share_diff": profiled[profiled_worst]["diff"] if profiled_worst else None,
         "profiled_ratio": fields.get(reduced, "profile.overhead_ratio"),
         "whole_profiled_ratio": fields.get(whole, "profile.overhead_ratio"),
         "extrapolation_notes": list(fields.get(reduced, "depth.whole.notes") or []),
@@ -301,8 +338,10 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
         f"round a fresh worker process, ended once {plan.min_rounds} clean rounds give an interval "
         f"within ±{plan.target:.0%} (execute.rounds.Policy).",
         "Models: " + "; ".join(described) + ".",
-        f"Extrapolation (reportgen.depth): {depth.METHOD}. Shares are the profiler method's on both sides: "
-        "the per-layer times the extrapolation scales by come from the profiled pass.",
+        f"Extrapolation (reportgen.depth): {depth.METHOD}. Shares on both sides are one attribution "
+        "method's, the one whose per-layer times the extrapolation scales by (each row's `share_method`): on "
+        "a CPU the module-boundary clocks of an unprofiled pass, since the profiler's per-op recording slows "
+        "a layer of many small ops once a pass has recorded enough events, unequally at different depths.",
         f"A row passes when the extrapolated median is within {LATENCY_TOLERANCE:.0%} of the median measured "
         f"whole and every category's extrapolated share within {SHARE_TOLERANCE * 100:.0f} points of its "
         "measured share; `inside` says whether the measured median lies in the extrapolation's interval. "
@@ -324,6 +363,11 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
         *[f"{r['model']} at {r['layers']} of {r['full_layers']} layers: extrapolated latency "
           f"{r['rel_diff']:+.1%} of the measured, worst share {r['worst_share_category']} "
           f"{(r['worst_share_diff'] or 0.0) * 100:+.1f} points" for r in table if r["verdict"] != "pass"],
+        *[f"{r['model']} at {r['layers']} of {r['full_layers']} layers, by the profiler's shares (not judged: "
+          f"the extrapolation scaled the {r['share_method']} method's): worst share "
+          f"{r['profiler_worst_share_category']} {r['profiler_worst_share_diff'] * 100:+.1f} points"
+          for r in table if r.get("profiler_worst_share_diff") is not None
+          and abs(r["profiler_worst_share_diff"]) > SHARE_TOLERANCE],
         *[f"{f['model']}: " + (f"the median measured whole is {f['line_rel_diff']:+.1%} off the line"
                                if f["line_rel_diff"] is not None else "the line gives no positive latency")
           + f" at {f['full_layers']} layers ({f['slope_ms']:.3g} ms per layer + {f['intercept_ms']:.3g} ms, "

@@ -28,7 +28,7 @@ repetition.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -42,7 +42,7 @@ from reportgen.profile.structure import Structure
 from reportgen.stats import bootstrap_ratio, median
 
 __all__ = ["attribute", "attribution_section", "clocked", "device_clock", "hooked_forward", "hooks_method",
-           "profiler_iterations", "profiler_method"]
+           "layer_means", "profiler_iterations", "profiler_method"]
 
 _ITERATION = -1
 # what a clock reading in the recorder's log marks
@@ -239,11 +239,13 @@ class _Recorder:
         self._handles.clear()
 
     def iteration(self, step: StepLike, sources: dict[str, float] | None = None,
-                  phases: list[dict[str, dict[str, float]]] | None = None
+                  phases: list[dict[str, dict[str, float]]] | None = None,
+                  layers: list[dict[str, dict[str, float]]] | None = None
                   ) -> tuple[float, dict[str, float], int]:
         """One hooked iteration: (wall ms, category ms, module calls timed); ``sources``
         accumulates where ``other`` and ``overhead`` came from; for a training step,
-        ``phases`` receives the iteration's ``{phase: {category: ms}}``."""
+        ``phases`` receives the iteration's ``{phase: {category: ms}}``; ``layers``, when
+        given, receives its ``{layer: {category: ms}}`` (``shares.categorise_layers``)."""
         self.log.clear()
         self.clock.begin()
         hooked = self.training and hasattr(step, "phase_hook")
@@ -263,6 +265,8 @@ class _Recorder:
             split = shares.categorise_phases(calls)
             if split is not None:
                 phases.append(split)
+        if layers is not None:
+            layers.append(shares.categorise_layers(calls))
         forward_calls = sum(1 for _, event, _ in log if event == _FWD_END)
         return times[-1], shares.categorise(calls, sources), forward_calls
 
@@ -273,12 +277,13 @@ class _Recorder:
 
         def close(index: int, t: float) -> None:
             c = calls[index]
-            calls[index] = shares.Call(c.role, c.start, t, c.parent, c.category, c.backward)
+            calls[index] = shares.Call(c.role, c.start, t, c.parent, c.category, c.backward, c.fqn)
 
         for (key, event, _), t in zip(log, times[1:-1]):
             role, category = self.keys[key]
+            fqn = self.fqns[key]
             if event in (_FWD_START, _PHASE_START):
-                calls.append(shares.Call(role, t, t, stack[-1], category))
+                calls.append(shares.Call(role, t, t, stack[-1], category, fqn=fqn))
                 stack.append(len(calls) - 1)
             elif event in (_FWD_END, _PHASE_END):
                 if event == _PHASE_END:
@@ -291,7 +296,7 @@ class _Recorder:
                 while back and not back[-1][2] and not self._inside(back[-1][1], key):
                     close(back.pop()[0], t)
                 parent = back[-1][0] if back else stack[-1]
-                calls.append(shares.Call(role, t, t, parent, category, True))
+                calls.append(shares.Call(role, t, t, parent, category, True, fqn))
                 back.append((len(calls) - 1, key, event == _BWD_START))
             elif event == _BWD_END:
                 keys = [k for _, k, _ in back]
@@ -365,6 +370,7 @@ def hooks_method(model: nn.Module, step: StepLike, structure: Structure, *, min_
         clock = device_clock(step)
     training = hasattr(step, "phase_hook")  # a training step: its phases and backward too
     phases: list[dict[str, dict[str, float]]] = []
+    layers: list[dict[str, dict[str, float]]] = []
     per_iteration: list[dict[str, float]] = []
     walls: list[float] = []
     bare: list[float] = []
@@ -381,7 +387,7 @@ def hooks_method(model: nn.Module, step: StepLike, structure: Structure, *, min_
                 continue
             recorder = _Recorder(model, clock, structure, training=training)
             try:
-                ms, cats, calls = recorder.iteration(step, sources, phases)
+                ms, cats, calls = recorder.iteration(step, sources, phases, layers)
             finally:
                 recorder.remove()
             step.reset()
@@ -391,11 +397,27 @@ def hooks_method(model: nn.Module, step: StepLike, structure: Structure, *, min_
     return shares.method_section(
         per_iteration, walls, phases=phases if training else None, clock=clock.method,
         basis="device" if clock.method == "cuda-events" else "cpu",
-        calls_per_forward=calls,
+        calls_per_forward=calls, per_layer=layer_means(layers),
         other_sources_ms={k: v / len(walls) for k, v in sorted(sources.items())},
         cost={"hooked_ms": _median(walls), "bare_ms": _median(bare), "ratio": ratio,
               "ratio_low": low, "ratio_high": high, "pairs": len(bare),
               "bare_iteration_ms": bare})
+
+
+def layer_means(layers: Sequence[Mapping[str, Mapping[str, float]]]) -> list[dict[str, Any]]:
+    """Each layer's mean category times over the iterations (``{layer: {category: ms}}``
+    each), as the profiler's ``per_layer`` has them: in the order the layers ran, the
+    categories with no time in a layer left out."""
+    n = len(layers)
+    names = list(dict.fromkeys(name for row in layers for name in row))
+    out = []
+    for name in names:
+        total: dict[str, float] = {}
+        for row in layers:
+            for c, ms in (row.get(name) or {}).items():
+                total[c] = total.get(c, 0.0) + ms
+        out.append({"layer": name, "categories": {c: ms / n for c, ms in total.items() if ms > 0}})
+    return out
 
 
 def _median(xs: Sequence[float]) -> float:

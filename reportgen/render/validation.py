@@ -213,7 +213,9 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "depth_extrapolation": ("model", "layers", "full_layers", "reduced_ms", "extrapolated_ms",
                             "extrapolated_low_ms", "extrapolated_high_ms", "measured_ms", "measured_low_ms",
                             "measured_high_ms", "rel_diff", "inside", "worst_share_category",
-                            "worst_share_diff", "share_diffs", "profiled_ratio", "unstable", "verdict"),
+                            "worst_share_diff", "share_diffs", "share_method",
+                            "profiler_worst_share_category", "profiler_worst_share_diff", "profiled_ratio", "unstable",
+                            "verdict"),
 }
 
 # A second table some figures carry beside their rows: (its key in the figure, its
@@ -232,6 +234,8 @@ EXTRA_TABLES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 # before rows named their category was of the attention core.
 ROW_DEFAULTS: dict[str, dict[str, Any]] = {
     "attribution_ablation": {"category": "attention.core"},
+    # depth rows measured before the shares compared were named: the profiler's
+    "depth_extrapolation": {"share_method": "profiler"},
 }
 
 
