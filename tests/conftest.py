@@ -102,7 +102,12 @@ def shared_groups(items: list[pytest.Item]) -> dict[str, str]:
     return {nodeid: root(names[0]) for nodeid, names in uses.items() if names}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks each test's xdist group, then leaves the slow tests out where they do not run.
+    First among the hooks: a worker's pytest-xdist names each test by its group (the
+    ``@group`` its scheduler reads) in its own hook, which would otherwise run first and
+    find no group marked."""
     groups = shared_groups(items)
     for item in items:
         if item.nodeid in groups:
