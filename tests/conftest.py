@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.modules import module_marks
@@ -39,13 +40,24 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     """With pytest-xdist installed and no ``-n`` given: ``-n auto --dist loadgroup``.
     Runs before xdist's own hook, which turns "auto" into the CPU count; ``-n 0``,
     ``-p no:xdist``, ``--pdb`` and ``--collect-only`` keep one process."""
-    if not config.pluginmanager.has_plugin("xdist") or hasattr(config, "workerinput"):
+    if not config.pluginmanager.has_plugin("xdist"):
+        return
+    if hasattr(config, "workerinput"):
+        # a worker parses the command line as given, without the --dist chosen here: it
+        # names each test by its group (what the scheduler groups by) only when told
+        config.option.loadgroup = bool(config.workerinput.get("loadgroup", config.option.loadgroup))
         return
     option = config.option
     if option.numprocesses is None and not option.usepdb and not option.collectonly:
         option.numprocesses = "auto"
         if option.dist == "no":
             option.dist = "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tells each pytest-xdist worker whether the tests are handed out by group."""
+    node.workerinput["loadgroup"] = node.config.option.dist == "loadgroup"
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

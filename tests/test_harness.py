@@ -205,9 +205,9 @@ def test_the_wall_time_check_finds_an_elapsed_time_assertion(tmp_path: Path) -> 
 
 
 def test_the_tests_that_share_a_fixture_run_in_one_worker(tmp_path: Path) -> None:
-    """conftest.py names each test's pytest-xdist group by the shared fixtures it uses, so
-    with --dist loadgroup a module's fixture is built in one worker only, however the other
-    tests interleave: here under this checkout's conftest, in two workers."""
+    """conftest.py names each test's pytest-xdist group by the shared fixtures it uses and
+    hands the tests out by group, so a module's fixture is built in one worker only, however
+    the other tests interleave: here under this checkout's conftest, in two workers."""
     builds = tmp_path / "builds"
     tests = _write(tmp_path / "tree", {
         "pytest.ini": "[pytest]\n",
@@ -233,9 +233,10 @@ def test_the_tests_that_share_a_fixture_run_in_one_worker(tmp_path: Path) -> Non
                 time.sleep(0.2)
             """,
     })
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]), "BUILDS": str(builds)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-                           "--dist", "loadgroup", "tests"], cwd=tests, env=env, capture_output=True,
-                          text=True, check=False, timeout=300)
+    # the default loop (no -n, no --dist: conftest chooses), in two workers on any host
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]), "BUILDS": str(builds),
+           "PYTEST_XDIST_AUTO_NUM_WORKERS": "2"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=tests, env=env, capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0 and "6 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
     assert len(builds.read_text().splitlines()) == 1, builds.read_text()
