@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.modules import module_marks
@@ -39,13 +40,24 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     """With pytest-xdist installed and no ``-n`` given: ``-n auto --dist loadgroup``.
     Runs before xdist's own hook, which turns "auto" into the CPU count; ``-n 0``,
     ``-p no:xdist``, ``--pdb`` and ``--collect-only`` keep one process."""
-    if not config.pluginmanager.has_plugin("xdist") or hasattr(config, "workerinput"):
+    if not config.pluginmanager.has_plugin("xdist"):
+        return
+    if hasattr(config, "workerinput"):
+        # a worker parses the command line as given, without the --dist chosen here: it
+        # names each test by its group (what the scheduler groups by) only when told
+        config.option.loadgroup = bool(config.workerinput.get("loadgroup", config.option.loadgroup))
         return
     option = config.option
     if option.numprocesses is None and not option.usepdb and not option.collectonly:
         option.numprocesses = "auto"
         if option.dist == "no":
             option.dist = "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tells each pytest-xdist worker whether the tests are handed out by group."""
+    node.workerinput["loadgroup"] = node.config.option.dist == "loadgroup"
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -102,11 +114,21 @@ def shared_groups(items: list[pytest.Item]) -> dict[str, str]:
     return {nodeid: root(names[0]) for nodeid, names in uses.items() if names}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks each test's xdist group, puts the slow tests first, then leaves them out where
+    they do not run. First among the hooks: a worker's pytest-xdist names each test by its
+    group (the ``@group`` its scheduler reads) in its own hook, which would otherwise run
+    first and find no group marked."""
     groups = shared_groups(items)
     for item in items:
         if item.nodeid in groups:
             item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    # pytest-xdist hands out the groups first (the largest first), then the other tests in
+    # this order: the slow ones among those go out next, so that the last tests a worker
+    # takes are short ones and the workers finish together. A group's tests keep their order
+    # (a module's fixture is set up once for its tests in a row).
+    items.sort(key=lambda item: 0 if item.nodeid in groups else 1 if item.get_closest_marker("slow") else 2)
     if run_slow(config):
         return
     slow = [item for item in items if item.get_closest_marker("slow")]

@@ -199,3 +199,44 @@ def test_the_wall_time_check_finds_an_elapsed_time_assertion(tmp_path: Path) -> 
             assert time.monotonic() < deadline
         """}) / "test_t.py"
     assert timed_asserts(path) == [5, 8]
+
+
+# --- a shared fixture is built once per run ---------------------------------------------------
+
+
+def test_the_tests_that_share_a_fixture_run_in_one_worker(tmp_path: Path) -> None:
+    """conftest.py names each test's pytest-xdist group by the shared fixtures it uses and
+    hands the tests out by group, so a module's fixture is built in one worker only, however
+    the other tests interleave: here under this checkout's conftest, in two workers."""
+    builds = tmp_path / "builds"
+    tests = _write(tmp_path / "tree", {
+        "pytest.ini": "[pytest]\n",
+        "tests/conftest.py": (TESTS / "conftest.py").read_text(encoding="utf-8"),
+        "tests/test_shared.py": """\
+            import os
+            import time
+
+            import pytest
+
+            @pytest.fixture(scope="module")
+            def built() -> str:
+                with open(os.environ["BUILDS"], "a") as log:
+                    log.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+                return "built"
+
+            @pytest.mark.parametrize("n", range(3))
+            def test_alone(n: int) -> None:
+                time.sleep(0.2)
+
+            @pytest.mark.parametrize("n", range(3))
+            def test_shares(built: str, n: int) -> None:
+                time.sleep(0.2)
+            """,
+    })
+    # the default loop (no -n, no --dist: conftest chooses), in two workers on any host
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]), "BUILDS": str(builds),
+           "PYTEST_XDIST_AUTO_NUM_WORKERS": "2"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=tests, env=env, capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0 and "6 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(builds.read_text().splitlines()) == 1, builds.read_text()

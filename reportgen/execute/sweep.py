@@ -21,7 +21,7 @@ from typing import Any
 from reportgen.execute import fresh
 from reportgen.execute.forkserver import ForkServer
 from reportgen.profile import architectures
-from reportgen.profile.architectures import CHECK_ALONE, MEMORY_GIB, TIMEOUT_S
+from reportgen.profile.architectures import CHECK_ALONE, CHECK_MODULES, MEMORY_GIB, TIMEOUT_S
 from reportgen.records.status import COMBINATION_STATUSES, FAILED
 
 
@@ -34,8 +34,9 @@ def sweep(model_types: Iterable[str], *, workers: int = 2, timeout_s: float = TI
     types = list(model_types)
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="architectures-") as tmp:
-        # torch and transformers imported once, each type's process forked from there
-        server = ForkServer(log_dir=tmp, preload={"modules": [CHECK_ALONE.partition(":")[0]]})
+        # torch, transformers and what check imports imported once, each type's process
+        # forked from there
+        server = ForkServer(log_dir=tmp, preload={"modules": list(CHECK_MODULES)})
 
         def one(name: str) -> dict[str, Any]:
             result = fresh.run(CHECK_ALONE, {"model_type": name, "kwargs": kwargs}, forkserver=server,

@@ -20,6 +20,12 @@ from reportgen.records.status import FAILED, OK, SKIPPED
 
 TIMEOUT_S = 120.0
 CHECK_ALONE = "reportgen.profile.architectures:check_alone"
+# What ``check`` imports beyond torch and transformers, and what nearly every modeling
+# module imports (the layers' base class, the attention masks): the sweep's fork server
+# imports them once, so a type's process imports only its own modeling module.
+CHECK_MODULES = ("reportgen.profile.architectures", "reportgen.profile.building", "reportgen.profile.regions",
+                 "reportgen.profile.structure", "reportgen.suite", "transformers.modeling_layers",
+                 "transformers.masking_utils")
 ITERATIONS = 7  # hooked forwards per type: shares of the tiny forward, not of its first call
 MEMORY_GIB = 10  # address space, not resident memory: torch alone maps several GiB
 
