@@ -362,12 +362,13 @@ def test_todays_hub_model_is_measured_at_tiny_scale(repo: str, today: Path) -> N
 
 
 @pytest.mark.parametrize("repo", list(TODAY))
-def test_todays_hub_model_is_skipped_before_building_at_reference_scale(repo: str, today: Path,
-                                                                         tmp_path: Path) -> None:
-    """At reference scale the pre-flight check counts the real model on the meta device
-    and skips it on a 24 GiB host, saying how much it needs; the count is the published
-    size (a config read with the wrong structure would land far from it)."""
-    from reportgen.errors import Skip
+def test_todays_hub_model_too_big_is_planned_reduced_at_reference_scale(repo: str, today: Path,
+                                                                        tmp_path: Path) -> None:
+    """At reference scale the pre-flight check counts the real model on the meta device;
+    on a 24 GiB host it plans the model reduced (fewer layers, every kind kept, and for a
+    mixture of experts fewer experts where even those do not fit) instead of building it,
+    saying how much the whole model needs; the count is the published size (a config read
+    with the wrong structure would land far from it)."""
     from reportgen.profile import preflight
 
     _, _, published = TODAY[repo]
@@ -380,16 +381,16 @@ def test_todays_hub_model_is_skipped_before_building_at_reference_scale(repo: st
     meminfo = tmp_path / "meminfo"
     meminfo.write_text(MEMINFO_24_GIB)
     (tmp_path / "cgroup").mkdir()
-    with pytest.raises(Skip) as caught:
-        preflight.check(combo, "cpu", meminfo_path=meminfo, cgroup_root=tmp_path / "cgroup",
-                        self_cgroup_path=tmp_path / "no-such-file")
-    message = str(caught.value)
-    # and, where some of its layers at full width would fit, the most that do
-    match = re.fullmatch(r"needs ~(\d+\.\d) GiB, 21\.2 GiB available \(host memory\)(; --layers \d+ fits)?", message)
-    assert match, message
-    needed = float(match.group(1))
+    section = preflight.check(combo, "cpu", meminfo_path=meminfo, cgroup_root=tmp_path / "cgroup",
+                              self_cgroup_path=tmp_path / "no-such-file")
+    reason = section["reduced"]["reason"]
+    match = re.fullmatch(r"measured \d+ of \d+ layers( with \d+ of \d+ experts)?: the whole model needs "
+                         r"~(\d+\.\d) GiB, 21\.2 GiB available \(host memory\)", reason)
+    assert match, reason
+    needed = float(match.group(2))
     assert needed == round(est["estimate_bytes"] / GIB, 1)
     assert needed > 21.2 and needed >= 0.7 * published * 4 / GIB  # tens to thousands of GiB
-    section = caught.value.preflight  # type: ignore[attr-defined]
-    assert section["fits"] is False and section["parameters"] == est["parameters"]
-    assert section["estimate_bytes"] == est["estimate_bytes"] and section["available_bytes"] == 22181148 * 1024
+    assert section["requested_estimate_bytes"] == est["estimate_bytes"]
+    # what it plans to build fits, and is smaller than the whole model
+    assert section["fits"] is True and section["estimate_bytes"] <= 22181148 * 1024
+    assert section["parameters"] < est["parameters"] and section["available_bytes"] == 22181148 * 1024

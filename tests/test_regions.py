@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from support.clocks import DispatchOpClock
 from support.tiny_models import TINY, build
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from reportgen import shares, stats
 from reportgen.bench import ablation
@@ -501,43 +501,6 @@ def test_hodges_lehmann() -> None:
     assert stats.hodges_lehmann([0.1, 0.2, 0.3, 0.4, 100.0]) == pytest.approx(0.3)
 
 
-class OpClock(TorchDispatchMode):
-    """A clock every aten op advances by one: the categories come out in ops, exactly, so
-    two labellings of the same forward can be compared without timing noise."""
-
-    method = "host-clock"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-        self.paused = 0  # inside the instrumentation's own work (``uncounted``)
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if not self.paused:
-            self.ops += 1
-        return func(*args, **(kwargs or {}))
-
-    def uncounted(self, fn: Any) -> Any:
-        """``fn`` with the ops it runs left out of the count."""
-        def run(*args: Any, **kwargs: Any) -> Any:
-            self.paused += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.paused -= 1
-        return run
-
-    def begin(self) -> None:
-        return None
-
-    def mark(self) -> int:
-        return self.ops
-
-    def finish(self, step: Any) -> int:
-        return self.ops
-
-    def resolve(self, marks: Any) -> list[float]:
-        return [float(m - marks[0]) for m in marks]
 
 
 @pytest.mark.parametrize("name", sorted(TINY))
@@ -549,7 +512,7 @@ def test_hooks_method_labels_move_no_op_between_categories(name: str) -> None:
     full = dataclasses.replace(structure, labels=structure.roles)
     counted = {}
     for key, labelled in (("all roles", full), ("labels", structure)):
-        clock = OpClock()
+        clock = DispatchOpClock()
         with clock:
             ops, cats = regions.hooked_forward(model, step, clock, labelled)
         counted[key] = cats

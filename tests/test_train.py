@@ -496,7 +496,7 @@ def test_hooked_labels_move_no_op_between_categories_in_a_step(
     comparison is exact."""
     import dataclasses
 
-    from test_regions import OpClock
+    from support.clocks import DispatchOpClock as OpClock
 
     from reportgen.profile import regions
     from reportgen.profile.structure import derive
