@@ -46,6 +46,17 @@ def rows() -> dict[str, dict[str, Any]]:
     return {row["model_type"]: row for row in swept}
 
 
+def _settled(rows: dict[str, dict[str, Any]], model_type: str) -> dict[str, Any]:
+    """A type's row, measured again once, alone, where its time shares put more than
+    ``OTHER_LIMIT`` in "other": the sweep runs beside the other pytest-xdist worker, and a
+    tiny forward's shares are its time's, so a share the neighbour's load distorted is
+    measured again (as a contended measurement is), never judged on a looser limit."""
+    row = rows[model_type]
+    if row["status"] == "ok" and row["shares"]["other"] > OTHER_LIMIT:
+        (row,) = sweep.sweep([model_type], workers=1, seq_len=64)
+    return row
+
+
 def test_the_list_is_transformers_own() -> None:
     types = architectures.text_model_types()
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -71,7 +82,7 @@ def test_every_architecture_measures_or_says_why_not(rows: dict[str, dict[str, A
 @pytest.mark.parametrize("model_type", MOE)
 def test_experts_and_router_have_their_own_categories(rows: dict[str, dict[str, Any]],
                                                       model_type: str) -> None:
-    row = rows[model_type]
+    row = _settled(rows, model_type)
     assert row["status"] == "ok", architectures.line(row)
     shares = row["shares"]
     assert shares["moe.experts"] > 0.05, architectures.line(row)
@@ -82,7 +93,7 @@ def test_experts_and_router_have_their_own_categories(rows: dict[str, dict[str, 
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", STATE_SPACE + HYBRID)
 def test_token_mixers_are_not_mlp(rows: dict[str, dict[str, Any]], model_type: str) -> None:
-    row = rows[model_type]
+    row = _settled(rows, model_type)
     assert row["status"] == "ok", architectures.line(row)
     shares = row["shares"]
     assert shares["mixer"] > 0.1, architectures.line(row)
