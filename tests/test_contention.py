@@ -292,23 +292,27 @@ def test_the_gpu_sampler_reads_nvml_around_a_pass(monkeypatch: pytest.MonkeyPatc
 
     from reportgen.profile import nvml
 
-    snaps = iter([SNAP, {**SNAP, "sm_clock_mhz": 1755}])
-    monkeypatch.setattr(nvml, "snapshot", lambda index: dict(next(snaps)))
     calls: list[str] = []
     listed = iter([[os.getpid()], [os.getpid(), 4343]])
     fake = types.SimpleNamespace(
         nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
         nvmlDeviceGetHandleByIndex=lambda index: ("handle", index),
         nvmlDeviceGetComputeRunningProcesses=lambda handle: [types.SimpleNamespace(pid=p) for p in next(listed)])
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    sampler = contention.GpuSampler(1)
+    snaps = iter([SNAP, {**SNAP, "sm_clock_mhz": 1755}])
+
+    def snapshot(index: int, pynvml_module: object = None) -> dict[str, object]:
+        assert pynvml_module is fake  # the sampler's module reaches every reading
+        return dict(next(snaps))
+
+    monkeypatch.setattr(nvml, "snapshot", snapshot)
+    sampler = contention.GpuSampler(1, pynvml_module=fake)
     sampler.start()
     reading = sampler.stop()
     assert reading is not None and reading["contended"] is True
     assert reading["other_processes"] == [4343] and reading["sm_clock_mhz"] == [1755, 1980]
     assert calls == ["init", "shutdown", "init", "shutdown"]
     # no NVML at all: the device side reads nothing, and the pass is judged on the host
-    monkeypatch.setattr(nvml, "snapshot", lambda index: {"throttled": None})
+    monkeypatch.setattr(nvml, "snapshot", lambda index, pynvml_module=None: {"throttled": None})
     monkeypatch.setitem(sys.modules, "pynvml", None)
     assert contention.gpu_processes(0) is None
     quiet = contention.GpuSampler(0)
