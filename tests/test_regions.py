@@ -251,6 +251,32 @@ def test_hooks_categories_sum_to_the_forward(tiny_bert: Any) -> None:
     assert cost["ratio_low"] <= cost["ratio"] <= cost["ratio_high"]
 
 
+def test_hooks_cost_against_the_timing_samples_runs_no_bare_forward(tiny_bert: Any) -> None:
+    """Given the timing pass's samples, the hooks pass runs hooked forwards only and
+    weighs them against those samples (each side resampled alone)."""
+    calls: list[int] = []
+    step = tiny_bert.step
+    original = type(step).__call__
+
+    class Counting(type(step)):  # type: ignore[misc]
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            return original(self, *args, **kwargs)
+
+    step.__class__ = Counting
+    try:
+        section = regions.hooks_method(tiny_bert.model, step, derive(tiny_bert.model, step),
+                                       min_iterations=4, max_iterations=4, bare_ms=[1.0, 1.2, 0.9])
+    finally:
+        step.__class__ = Counting.__mro__[1]
+    cost = section["cost"]
+    assert section["iterations"] == 4 and len(calls) == 4 + 1  # four hooked, the structure's own forward
+    assert (cost["bare_reference"], cost["bare"], cost["hooked"], cost["pairs"]) == ("timing samples", 3, 4, 0)
+    assert cost["bare_ms"] == pytest.approx(1.0)
+    assert cost["ratio"] == pytest.approx(cost["hooked_ms"] / 1.0)
+    assert cost["ratio_low"] <= cost["ratio"] <= cost["ratio_high"]
+
+
 def test_profiler_per_iteration_matches_the_whole(tiny_bert: Any, tmp_path: Path) -> None:
     structure = derive(tiny_bert.model, tiny_bert.step)
     profiled = profile_step(tiny_bert.step, tiny_bert.model, iterations=3,

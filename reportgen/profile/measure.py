@@ -241,8 +241,9 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         "timing": timing,
         "profile": profile,
         # both attribution methods; the hooks pass (unprofiled) runs after the profiled one
+        # the hooks' cost against this pass's own timing samples (no bare forwards of its own)
         "attribution": attribute(recorded, built.model, built.step, structure, budget_s=budget_s / 3,
-                                 hooks=compiled is None),
+                                 hooks=compiled is None, bare_ms=timing.get("samples") or None),
         "ops": recorded["ops"],
         "memory": memory,
         "flops": _flops_section(built, structure, combo, timing["median"], device, count),

@@ -359,12 +359,16 @@ def _bare(step: StepLike, clock: Any) -> float:
 def hooks_method(model: nn.Module, step: StepLike, structure: Structure, *, min_iterations: int = 6,
                  max_iterations: int = 40, budget_s: float = 2.0,
                  wall: Callable[[], float] = time.monotonic,
-                 clock: Any | None = None) -> dict[str, Any]:
+                 clock: Any | None = None, bare_ms: Sequence[float] | None = None) -> dict[str, Any]:
     """Attribute ``step`` by module-boundary clocks; returns the method's record section.
 
-    Hooked and bare iterations alternate in ABBA order (hooked, bare, bare, hooked, ...)
-    until ``budget_s`` (at least ``min_iterations`` hooked ones): the hooked ones give
-    the per-iteration category times, the pairs give the hooks' own cost.
+    Hooked iterations run until ``budget_s`` (at least ``min_iterations``): they give the
+    per-iteration category times. The hooks' own cost is their median over a bare
+    forward's: with ``bare_ms`` (the same process's timing samples of this step, taken
+    just before) against those, each side resampled alone; without, bare iterations
+    alternate with the hooked ones in ABBA order (hooked, bare, bare, hooked, ...) and
+    the pairs are resampled together. Reusing the timing pass's samples spares a bare
+    forward per hooked one, half the pass, where the forward is long.
     """
     if clock is None:
         clock = device_clock(step)
@@ -380,7 +384,7 @@ def hooks_method(model: nn.Module, step: StepLike, structure: Structure, *, min_
     while len(walls) < max_iterations and (len(walls) < min_iterations
                                            or wall() - started < budget_s):
         order = ("hooked", "bare") if len(walls) % 2 == 0 else ("bare", "hooked")
-        for kind in order:
+        for kind in order if bare_ms is None else ("hooked",):
             if kind == "bare":
                 bare.append(_bare(step, clock))
                 step.reset()
@@ -393,14 +397,21 @@ def hooks_method(model: nn.Module, step: StepLike, structure: Structure, *, min_
             step.reset()
             walls.append(ms)
             per_iteration.append(cats)
-    ratio, low, high = _paired_ratio(walls, bare)
+    if bare_ms is None:
+        ratio, low, high = _paired_ratio(walls, bare)
+        reference = "alternated"
+    else:
+        bare = [float(x) for x in bare_ms]
+        ratio, low, high = _unpaired_ratio(walls, bare)
+        reference = "timing samples"
     return shares.method_section(
         per_iteration, walls, phases=phases if training else None, clock=clock.method,
         basis="device" if clock.method == "cuda-events" else "cpu",
         calls_per_forward=calls, per_layer=layer_means(layers),
         other_sources_ms={k: v / len(walls) for k, v in sorted(sources.items())},
         cost={"hooked_ms": _median(walls), "bare_ms": _median(bare), "ratio": ratio,
-              "ratio_low": low, "ratio_high": high, "pairs": len(bare),
+              "ratio_low": low, "ratio_high": high, "pairs": len(bare) if bare_ms is None else 0,
+              "hooked": len(walls), "bare": len(bare), "bare_reference": reference,
               "bare_iteration_ms": bare})
 
 
@@ -422,6 +433,14 @@ def layer_means(layers: Sequence[Mapping[str, Mapping[str, float]]]) -> list[dic
 
 def _median(xs: Sequence[float]) -> float:
     return median(xs) if xs else float("nan")
+
+
+def _unpaired_ratio(a: Sequence[float], b: Sequence[float], reps: int = 1000,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """median(a) / median(b), each side resampled alone (percentile bootstrap), the
+    interval widened to hold the ratio."""
+    point, low, high = bootstrap_ratio(a, b, paired=False, reps=reps, seed=seed)
+    return point, min(point, low), max(point, high)
 
 
 def _paired_ratio(a: Sequence[float], b: Sequence[float], reps: int = 1000,
@@ -446,7 +465,7 @@ def profiler_method(rows: Sequence[tuple[float, dict[str, float]]], basis: str,
 
 
 def attribute(profiled: dict[str, Any], model: nn.Module, step: StepLike, structure: Structure, *,
-              budget_s: float, hooks: bool = True) -> dict[str, Any]:
+              budget_s: float, hooks: bool = True, bare_ms: Sequence[float] | None = None) -> dict[str, Any]:
     """Both methods for a profiled combination (``profiling.profile_step``'s result):
     the hooks pass runs here, unprofiled; returns the record's ``attribution``.
     ``hooks=False`` (a compiled forward, whose modules no longer run as modules) keeps
@@ -457,7 +476,7 @@ def attribute(profiled: dict[str, Any], model: nn.Module, step: StepLike, struct
     failed = None
     if hooks:
         try:
-            methods["hooks"] = hooks_method(model, step, structure, budget_s=budget_s)
+            methods["hooks"] = hooks_method(model, step, structure, budget_s=budget_s, bare_ms=bare_ms)
         except RuntimeError as exc:
             if not hasattr(step, "phase_hook"):
                 raise
