@@ -22,6 +22,15 @@ from support.slurm import SlurmCluster, skip_reason
 
 from reportgen.records.schema import VALIDATE_ENV
 
+# One OpenMP team per CPU across the pytest-xdist workers: each worker's torch (and the
+# measurement processes it starts, which inherit the environment) runs CPUs / workers
+# threads. Two workers each running a team as wide as the host put two threads on every
+# core, and a parallel region whose thread lost its core waits for it: a tiny forward that
+# takes 2 ms alone took up to 600 ms so. A thread count the caller set is kept.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
+
 # Every record any test writes through reportgen.records.store (in this process, its workers and
 # the CLI subprocesses, which inherit the environment) is checked against its JSON Schema.
 os.environ[VALIDATE_ENV] = "1"

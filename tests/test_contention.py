@@ -293,7 +293,10 @@ def test_the_gpu_sampler_reads_nvml_around_a_pass(monkeypatch: pytest.MonkeyPatc
     from reportgen.profile import nvml
 
     calls: list[str] = []
-    listed = iter([[os.getpid()], [os.getpid(), 4343]])
+    # another process's pid: never this one's (a fixed pid is this worker's own now and then
+    # on a fresh machine, and the sampler rightly leaves its own process out)
+    other = os.getpid() + 1
+    listed = iter([[os.getpid()], [os.getpid(), other]])
     fake = types.SimpleNamespace(
         nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
         nvmlDeviceGetHandleByIndex=lambda index: ("handle", index),
@@ -309,7 +312,7 @@ def test_the_gpu_sampler_reads_nvml_around_a_pass(monkeypatch: pytest.MonkeyPatc
     sampler.start()
     reading = sampler.stop()
     assert reading is not None and reading["contended"] is True
-    assert reading["other_processes"] == [4343] and reading["sm_clock_mhz"] == [1755, 1980]
+    assert reading["other_processes"] == [other] and reading["sm_clock_mhz"] == [1755, 1980]
     assert calls == ["init", "shutdown", "init", "shutdown"]
     # no NVML at all: the device side reads nothing, and the pass is judged on the host
     monkeypatch.setattr(nvml, "snapshot", lambda index, pynvml_module=None: {"throttled": None})

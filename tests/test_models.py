@@ -140,6 +140,40 @@ def test_tiny_keeps_gqa_and_token_ids_in_range() -> None:
     assert config.bos_token_id < shrink.TINY_VOCAB and config.eos_token_id < shrink.TINY_VOCAB
 
 
+# Parts whose widths the standard names alone do not tie: per-layer overrides (dots3_note),
+# per-layer widths (gemma3n_text), the width a decoder's cross-attention reads (t5gemma),
+# the width one part names of another (blt). Each shrinks in width, not in depth alone.
+@pytest.mark.parametrize("model_type", ["dots3_note", "gemma3n_text", "t5gemma", "blt"])
+def test_tiny_shrinks_the_widths_that_parts_tie_to_each_other(model_type: str) -> None:
+    built = building.build(combo(model_type, attn_implementation="eager"))
+    try:
+        assert "tiny" not in built.info, built.info["tiny"]  # not the depth-only fallback
+        assert built.info["parameters"] < 2_000_000
+    finally:
+        building.free(built)
+
+
+def test_tiny_shrinks_each_layers_own_config() -> None:
+    """A heterogeneous config's layers (transformers' ``per_layer_config``) shrink by the
+    same rules as the global values, renumbered to the layers kept."""
+    reference = modelspec.resolve("dots3_note").make_config().text_config
+    assert reference.per_layer_config["sliding_attention"].num_attention_heads == 64
+    config = modelspec.resolve("dots3_note").make_config("tiny").text_config
+    for layer in config.per_layer_config:
+        assert (layer.hidden_size, layer.num_attention_heads, layer.kv_lora_rank) == (
+            shrink.TINY_HIDDEN, shrink.TINY_HEADS, 32)
+    assert "sliding_attention" in config.layer_types
+
+
+def test_tiny_gives_a_part_the_width_another_names() -> None:
+    blt = modelspec.resolve("blt").make_config("tiny")
+    assert blt.encoder_config.hidden_size_global == blt.global_config.hidden_size == 2 * shrink.TINY_HIDDEN
+    t5gemma = modelspec.resolve("t5gemma").make_config("tiny")
+    assert t5gemma.decoder.cross_attention_hidden_size == t5gemma.encoder.hidden_size == shrink.TINY_HIDDEN
+    gemma3n = modelspec.resolve("gemma3n_text").make_config("tiny")
+    assert gemma3n.intermediate_size == [shrink.TINY_FF] * len(gemma3n.intermediate_size)
+
+
 # --- building each mode ----------------------------------------------------------------
 
 CASES = [

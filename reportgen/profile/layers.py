@@ -311,14 +311,14 @@ def tiny_selection(config: Any, old_layers: int) -> list[int]:
     return sorted(chosen)
 
 
-def tiny_layers(config: Any, old_layers: Any) -> None:
+def tiny_layers(config: Any, old_layers: Any) -> list[int]:
     """``--scale tiny``'s depth: the layers `tiny_selection` keeps, and layer periods and
     offsets that place a kind of layer (every n-th layer is attention) brought within the
-    tiny depth."""
+    tiny depth. Returns the reference indices of the layers kept."""
     if not is_int(old_layers):
         for name in LAYER_NAMES:
             set_(config, name, TINY_LAYERS)
-        return
+        return list(range(TINY_LAYERS))
     chosen = tiny_selection(config, old_layers)
     cut_layers(config, chosen, old_layers)
     for name, value in list(vars(config).items()):
@@ -328,6 +328,7 @@ def tiny_layers(config: Any, old_layers: Any) -> None:
             setattr(config, name, len(chosen))
         elif name.endswith("_layer_offset") and is_int(value) and value >= len(chosen):
             setattr(config, name, len(chosen) - 1)
+    return chosen
 
 
 def _refit_period(pattern: list[bool], old: tuple[int, int]) -> tuple[int, int] | None:

@@ -4,6 +4,7 @@ code of its own), and the tiny sizes themselves."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from reportgen.profile.experts import EXPERT_NAMES as _EXPERT_NAMES
@@ -54,6 +55,8 @@ _LINEAR_ATTENTION = {"linear_num_heads": TINY_HEADS, "linear_head_dim": TINY_HEA
                      "linear_key_head_dim": TINY_HEAD_DIM, "linear_value_head_dim": TINY_HEAD_DIM}
 # widths that equal the model's own at reference (an inner attention or recurrence width)
 _INNER_WIDTH_NAMES = ("attention_hidden_size", "lru_width", "mamba_d_ssm")
+# a width another part of the model reads this part's input at (besides ``hidden_size_*``)
+_OTHER_WIDTH_NAMES = ("cross_attention_hidden_size",)
 
 
 def _shrink_experts(config: Any, dense_prefix: bool = True) -> None:
@@ -84,8 +87,11 @@ def _shrink_mixtures(config: Any, old_hidden: Any, dense_prefix: bool = True) ->
     for name, value in list(vars(config).items()):
         if name.endswith("intermediate_size") and _int(value) and value > TINY_FF:
             setattr(config, name, TINY_FF)  # expert, shared-expert and dense-layer widths
-        elif name.startswith("hidden_size_") and _int(value) and value > TINY_HIDDEN:
-            setattr(config, name, TINY_HIDDEN)  # another part's width (a global model's)
+        elif ((name.startswith("hidden_size_") or name in _OTHER_WIDTH_NAMES) and _int(value)
+              and value > TINY_HIDDEN):
+            # another part's width (a global model's, the encoder's a decoder attends to):
+            # the same multiple of this part's width as at reference
+            setattr(config, name, _same_multiple(value, old_hidden))
     _shrink_experts(config, dense_prefix)
     if _has(config, "qk_rope_head_dim"):
         for name, value in _LATENT.items():
@@ -118,10 +124,17 @@ def _shrink_mixtures(config: Any, old_hidden: Any, dense_prefix: bool = True) ->
             _set(config, name, value)
     for name in _INNER_WIDTH_NAMES:
         value = _get(config, name)
-        if _int(value) and _int(old_hidden) and old_hidden and name != "mamba_d_ssm":
-            # the same multiple of the model's width as at reference (Zamba-2's attention
-            # reads the hidden state beside the embeddings: twice the width)
-            _set(config, name, max(1, round(value / old_hidden)) * TINY_HIDDEN)
+        if _int(value) and name != "mamba_d_ssm":
+            # (Zamba-2's attention reads the hidden state beside the embeddings: twice the width)
+            _set(config, name, _same_multiple(value, old_hidden))
+
+
+def _same_multiple(value: int, old_hidden: Any) -> int:
+    """A width tied to the model's: the same whole multiple of the tiny width as it was of
+    the reference width (at least one)."""
+    if not _int(old_hidden) or not old_hidden:
+        return TINY_HIDDEN
+    return max(1, round(value / old_hidden)) * TINY_HIDDEN
 
 
 def shrink_config(config: Any, *, min_positions: int = 0, widths: bool = True, depth: bool = True) -> Any:
@@ -130,31 +143,83 @@ def shrink_config(config: Any, *, min_positions: int = 0, widths: bool = True, d
     (a language model with a vision or audio encoder) shrinks each of its parts. ``depth``
     False keeps the layers (``--layers`` chose them)."""
     _shrink_one(config, min_positions=min_positions, widths=widths, depth=depth)
+    parts = {}
     for name in getattr(config, "sub_configs", None) or {}:
         sub = _get(config, name)
         if sub is not None and sub is not config and hasattr(sub, "to_dict"):
             shrink_config(sub, min_positions=min_positions, widths=widths, depth=depth)
+            parts[name] = sub
+    if widths:
+        _tie_parts(parts)
     return config
 
 
-def _shrink_one(config: Any, *, min_positions: int = 0, widths: bool = True, depth: bool = True) -> Any:
+def _tie_parts(parts: dict[str, Any]) -> None:
+    """A part that names another's width (``hidden_size_global`` beside ``global_config``)
+    gets that width: the named part takes it, with its head width where that was its width
+    over its heads (BLT's local encoder feeds the global model twice its own width)."""
+    for part in parts.values():
+        for name, value in list(vars(part).items()):
+            other = parts.get(name.removeprefix("hidden_size_") + "_config") if name.startswith(
+                "hidden_size_") else None
+            if other is None or not _int(value) or not _has(other, "hidden_size"):
+                continue
+            hidden, heads, head_dim = (_get(other, "hidden_size"), _first(other, HEAD_NAMES),
+                                       _get(other, "head_dim"))
+            _set(other, "hidden_size", value)
+            if _int(heads) and _int(head_dim) and _int(hidden) and head_dim * heads == hidden:
+                _set(other, "head_dim", value // heads)
+
+
+def _shrink_one(config: Any, *, min_positions: int = 0, widths: bool = True, depth: bool = True) -> None:
     """One config's shrink; ``widths`` False keeps every width and head count (only the
     depth, the experts and the vocabulary shrink): the fallback for an architecture whose
-    parts tie widths to each other in ways the names do not say."""
+    parts tie widths to each other in ways the names do not say.
+
+    A heterogeneous config (transformers' ``per_layer_config``: layers that override some
+    of the global attributes) shrinks its global values and each kept layer's own config by
+    the same rules; the overrides are what then still differs, renumbered to the kept layers."""
+    spec = vars(config).pop("_heterogeneity_spec", None)
+    if spec is None:
+        _shrink_uniform(config, min_positions=min_positions, widths=widths, depth=depth)
+        return
+    layers = {}
+    for index, overrides in spec.per_layer_overrides.items():
+        layers[index] = layer = copy.copy(config)
+        for name, value in overrides.items():
+            setattr(layer, name, value)
+    kept = _shrink_uniform(config, min_positions=min_positions, widths=widths, depth=depth)
+    per_layer = {}
+    for new, old in enumerate(kept):
+        if old not in layers:
+            continue
+        layer = layers[old]
+        _shrink_uniform(layer, min_positions=min_positions, widths=widths, depth=False)
+        names = spec.explicit_per_layer_attributes | set(spec.per_layer_overrides[old])
+        per_layer[new] = {name: getattr(layer, name) for name in sorted(names)
+                          if name == "skip" or getattr(layer, name) != vars(config).get(name)}
+    config.per_layer_config = per_layer
+
+
+def _shrink_uniform(config: Any, *, min_positions: int, widths: bool, depth: bool) -> list[int]:
+    """The shrink of a config whose attributes hold for every layer; returns the reference
+    indices of the layers kept."""
     old_layers = _first(config, _LAYER_NAMES)
     old_hidden = _first(config, HIDDEN_NAMES)
     old_heads = _first(config, HEAD_NAMES)
     old_kv = _first(config, KV_HEAD_NAMES)
-    if depth:
-        _shrink_layers(config, old_layers)
+    kept = _shrink_layers(config, old_layers) if depth else list(range(old_layers if _int(old_layers) else 0))
     if not widths:
         _shrink_experts(config)
         _shrink_vocab(config, min_positions)
-        return config
+        return kept
     for names, value in ((HIDDEN_NAMES, TINY_HIDDEN), (HEAD_NAMES, TINY_HEADS),
                          (FF_NAMES, TINY_FF), (HEAD_DIM_NAMES, TINY_HEAD_DIM)):
         for name in names:
-            _set(config, name, value)
+            current = _get(config, name) if _has(config, name) else None
+            # a width given per layer (Gemma 3n's MLP widths) stays a list, one per layer
+            _set(config, name, type(current)(value for _ in current) if isinstance(current, (list, tuple))
+                 else value)
     _shrink_mixtures(config, old_hidden, dense_prefix=depth)
     # a partial rotary width (gptj, codegen) may not exceed the new head width
     rotary = getattr(config, "rotary_dim", None) if _has(config, "rotary_dim") else None
@@ -167,7 +232,7 @@ def _shrink_one(config: Any, *, min_positions: int = 0, widths: bool = True, dep
             if _has(config, name):
                 setattr(config, name, kv)
     _shrink_vocab(config, min_positions)
-    return config
+    return kept
 
 
 def _shrink_vocab(config: Any, min_positions: int) -> None:
