@@ -96,12 +96,15 @@ class Plan:
     mode: str = MODE
     seq_len: int = SEQ_LEN
     scale: str = "reference"
-    # four rounds of each combination, 1 s of timing each: a 2-core host measures the two
-    # larger models whole (1.3 and 0.5 billion parameters, a second or more a forward) in
-    # minutes, most of it building them again for each round's fresh process
-    budget_s: float = 4.0
-    rounds: int = 4
-    min_rounds: int = 4
+    # six rounds of each combination (the fewest that state a 95% interval), 2 s of timing
+    # each: on a 2-core host a round's median moves by up to 15% from one round to the
+    # next (four rounds of 1 s left the medians measured whole 10-20% wide, wider than the
+    # 5% the figure judges); the two larger models whole (1.3 and 0.5 billion parameters,
+    # a second or more a forward) take minutes, much of it building them again for each
+    # round's fresh process
+    budget_s: float = 12.0
+    rounds: int = 6
+    min_rounds: int = 6
     target: float = 0.05
     profile_iterations: int = 3
     # one round of a combination, at most: the runner's default (15 minutes) is too short
