@@ -204,6 +204,28 @@ def test_home_and_findings_count_the_same_combinations(built: tuple[Path, Path])
     assert (int(counted.group(1)), int(counted.group(2))) == (int(shown.group(1)), sum(per_host))
 
 
+_SOURCE = re.compile(r"(?:From|Rows from) run ([\w./-]+), measured (\d{4}-\d\d-\d\d \d\d:\d\d UTC), load: ")
+
+
+def test_every_headline_table_names_its_run_date_and_load(built: tuple[Path, Path]) -> None:
+    """A model's figures on each machine, and a machine's figures for each model, say which
+    run they come from, when it was measured and under what load: the same combination
+    read from two runs (the Tools page's, a model page's) can then be told apart."""
+    docs, _ = built
+    pages = [*sorted((docs / "models").glob("*.md")), *sorted((docs / "hardware").glob("*/index.md"))]
+    checked = 0
+    for page in pages:
+        for section in page.read_text(encoding="utf-8").split("\n## "):
+            if not re.search(r"^\| (?:sequence length|model) .*\| median \|", section, re.M):
+                continue
+            named = _SOURCE.findall(section)
+            assert named, f"{page.relative_to(docs)}: a headline table without its run"
+            for run_id, _when in named:
+                assert (ROOT / "runs" / run_id / "run.json").is_file(), (page, run_id)
+            checked += 1
+    assert checked > 15
+
+
 _ONE_PLURAL = re.compile(r"(?<![\d.,])1 (layers|samples|rounds|passes|tokens|combinations|runs|experts)\b")
 _ZERO_SHARE = re.compile(r"^\| ([\w.<>]+) \| (?:0 ms|0\.0+ ms|–) \| 0\.0% <small>\[0\.0%, 0\.0%\]</small>", re.M)
 
