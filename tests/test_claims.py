@@ -880,6 +880,9 @@ def test_the_findings_index_counts_as_the_home_page_and_names_a_secondary_source
     shown = analysis.combinations_frame(current_runs(load_runs(ROOT / "runs")))
     assert report.observations == len(shown)
     index = pages(ROOT / "runs", ROOT / "claims", report=report)[FINDINGS_INDEX]
-    assert f"({len(shown)} combinations)" in index
+    # the combinations shown, and of them those measured, as the home page counts them per host
+    measured = int((shown["status"] == "ok").sum())
+    assert 0 < measured < len(shown) and report.measured == measured
+    assert f"({len(shown)} combinations, {measured} of them measured)" in index
     row = next(line for line in index.splitlines() if "bert-base-attention-over-60-percent" in line)
     assert "attributed to [Profiling in PyTorch (Part 3)" in row and "not found in it" in row

@@ -563,3 +563,65 @@ def test_a_claim_says_under_which_releases_it_holds(tmp_path: Path) -> None:
     (claims / "bert-fast.yaml").write_text((claims / "bert-fast.yaml").read_text().replace("bert-base", "mistral-7b"))
     assert check(root, claims).claims[0].releases == []
     assert "## Across releases" not in pages(root, claims)["findings/bert-fast.md"]
+
+
+def test_a_release_set_whose_run_is_complete_builds_no_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from reportgen import cli
+    from reportgen.commands import history as command
+    from reportgen.execute import history, runner
+    from reportgen.suite import load_suite
+
+    suite = load_suite("history", {})
+    out = tmp_path / "runs"
+    kw: dict[str, Any] = {"out": out, "environment": {"git": None}, "hardware": "test-host", "show_progress": False}
+    runner.run_suite(suite, measure=InProcessMeasure(), release={"torch": "2.13.0", "transformers": "5.20.2"}, **kw)
+    with pytest.raises(KeyboardInterrupt):  # a run left half-measured is resumed, in its environment
+        runner.run_suite(suite, measure=InProcessMeasure(interrupt_at=3),
+                         release={"torch": "2.13.0", "transformers": "5.25.0"}, **kw)
+    built: list[str] = []
+    measured: list[str] = []
+
+    def ensure(cache: Path, release: ReleaseSet, **_: Any) -> history.Built:
+        built.append(release.name)
+        return history.Built(cache / release.name, Path("/usr/bin/python3"))
+
+    def run_suite(suite: Any, **kw: Any) -> runner.RunResult:
+        measured.append(kw["release"]["transformers"])
+        return runner.RunResult(store=argparse.Namespace(run_id="x"))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(history, "this_hardware", lambda device: "test-host")
+    monkeypatch.setattr(history, "ensure_release", ensure)
+    monkeypatch.setattr(history, "collect_environment", lambda python, device: {})
+    monkeypatch.setattr(runner, "run_suite", run_suite)
+    monkeypatch.setattr(runner, "local_executor", lambda suite, **kw: None)
+    sets = release_sets(["2.13.0"], ["5.20.2", "5.25.0", "5.26.0"])
+    outcomes = command.measure_all(suite, sets, cache=tmp_path / "cache", out=out, timeout_s=None,
+                                   command="reportgen history")
+    assert built == ["2.13.0-5.25.0", "2.13.0-5.26.0"] and measured == ["5.25.0", "5.26.0"]
+    complete = f"test-host/{run_base(suite.name, suite.hash, sets[0].as_dict())}"
+    assert outcomes[0]["run_id"] == complete
+    assert f"torch 2.13.0, transformers 5.20.2: {complete}: complete, nothing to measure" in capsys.readouterr().out
+    # on another host the same run is not this host's: its environment is built
+    monkeypatch.setattr(history, "this_hardware", lambda device: "other-host")
+    built.clear()
+    command.measure_one(suite, sets[0], cache=tmp_path / "cache", out=out, timeout_s=None, command="")
+    assert built == ["2.13.0-5.20.2"]
+
+    # a --bisect reads its two measured endpoints: neither environment is built again
+    monkeypatch.undo()  # the real runner finishes the half-measured run first
+    runner.run_suite(load_suite("history", {}), measure=InProcessMeasure(),
+                     release={"torch": "2.13.0", "transformers": "5.25.0"}, **kw)
+    monkeypatch.setattr(history, "this_hardware", lambda device: "test-host")
+    monkeypatch.setattr(history, "ensure_release", ensure)
+    monkeypatch.setattr(history, "collect_environment", lambda python, device: {})
+    monkeypatch.setattr(runner, "run_suite", run_suite)
+    monkeypatch.setattr(runner, "local_executor", lambda suite, **kw: None)
+    bisected: list[list[str]] = []
+    monkeypatch.setattr(command, "bisect",
+                        lambda suite, combo, sets, **_: bisected.append([s.name for s in sets]) or 0)
+    built.clear()
+    combo = suite.combinations()[0].id
+    code = cli.main(["history", "--torch", "2.13.0", "--transformers", "5.20.2,5.25.0", "--bisect", combo,
+                     "--out", str(out), "--cache", str(tmp_path / "cache")])
+    assert code == 0 and built == [] and bisected == [["2.13.0-5.20.2", "2.13.0-5.25.0"]]

@@ -136,6 +136,96 @@ def test_no_download_is_empty_or_writes_counts_as_floats(built: tuple[Path, Path
             raise AssertionError(f"{path.relative_to(site)}: an empty download")
 
 
+def _tooltip_fields(spec: Any) -> Iterator[str]:
+    """The fields every tooltip of a Vega-Lite spec (and its layers, facets) reads."""
+    if isinstance(spec, dict):
+        for key, value in spec.items():
+            if key == "tooltip" and isinstance(value, list):
+                yield from (t["field"] for t in value if isinstance(t, dict) and "field" in t)
+            else:
+                yield from _tooltip_fields(value)
+    elif isinstance(spec, list):
+        for item in spec:
+            yield from _tooltip_fields(item)
+
+
+def _derived_fields(spec: Any) -> set[str]:
+    """The fields a spec's transforms make (``as``), which its rows need not hold."""
+    found: set[str] = set()
+    if isinstance(spec, dict):
+        for key, value in spec.items():
+            if key == "as":
+                found.update([value] if isinstance(value, str) else [v for v in value if isinstance(v, str)])
+            else:
+                found |= _derived_fields(value)
+    elif isinstance(spec, list):
+        for item in spec:
+            found |= _derived_fields(item)
+    return found
+
+
+def test_every_tooltip_reads_a_field_its_rows_hold(built: tuple[Path, Path]) -> None:
+    """A tooltip naming a field the chart's rows lack shows the reader nothing (the interval's
+    level on the attention charts was one)."""
+    _, site = built
+    missing = []
+    for html in _pages(site):
+        parser = _Links()
+        parser.feed(html.read_text(encoding="utf-8"))
+        for chart in parser.charts:
+            rows = chart["spec"].get("data", {}).get("values") or []
+            held = set().union(*(r.keys() for r in rows)) | _derived_fields(chart["spec"])
+            lacking = sorted(set(_tooltip_fields(chart["spec"])) - held)
+            if rows and lacking:
+                missing.append(f"{html.relative_to(site)}: {chart['spec'].get('title') or chart['links']}: {lacking}")
+    assert not missing, "\n".join(missing[:10])
+
+
+def test_every_latency_download_states_its_level(built: tuple[Path, Path]) -> None:
+    """A download of medians with their intervals says at what level each interval is
+    (records of fewer than six rounds state less than 95%)."""
+    _, site = built
+    lacking = []
+    for path in sorted(site.rglob("*.csv")):
+        header = next(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))), [])
+        if "median" in header and "ci_low" in header and "confidence" not in header:
+            lacking.append(f"{path.relative_to(site)}: {header}")
+    assert not lacking, "\n".join(lacking[:10])
+
+
+def test_home_and_findings_count_the_same_combinations(built: tuple[Path, Path]) -> None:
+    docs, _ = built
+    home = (docs / "index.md").read_text(encoding="utf-8")
+    findings = (docs / "findings" / "index.md").read_text(encoding="utf-8")
+    shown = re.search(r"The (\d+) combinations the pages show", home)
+    per_host = [int(n) for n in re.findall(r"\d+ models?, (\d+) combinations? measured\)", home)]
+    counted = re.search(r"\((\d+) combinations, (\d+) of them measured\)", findings)
+    assert shown and per_host and counted, "the home page or the findings index no longer counts its combinations"
+    assert (int(counted.group(1)), int(counted.group(2))) == (int(shown.group(1)), sum(per_host))
+
+
+_SOURCE = re.compile(r"(?:From|Rows from) run ([\w./-]+), measured (\d{4}-\d\d-\d\d \d\d:\d\d UTC), load: ")
+
+
+def test_every_headline_table_names_its_run_date_and_load(built: tuple[Path, Path]) -> None:
+    """A model's figures on each machine, and a machine's figures for each model, say which
+    run they come from, when it was measured and under what load: the same combination
+    read from two runs (the Tools page's, a model page's) can then be told apart."""
+    docs, _ = built
+    pages = [*sorted((docs / "models").glob("*.md")), *sorted((docs / "hardware").glob("*/index.md"))]
+    checked = 0
+    for page in pages:
+        for section in page.read_text(encoding="utf-8").split("\n## "):
+            if not re.search(r"^\| (?:sequence length|model) .*\| median \|", section, re.M):
+                continue
+            named = _SOURCE.findall(section)
+            assert named, f"{page.relative_to(docs)}: a headline table without its run"
+            for run_id, _when in named:
+                assert (ROOT / "runs" / run_id / "run.json").is_file(), (page, run_id)
+            checked += 1
+    assert checked > 15
+
+
 _ONE_PLURAL = re.compile(r"(?<![\d.,])1 (layers|samples|rounds|passes|tokens|combinations|runs|experts)\b")
 _ZERO_SHARE = re.compile(r"^\| ([\w.<>]+) \| (?:0 ms|0\.0+ ms|–) \| 0\.0% <small>\[0\.0%, 0\.0%\]</small>", re.M)
 

@@ -157,6 +157,7 @@ class CheckReport:
     runs_root: str
     claims: list[ClaimResult] = field(default_factory=list)
     observations: int = 0
+    measured: int = 0  # of them, those measured (the rest skipped or failed), as the home page counts
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -611,7 +612,9 @@ def check(runs_root: Path | str, claims_dir: Path | str) -> CheckReport:
     claims = load_claims(claims_dir)
     observations = load_observations(runs_root)
     # a combination two current runs measured is one combination (as every page counts it)
-    report = CheckReport(str(runs_root), observations=len(latest_per_combination(observations)[0]))
+    kept = latest_per_combination(observations)[0]
+    report = CheckReport(str(runs_root), observations=len(kept),
+                         measured=sum(1 for o in kept if is_ok(o.record)))
     report.claims = [evaluate_claim(c, observations) for c in claims]
     history = load_history_observations(runs_root)
     for result in report.claims:

@@ -188,6 +188,13 @@ def measure_one(suite: Any, release: ReleaseSet, *, cache: Path, out: Path, time
     from reportgen.execute import history, runner
 
     outcome: dict[str, Any] = {"label": release.label, "run_id": None}
+    done = history.complete_run(out, history.this_hardware(suite.settings.device), suite, release)
+    if done is not None:
+        # a finished run is kept as it is: nothing to resume, so no environment to build
+        outcome["run_id"] = done
+        outcome["line"] = f"{done}: complete, nothing to measure (its environment was not built)"
+        print(f"{release.label}: {outcome['line']}", flush=True)
+        return outcome
     t0 = time.monotonic()
     try:
         built = history.ensure_release(cache, release, log=lambda text: print(text, flush=True))

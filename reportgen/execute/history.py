@@ -20,7 +20,8 @@ measured by the project's workers run by that environment's interpreter
 series of its own that names its release set (``reportgen.records.releases``). A release that
 cannot be installed or started is one line, and the rest go on; a combination an old
 release cannot build is recorded ``skipped`` with the reason, as in any run. Rerunning
-resumes: finished runs are left as they are, environments are reused.
+resumes: finished runs are left as they are (and their environments neither built nor
+installed: ``complete_run``), environments are reused.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+from reportgen.errors import UserError
 from reportgen.execute import fresh
 from reportgen.records.releases import ReleaseSet, public
 
@@ -240,3 +243,34 @@ def collect_environment(python: Path, device: str = "cpu", timeout_s: float = 30
     if not result.ok:
         raise InstallError(f"{python}: could not describe its environment: {result.reason}")
     return dict(result.value)
+
+
+@cache
+def this_hardware(device: str) -> str | None:
+    """The hardware directory a run of ``device`` on this host is stored under, read in this
+    process (a CPU's from the processor and the cores this process may use, without torch);
+    None where it cannot be read here (then nothing counts as already measured)."""
+    from reportgen.profile import env
+
+    try:
+        if device == "cpu":
+            return env.hardware_slug({"device": {"type": "cpu"}, "host": env.host_info()})
+        return env.hardware_slug(env.collect(device, probe=False))
+    except (ImportError, OSError, RuntimeError, AssertionError, UserError):
+        return None
+
+
+def complete_run(out: Path, hardware: str | None, suite: Any, release: ReleaseSet) -> str | None:
+    """The id of the release set's run of ``suite`` under ``out`` when it holds a record of
+    every combination (a resume would measure nothing, so its environment need not be built
+    or installed); None while anything is left to measure."""
+    from reportgen.execute.plan import todo
+    from reportgen.records.releases import run_base
+    from reportgen.records.store import RunStore
+
+    if hardware is None:
+        return None
+    store = RunStore(out, hardware, suite, base=run_base(suite.name, suite.hash, release.as_dict()))
+    if store.read_run() is None or todo(store, suite.combinations()):
+        return None
+    return store.run_id

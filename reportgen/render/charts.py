@@ -239,7 +239,7 @@ def attention_chart(comparison: pd.DataFrame) -> dict[str, Any]:
         row=alt.Row("label:N", title=None, sort=alt.EncodingSortField("seq")), data=_PLACEHOLDER
     ).resolve_scale(x="independent")
     return _spec(chart, _records(
-        data[["seq", "label", "attn", "median", "ci_low", "ci_high", "ratio"]]))
+        data[["seq", "label", "attn", "median", "ci_low", "ci_high", "confidence", "ratio"]]))
 
 
 def overhead_chart(frame: pd.DataFrame) -> dict[str, Any]:

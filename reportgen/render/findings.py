@@ -411,6 +411,7 @@ def pages(runs_root: Path | str, claims_dir: Path | str, *, report: CheckReport 
         out[claim_page_path(model["claim"].id)] = env.get_template("claim.md.j2").render(**model)
     out[FINDINGS_INDEX] = env.get_template("index.md.j2").render(
         claims=models, runs=report.runs_root, combinations=report.observations,
+        measured=report.measured,
         structural=sum(1 for m in models if m["catalog"] is not None))
     return out
 

@@ -204,7 +204,8 @@ def _latency_chart(frame: pd.DataFrame, library: str) -> dict[str, Any]:
         scale=alt.Scale(zero=False), both={"x": x, "color": colour}, under=[line], height=300,
         point={"tooltip": [alt.Tooltip("combination:N"), alt.Tooltip("release:O", title=library),
                            alt.Tooltip("median:Q", format=".4~g"), alt.Tooltip("ci_low:Q", format=".4~g"),
-                           alt.Tooltip("ci_high:Q", format=".4~g")]})
+                           alt.Tooltip("ci_high:Q", format=".4~g"),
+                           alt.Tooltip("confidence:Q", title="interval level", format=".4~%")]})
     return charts._spec(chart, charts._records(frame))
 
 
@@ -233,12 +234,13 @@ def _frames(pts: Sequence[Point], library: str) -> tuple[pd.DataFrame, pd.DataFr
             continue
         rows.append({"combination": p.combo_id, "release": p.release(library), "median": p.median,
                      "ci_low": fields.number(p.record, "timing.ci_low"),
-                     "ci_high": fields.number(p.record, "timing.ci_high")})
+                     "ci_high": fields.number(p.record, "timing.ci_high"),
+                     "confidence": fields.number(p.record, "timing.confidence")})
         for order, (cat, share) in enumerate(p.shares().items()):
             if share > 0:
                 long.append({"combination": p.combo_id, "release": p.release(library), "category": cat,
                              "order": CATEGORIES.index(cat) if cat in CATEGORIES else order, "share": share})
-    return (pd.DataFrame(rows, columns=["combination", "release", "median", "ci_low", "ci_high"]),
+    return (pd.DataFrame(rows, columns=["combination", "release", "median", "ci_low", "ci_high", "confidence"]),
             pd.DataFrame(long, columns=["combination", "release", "category", "order", "share"]))
 
 

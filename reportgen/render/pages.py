@@ -134,6 +134,17 @@ def all_combinations(frame: pd.DataFrame) -> dict[str, bytes]:
 
 
 
+def _sources(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The runs a table's rows come from, each with when its last row was measured and the
+    load its rows were measured under (the contention they name, or none recorded)."""
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_run.setdefault(str(r["run_id"]), []).append(r)
+    return [{"run_id": run, "when": max(str(r.get("finished") or "") for r in part),
+             "load": "; ".join(dict.fromkeys(str(r["unstable"]) for r in part if r.get("unstable")))
+             or "no contention recorded"} for run, part in by_run.items()]
+
+
 class SiteBuilder(Builder):
     """The site's own pages (home, hardware, models, combinations, runs, status), and the
     order in which every producer's pages join them."""
@@ -378,8 +389,10 @@ class SiteBuilder(Builder):
                                    {"model": m["model"], "setting": m["summary"]["label"],
                                     **{k: m["summary"]["longest"][k]
                                        for k in _headline_columns(groups)},
-                                    "core_exponent": m["summary"]["core_exponent"]}
+                                    "core_exponent": m["summary"]["core_exponent"],
+                                    "run_id": m["summary"]["longest"]["run_id"]}
                                    for m in models if m["summary"]]),
+                               "sources": _sources(clean_rows(longest_rows)) if longest_rows is not None else [],
                                "headline_methods": analysis.headline_methods(rows, self.records)}
         if longest_rows is not None:
             ctx["shares_chart"] = self.chart(
@@ -421,6 +434,7 @@ class SiteBuilder(Builder):
                                     "groups": _group_labels(analysis.group_shares(s["rows"])),
                                     "sequence": analysis.sequence_of(s["rows"])[0]}
                 entry["headline"] = clean_rows(s["rows"])
+                entry["sources"] = _sources(entry["headline"])
                 lines.extend({"hardware": self.hw_labels[hw], "setting": s["label"],
                               "seq": int(r["seq"]),
                               "median": r["median"], "attention_share": r["attention_share"]}
