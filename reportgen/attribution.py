@@ -60,6 +60,8 @@ ROLE_CATEGORY: dict[str, str] = {
     "mixer": "mixer",
     "moe": "moe.router",
     "experts": "moe.experts",
+    "shared": "moe.shared",
+    "indexer": "attention.indexer",
     "block": "other",
 }
 

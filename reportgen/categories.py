@@ -5,12 +5,14 @@ from __future__ import annotations
 CATEGORIES: tuple[str, ...] = (
     "embeddings",
     "attention.qkv",
+    "attention.indexer",
     "attention.core",
     "attention.out",
     "mixer",
     "mlp",
     "moe.router",
     "moe.experts",
+    "moe.shared",
     "norm",
     "head",
     "optimizer",
@@ -22,10 +24,11 @@ CATEGORIES: tuple[str, ...] = (
 ATTENTION_CATEGORIES: tuple[str, ...] = tuple(c for c in CATEGORIES if c.startswith("attention."))
 # A mixture-of-experts layer's two parts: together they take the place of the dense MLP.
 MOE_CATEGORIES: tuple[str, ...] = tuple(c for c in CATEGORIES if c.startswith("moe."))
-# Categories only some architectures have (state-space and hybrid models, mixtures of
-# experts): tables show them where a row has them, so a dense model's table keeps its
-# columns and older records (written before these existed) read as not having them.
-ARCHITECTURE_CATEGORIES: tuple[str, ...] = ("mixer", *MOE_CATEGORIES)
+# Categories only some architectures have (a sparse attention's indexer, state-space and
+# hybrid models, mixtures of experts): tables show them where a row has them, so a dense
+# model's table keeps its columns and older records (written before these existed) read
+# as not having them.
+ARCHITECTURE_CATEGORIES: tuple[str, ...] = ("attention.indexer", "mixer", *MOE_CATEGORIES)
 # The optimizer's step exists only in a training step with an optimizer (mode ``train``).
 OPTIMIZER = "optimizer"
 # Every category a table shows only where a row has it: the architecture categories and
@@ -36,14 +39,19 @@ OPTIONAL_CATEGORIES: tuple[str, ...] = (*ARCHITECTURE_CATEGORIES, OPTIMIZER)
 DESCRIPTIONS: dict[str, str] = {
     "embeddings": "token and position embeddings",
     "attention.qkv": "the query, key and value projections",
+    "attention.indexer": ("a sparse attention's indexer: its own projections and scores that pick "
+                          "the positions each query attends to (DeepSeek sparse attention)"),
     "attention.core": "scores, softmax and the weighted sum (the attention call itself)",
     "attention.out": "the attention output projection",
     "mixer": ("token mixers other than softmax attention, with their projections: "
               "state-space scans (Mamba), linear and gated-delta attention, short convolutions"),
     "mlp": "the dense feed-forward block: its projections and activation",
     "moe.router": ("a mixture-of-experts layer outside its experts: the router's gate, top-k, "
-                   "and the dispatch to and combination of the experts' outputs"),
-    "moe.experts": "the experts of a mixture-of-experts layer, routed and shared",
+                   "the dispatch to and combination of the experts' outputs, and zero-compute "
+                   "(identity) experts, which are only that scaling"),
+    "moe.experts": ("the routed experts of a mixture-of-experts layer (records written before "
+                    "moe.shared existed count the shared experts here too)"),
+    "moe.shared": "the shared experts of a mixture-of-experts layer, which every token goes through",
     "norm": "layer and RMS norms",
     "head": "output embeddings, poolers and task heads",
     "optimizer": ("the optimizer's step in a training step (AdamW: its moment updates and the "

@@ -118,23 +118,23 @@ def test_a_measurement_derives_the_structure_once(tmp_path: Path, monkeypatch: p
     pass's labels, both attribution methods, the FLOP count, a training step's memory,
     the experts' load, the studies) is handed the one `structure.Structure`: the module
     walk and the recorded forward run once each. Counted where the walk makes the root's
-    role and where the forward makes its recorder (names `structure.py` looks up in its
-    own module when it runs, whatever name a caller imported the functions under)."""
+    role and where the forward is recorded (names `structure.py` looks up in its own
+    module when it runs, whatever name a caller imported the functions under)."""
     from reportgen.profile import structure
 
     walks = {"classify": 0, "recorded forward": 0}
-    role, recorder = structure.ModuleRole, structure._Recorder
+    role, recorded = structure.ModuleRole, structure.record
 
     def counted_role(fqn: str, *rest: Any) -> Any:
         walks["classify"] += fqn == ""
         return role(fqn, *rest)
 
-    def counted_recorder() -> Any:
+    def counted_record(*args: Any) -> Any:
         walks["recorded forward"] += 1
-        return recorder()
+        return recorded(*args)
 
     monkeypatch.setattr(structure, "ModuleRole", counted_role)
-    monkeypatch.setattr(structure, "_Recorder", counted_recorder)
+    monkeypatch.setattr(structure, "record", counted_record)
     record = measure(combo(model, mode), run_dir=tmp_path, combo_id="c", budget_s=0.1,
                      profile_iterations=1, studies=studies, study_budget_s=0.2)
     assert walks == {"classify": 1, "recorded forward": 1}

@@ -318,11 +318,11 @@ def _mixture_parts(model: nn.Module, roles: Mapping[str, ModuleRole]) -> dict[st
     (the config's experts per token); shared experts, routers, token mixers and dense
     MLPs all their projections; and how many softmax-attention calls a forward makes."""
     modules = dict(model.named_modules())
-    if not any(r.role in ("mixer", "moe", "experts") for r in roles.values()):
+    if not any(r.role in ("mixer", "moe", "experts", "shared") for r in roles.values()):
         return None
     config: Any = getattr(model, "config", None)
     top_k = _first(config, TOP_K_NAMES) if config is not None else None
-    found = {"mlp": 0, "moe.router": 0, "moe.experts": 0, "mixer": 0}
+    found = {"mlp": 0, "moe.router": 0, "moe.experts": 0, "moe.shared": 0, "mixer": 0}
     for fqn, info in roles.items():
         module = modules.get(fqn)
         if module is None:

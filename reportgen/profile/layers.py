@@ -150,9 +150,13 @@ def _mixer_name(module: nn.Module, types: tuple[str, ...]) -> str:
 
 
 def _attention_name(module: nn.Module, types: tuple[str, ...]) -> str:
+    words = " ".join(types)
+    if "linear" in words:
+        # a linear attention the structure, read without a forward, takes for attention
+        # by its name (what it computes says mixer: `calls`)
+        return "linear attention"
     latent = any("_a_proj" in name or "lora" in name for name, _ in module.named_children())
     name = "latent attention" if latent else "attention"
-    words = " ".join(types)
     if "sliding" in words or "local" in words:
         return f"sliding {name}"
     if "chunked" in words:

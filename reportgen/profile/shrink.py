@@ -35,11 +35,13 @@ _POSITION_NAMES = ("max_position_embeddings", "n_positions", "n_ctx")
 # Mixtures of experts keep several experts and more than one per token, so routing runs.
 TINY_EXPERTS = 4
 TINY_TOP_K = 2
+# zero-compute (identity) experts the router chooses among beside the routed ones
+_ZERO_EXPERT_NAMES = ("zero_expert_num",)
 TOP_K_NAMES = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k")
 # group-limited routing (experts in groups, top groups first): one group of all experts
 _EXPERT_GROUP_NAMES = ("n_group", "topk_group", "num_expert_group")
 # latent attention (MLA): the compressed ranks and the rope/no-rope split of the head
-_LATENT = {"kv_lora_rank": 32, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+_LATENT = {"kv_lora_rank": 32, "q_lora_rank": 32, "o_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
            "v_head_dim": TINY_HEAD_DIM, "qk_head_dim": 16}
 # state-space and linear-attention mixers: state, rank and width of their inner parts
 _SSM_STATE_NAMES = ("state_size", "ssm_state_size", "mamba_d_state", "d_state")
@@ -50,6 +52,8 @@ _SSM_EXPAND_NAMES = ("expand", "mamba_expand")
 _SSM_HEAD_PAIRS = (("mamba_n_heads", "mamba_d_head"), ("mamba_num_heads", "mamba_head_dim"),
                    ("n_mamba_heads", "mamba_headdim"))
 _SSM_GROUP_NAMES = ("n_groups", "mamba_n_groups")
+# a sparse attention's indexer: its heads, their width and the positions it keeps
+_INDEXER = {"index_n_heads": TINY_HEADS, "index_head_dim": TINY_HEAD_DIM, "index_topk": 16}
 _LINEAR_ATTENTION = {"linear_num_heads": TINY_HEADS, "linear_head_dim": TINY_HEAD_DIM,
                      "linear_num_key_heads": TINY_KV_HEADS, "linear_num_value_heads": TINY_HEADS,
                      "linear_key_head_dim": TINY_HEAD_DIM, "linear_value_head_dim": TINY_HEAD_DIM}
@@ -61,7 +65,7 @@ _OTHER_WIDTH_NAMES = ("cross_attention_hidden_size",)
 
 def _shrink_experts(config: Any, dense_prefix: bool = True) -> None:
     """Several experts, more than one per token, one routing group, one leading dense layer."""
-    for name in _EXPERT_NAMES:
+    for name in (*_EXPERT_NAMES, *_ZERO_EXPERT_NAMES):
         value = _get(config, name) if _has(config, name) else None
         if _int(value) and value > TINY_EXPERTS:
             _set(config, name, TINY_EXPERTS)
@@ -85,7 +89,7 @@ def _shrink_mixtures(config: Any, old_hidden: Any, dense_prefix: bool = True) ->
     """Experts, routing, latent attention and the inner widths of state-space and
     linear-attention mixers, by their standard names."""
     for name, value in list(vars(config).items()):
-        if name.endswith("intermediate_size") and _int(value) and value > TINY_FF:
+        if name.endswith(("intermediate_size", "ffn_hidden_size")) and _int(value) and value > TINY_FF:
             setattr(config, name, TINY_FF)  # expert, shared-expert and dense-layer widths
         elif ((name.startswith("hidden_size_") or name in _OTHER_WIDTH_NAMES) and _int(value)
               and value > TINY_HIDDEN):
@@ -121,6 +125,9 @@ def _shrink_mixtures(config: Any, old_hidden: Any, dense_prefix: bool = True) ->
         _set(config, "head_dim", inner // TINY_HEADS)
     for name, value in _LINEAR_ATTENTION.items():
         if _int(_get(config, name)):
+            _set(config, name, value)
+    for name, value in _INDEXER.items():
+        if _int(_get(config, name)) and _get(config, name) > value:
             _set(config, name, value)
     for name in _INNER_WIDTH_NAMES:
         value = _get(config, name)

@@ -11,9 +11,14 @@ Roles: ``embed`` (embedding modules), ``norm`` (norm leaves), ``attn`` (outermos
 attention modules), ``proj`` (projection leaves inside attention or a block), ``core``
 (an embedding inside attention: a position bias), ``mixer`` (a token mixer that is not
 softmax attention: a module in a block that holds a recurrence's parameters or a
-depthwise convolution over the sequence), ``moe`` (a mixture-of-experts layer: the
-module of a block that holds experts), ``experts`` (its experts, routed or shared),
-``mlp`` (the outermost projection-holding module of a block outside attention), ``act``
+depthwise convolution over the sequence, or a module named for attention whose call
+runs no softmax attention but products over the sequence: a linear attention), ``moe``
+(a mixture-of-experts layer: the module of a block that holds experts), ``experts`` (its
+routed experts),
+``shared`` (a mixture-of-experts layer's shared experts: those every token meets),
+``indexer`` (a sparse attention's indexer: the module inside attention that picks the
+positions each query reads), ``mlp`` (the outermost projection-holding module of a block
+outside attention), ``act``
 (activation leaves in a block), ``head`` (output embeddings, poolers, heads) and
 ``block`` (items of the outermost ``nn.ModuleList``: the layers).
 """
@@ -28,15 +33,14 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from reportgen.attribution import (
     ITERATION_LABEL,
     LABEL_PREFIX,
-    is_core_op,
     split_attention,
     split_mlp,
 )
+from reportgen.profile.calls import Calls, record
 from reportgen.profile.step import StepLike
 
 __all__ = ["ITERATION_LABEL", "ModuleRole", "Structure", "classify", "derive", "install_hooks",
@@ -48,9 +52,9 @@ HEAD_MARKERS = ("Pooler", "Head", "Prediction", "Classifier")
 _CONTAINER_CATEGORY: dict[str | None, str] = {
     "embed": "embeddings", "head": "head", "attn": "attention.core", "core": "attention.core",
     "mlp": "mlp", "mixer": "mixer", "moe": "moe.router", "experts": "moe.experts",
-    None: "other"}
+    "shared": "moe.shared", "indexer": "attention.indexer", None: "other"}
 # Containers whose whole subtree is one category: nothing inside them is hooked.
-_SEALED = ("head", "core", "mixer", "experts")
+_SEALED = ("head", "core", "mixer", "experts", "shared", "indexer")
 # Parameters of a recurrence over the sequence: the state-space decay and step of Mamba's
 # selective scan and of gated-delta/linear attention (A_log, dt_bias), RWKV's time decay.
 RECURRENCE_PARAMETERS = frozenset({"A_log", "dt_bias", "time_decay"})
@@ -156,38 +160,94 @@ def is_moe(module: nn.Module) -> bool:
             and any(is_experts(child) for child in module.children()))
 
 
-def classify(model: nn.Module) -> dict[str, ModuleRole]:
-    """Role and structural category of every module, by FQN ("" is the root)."""
+def _is_list(module: nn.Module) -> bool:
+    return isinstance(module, (nn.ModuleList, nn.ModuleDict))
+
+
+def _is_shared_mlp(module: nn.Module) -> bool:
+    """An expert MLP: a module of two or more projections (a router holds one, its gate)."""
+    return sum(1 for m in module.modules() if is_projection(m)) >= 2
+
+
+def _routed(moe: nn.Module, moe_fqn: str, calls: Calls | None) -> set[str]:
+    """Which children of a mixture-of-experts layer are its routed experts: those handed
+    the experts each token goes to (an integer tensor), where the recorded forward shows
+    any; else those that hold experts (stacked weights or a list of experts): a layer that
+    multiplies the router's scores in before its experts hands them no integers."""
+    fqns = {n: f"{moe_fqn}.{n}" for n, _ in moe.named_children()}
+    # (a child that returns integers is the router: it picks the experts)
+    names = [n for n, child in moe.named_children() if (is_experts(child) or _is_shared_mlp(child))
+             and not (calls is not None and fqns[n] in calls.integer_out)]
+    if calls is not None:
+        handed = {n for n in names if fqns[n] in calls.integer_in}
+        if handed:
+            return {fqns[n] for n in handed}
+    return {fqns[n] for n in names if is_experts(getattr(moe, n))}
+
+
+def classify(model: nn.Module, calls: Calls | None = None) -> dict[str, ModuleRole]:
+    """Role and structural category of every module, by FQN ("" is the root).
+
+    From module classes and nesting alone, unless ``calls`` (one recorded forward,
+    `calls.record`) says what the modules computed: then a module named for attention
+    whose call runs no softmax attention but products over the sequence is a token mixer
+    (a linear attention), a module inside a layer that holds projections and runs
+    softmax attention in its own call is attention whatever its name, a module inside
+    attention that returns positions (an integer tensor) is its indexer, and the experts
+    of a mixture that are handed the routing are its routed experts, the others shared."""
     getter = getattr(model, "get_output_embeddings", None)
     out_emb = getter() if callable(getter) else None
     result: dict[str, ModuleRole] = {}
     seen: set[int] = set()
 
+    def linear_attention(fqn: str, module: nn.Module) -> bool:
+        return (calls is not None and is_attention(module) and calls.called(fqn)
+                and calls.mixes_without_softmax(fqn))
+
+    def attention(fqn: str, module: nn.Module) -> bool:
+        if is_attention(module):
+            return not linear_attention(fqn, module)
+        return (calls is not None and not _is_list(module) and calls.runs_softmax_attention(fqn)
+                and _has_descendant(module, is_projection))
+
+    def any_attention(module: nn.Module, fqn: str) -> bool:
+        """Attention anywhere inside ``module`` (itself excluded)."""
+        return any(attention(f"{fqn}.{name}", m) for name, m in module.named_modules() if m is not module)
+
+
     def visit(fqn: str, module: nn.Module, container: str | None, container_fqn: str | None,
-              block: str | None, parent_is_list: bool) -> None:
+              block: str | None, parent_is_list: bool, routed: frozenset[str]) -> None:
         if id(module) in seen:  # shared modules (tied embeddings) keep their first name
             return
         seen.add(id(module))
-        is_list = isinstance(module, (nn.ModuleList, nn.ModuleDict))
+        is_list = _is_list(module)
         role: str | None = None
         category = _CONTAINER_CATEGORY[container]
         inner, inner_fqn, inner_block = container, container_fqn, block
+        inner_routed = routed
         if not fqn or container in _SEALED:
             pass  # the root's own ops (masks, residuals) and all of a head stay as they are
         elif container == "moe":
-            # a shared expert is an MLP beside the routed ones; gates and routers are left
-            # to the layer's own time, the router's
-            # (a router holds one projection, its gate; an expert MLP two or more)
-            if is_experts(module) or sum(1 for m in module.modules() if is_projection(m)) >= 2:
+            # gates and routers are left to the layer's own time, the router's
+            if fqn in routed:
                 role, category, inner, inner_fqn = "experts", "moe.experts", "experts", fqn
-        elif container is None and block is not None and is_token_mixer(module):
+            elif (is_experts(module) or _is_shared_mlp(module)) and not (
+                    calls is not None and fqn in calls.integer_out):
+                role, category, inner, inner_fqn = "shared", "moe.shared", "shared", fqn
+        elif container is None and block is not None and (is_token_mixer(module)
+                                                           or linear_attention(fqn, module)):
             role, category, inner, inner_fqn = "mixer", "mixer", "mixer", fqn
         elif _is_norm(module):
             role, category = "norm", "norm"
         elif (parent_is_list and container is None and block is None and not is_list
-              and is_attention(module) and _has_descendant(module, is_attention)):
-            role, category, inner_block = "block", "other", fqn  # a layer named for its attention
-        elif is_attention(module):
+              and is_attention(module) and (any_attention(module, fqn)
+                                           or _has_descendant(module, is_token_mixer))):
+            # a layer named for its attention, or for its linear attention
+            role, category, inner_block = "block", "other", fqn
+        elif (container == "attn" and calls is not None and fqn in calls.integer_out
+              and not _is_leaf(module) and _has_descendant(module, is_projection)):
+            role, category, inner, inner_fqn = "indexer", "attention.indexer", "indexer", fqn
+        elif attention(fqn, module) and (is_attention(module) or block is not None):
             if container is None:
                 role, category, inner, inner_fqn = "attn", "attention.core", "attn", fqn
         elif (isinstance(module, nn.modules.conv._ConvNd) and container is None and block is None
@@ -216,20 +276,23 @@ def classify(model: nn.Module) -> dict[str, ModuleRole]:
         elif parent_is_list and container is None and block is None and not is_list:
             role, category, inner_block = "block", "other", fqn
         elif (container in (None, "mlp") and block is not None and is_moe(module)
-              and not _has_descendant(module, is_attention)):
+              and not any_attention(module, fqn)):
             role, category, inner, inner_fqn = "moe", "moe.router", "moe", fqn
-        elif container in (None, "mlp") and block is not None and is_experts(module):
+            inner_routed = frozenset(_routed(module, fqn, calls))
+        elif container in (None, "mlp") and block is not None and not is_list and is_experts(module):
+            # (a list directly in a layer holds parts the layer runs in turn, two attentions
+            # or two MLPs, never experts: those sit in a layer of their own with the router)
             role, category, inner, inner_fqn = "experts", "moe.experts", "experts", fqn
         elif (container is None and block is not None and not is_list
               and _has_descendant(module, is_projection)
-              and not _has_descendant(module, is_attention)):
+              and not any_attention(module, fqn)):
             role, category, inner, inner_fqn = "mlp", "mlp", "mlp", fqn
         result[fqn] = ModuleRole(fqn, role, category, container, container_fqn, block)
         for name, child in module.named_children():
             visit(f"{fqn}.{name}" if fqn else name, child, inner, inner_fqn, inner_block,
-                  isinstance(module, nn.ModuleList))
+                  isinstance(module, nn.ModuleList), inner_routed)
 
-    visit("", model, None, None, None, False)
+    visit("", model, None, None, None, False, frozenset())
     return result
 
 
@@ -344,27 +407,6 @@ def nvtx_ranges(model: nn.Module, roles: Mapping[str, ModuleRole]) -> Iterator[N
         yield
 
 
-class _Recorder(TorchFunctionMode):
-    """Numbers module calls and core torch-function calls in one sequence, so that one
-    forward tells which projection ran before or after the attention core."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.clock = 0
-        self.core: list[int] = []
-        self.in_proj = 0
-
-    def tick(self) -> int:
-        self.clock += 1
-        return self.clock
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
-        if not self.in_proj and is_core_op(getattr(func, "__name__", "")):
-            self.core.append(self.tick())
-        return func(*args, **(kwargs or {}))
-
-
 @dataclass(frozen=True)
 class Structure:
     """What the structure says about one built model, derived once (`derive`) and handed
@@ -384,13 +426,15 @@ class Structure:
 
 
 def derive(model: nn.Module, step: StepLike) -> Structure:
-    """The model's `Structure`: `classify`, then one hooked forward (``step()``, then
-    ``step.reset()``) that settles what structure alone cannot: attention projections
-    (qkv or out: before or after the core ops) and the ops after an attention or MLP
-    call's output projection (other)."""
-    roles = classify(model)
-    categories, spans = _module_categories(model, step, roles)
-    inner = _inside_mlp(roles, spans)
+    """The model's `Structure`: one recorded forward (``step()``, then ``step.reset()``:
+    `calls.record`), `classify` reading what each module computed in it, and the same
+    forward settling what structure alone cannot: attention projections (qkv or out:
+    before or after the core ops) and the ops after an attention or MLP call's output
+    projection (other)."""
+    calls = record(model, step)
+    roles = classify(model, calls)
+    categories = _module_categories(model, roles, calls)
+    inner = _inside_mlp(roles, calls.spans)
     labels = {fqn: replace(info, role=None) if fqn in inner else info
               for fqn, info in roles.items()}
     return Structure(roles, categories, labels)
@@ -420,48 +464,15 @@ def _inside_mlp(roles: Mapping[str, ModuleRole], spans: Mapping[str, tuple[int, 
     return frozenset(inner)
 
 
-def _module_categories(model: nn.Module, step: StepLike, roles: Mapping[str, ModuleRole]
-                       ) -> tuple[dict[str, str], dict[str, tuple[int, int]]]:
-    """(category of each module, span of each attention or MLP container call and of the
-    modules inside it: its first call's (start, end) on the recorder's clock)."""
-    modules = dict(model.named_modules())
-    recorder = _Recorder()
-    spans: dict[str, tuple[int, int]] = {}
-    handles = []
-    for fqn, info in roles.items():
-        if info.container not in ("attn", "mlp") and info.role not in ("attn", "mlp"):
-            continue
-        if fqn not in modules:
-            continue
-        is_proj = info.role == "proj"
-        starts: dict[str, int] = {}
-
-        def pre(_m: nn.Module, _a: Any, fqn: str = fqn, is_proj: bool = is_proj,
-                starts: dict[str, int] = starts) -> None:
-            starts.setdefault(fqn, recorder.tick())
-            if is_proj:
-                recorder.in_proj += 1
-
-        def post(_m: nn.Module, _a: Any, _o: Any, fqn: str = fqn, is_proj: bool = is_proj,
-                 starts: dict[str, int] = starts) -> None:
-            if is_proj:
-                recorder.in_proj -= 1
-            if fqn not in spans and fqn in starts:
-                spans[fqn] = (starts[fqn], recorder.tick())
-
-        handles.append(modules[fqn].register_forward_pre_hook(pre))
-        handles.append(modules[fqn].register_forward_hook(post, always_call=True))
-    try:
-        with recorder:
-            step()
-        sync = getattr(step, "sync", None)
-        if sync is not None:
-            sync()
-    finally:
-        for handle in handles:
-            handle.remove()
-        step.reset()
-
+def _module_categories(model: nn.Module, roles: Mapping[str, ModuleRole], calls: Calls) -> dict[str, str]:
+    """The category of each module: the projections and plain modules of an attention or
+    MLP call split at its core ops and projections as its first call ran them."""
+    spans = calls.spans
+    # core ops of attention calls, less those inside a projection or an indexer (whose
+    # products are its own, as the profiled pass's ranges see them)
+    inside = {fqn for fqn, info in roles.items()
+              if info.role in ("proj", "indexer") or info.container == "indexer"}
+    core_ticks = [tick for tick, _, core, stack in calls.ops if core and not inside.intersection(stack)]
     categories = {fqn: info.category for fqn, info in roles.items()}
     members: dict[str, list[str]] = {}
     for fqn, info in roles.items():
@@ -476,7 +487,7 @@ def _module_categories(model: nn.Module, step: StepLike, roles: Mapping[str, Mod
         kinds = ["proj" if roles[n].role == "proj" else "op" for n in names]
         items = [(k, float(spans[n][0]), float(spans[n][1])) for k, n in zip(kinds, names)]
         if roles[container_fqn].role == "attn":
-            items += [("core", float(t), float(t)) for t in recorder.core if first < t < last]
+            items += [("core", float(t), float(t)) for t in core_ticks if first < t < last]
             items.sort(key=lambda item: item[1])
             decided = split_attention(items)
             by_start = {s: c for (k, s, _), c in zip(items, decided) if k != "core"}
@@ -492,4 +503,4 @@ def _module_categories(model: nn.Module, step: StepLike, roles: Mapping[str, Mod
     for fqn, module in model.named_modules(remove_duplicate=False):
         if fqn not in categories and canonical.get(id(module)) in categories:
             categories[fqn] = categories[canonical[id(module)]]
-    return categories, spans
+    return categories

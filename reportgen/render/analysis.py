@@ -374,7 +374,7 @@ def scaling_fits(rows: pd.DataFrame) -> pd.DataFrame:
 
 # What attention is weighed against: the model's largest other part, by name
 COUNTERPARTS: dict[str, tuple[str, ...]] = {
-    "the MLP": ("mlp",), "the experts": ("moe.router", "moe.experts"), "the token mixers": ("mixer",)}
+    "the MLP": ("mlp",), "the experts": MOE_CATEGORIES, "the token mixers": ("mixer",)}
 
 
 def _part_ms(row: Mapping[str, Any], categories: Sequence[str]) -> float:

@@ -23,12 +23,16 @@ from reportgen.render.shown import shown_categories
 # not categories (models, machines, implementations) draw from a second, darker set that
 # shares no colour with the categories, and carry a point shape as well, so a colour never
 # means two things on one page.
-# In CATEGORIES' order; the mixer (a token mixer, like attention) is teal, the experts a
-# lighter green beside the dense MLP's, the router a light blue.
-# (optimizer's colour sits at its place in CATEGORIES, so the others keep theirs)
-CATEGORY_COLOURS: tuple[str, ...] = ("#9c755f", "#4e79a7", "#e15759", "#f28e2b", "#499894",
-                                     "#59a14f", "#a0cbe8", "#8cd17d", "#edc948", "#b07aa1",
-                                     "#d37295", "#ff9da7", "#bab0ac", "#76b7b2")
+# In CATEGORIES' order; the indexer (a sparse attention's, before its core) a light
+# orange between the query projections' blue and the core's red, the mixer (a token
+# mixer, like attention) teal, the experts a lighter green beside the dense MLP's, the
+# shared experts an olive beside them, the router a light blue.
+# (optimizer's, the indexer's and the shared experts' colours sit at their places in
+# CATEGORIES, so the others keep theirs)
+CATEGORY_COLOURS: tuple[str, ...] = ("#9c755f", "#4e79a7", "#ffbe7d", "#e15759", "#f28e2b",
+                                     "#499894", "#59a14f", "#a0cbe8", "#8cd17d", "#b6992d",
+                                     "#edc948", "#b07aa1", "#d37295", "#ff9da7", "#bab0ac",
+                                     "#76b7b2")
 assert len(CATEGORY_COLOURS) == len(CATEGORIES), "one colour per category"
 # Lines, points and interval whiskers are drawn on the page's own background, white or
 # mkdocs-material's dark slate (#1e2129): every series colour and the grey of guide lines

@@ -2,7 +2,8 @@
 command that lists one column or row per category.
 
 Every category is shown, except the ``OPTIONAL_CATEGORIES``: the architecture categories
-(``mixer``, ``moe.router``, ``moe.experts``), which only some models have, and
+(``attention.indexer``, ``mixer``, ``moe.router``, ``moe.experts``, ``moe.shared``),
+which only some models have, and
 ``optimizer``, which only a training step with an optimizer has. A table shows one only
 where at least one of its rows has a non-zero value for it. A table of dense models keeps the columns it
 had before these categories existed, and a record written before them (which lacks their
