@@ -31,6 +31,10 @@ def install_groups(session: nox.Session, *groups: str) -> None:
     session.install(*group_requirements(*groups))
 
 
+def extra_requirements(extra: str) -> list[str]:
+    return list(PYPROJECT["project"]["optional-dependencies"][extra])
+
+
 def group_requirements(*groups: str) -> list[str]:
     return [req for group in groups for req in nox.project.dependency_groups(PYPROJECT, group)]
 
@@ -38,8 +42,10 @@ def group_requirements(*groups: str) -> list[str]:
 @nox.session(venv_params=VENV)
 def tests(session: nox.Session) -> None:
     """Run ruff, mypy and the test suite (CPU only; tiny models built in-process)."""
-    # tools: the tools study's HolisticTraceAnalysis is tested for real, not as missing
-    install(session, "test", "lint", "typecheck", extras="profile,tools")
+    # tools: the tools study's HolisticTraceAnalysis is tested for real, not as missing;
+    # installed without its jupyterlab requirement, with what it imports (tools-runtime)
+    install(session, "test", "lint", "typecheck", "tools-runtime", extras="profile")
+    session.install("--no-deps", *extra_requirements("tools"))
     session.run("ruff", "check", ".")  # about a second: every test run checks the code first
     # mypy takes about a minute of one CPU: it runs beside pytest, whose workers leave a CPU
     # idle while the last of them finishes, and its report follows pytest's
