@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from support.tiny_models import LAYERS, TINY, TinyStep, build, toy
+from support.tiny_models import LAYERS, TINY, build, toy
 from torch import nn
 
 from reportgen.categories import CATEGORIES
@@ -332,27 +332,8 @@ class ComputedBlock(nn.Module):
         return x + self.moe(x)
 
 
-class ComputedToy(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(50, 8)
-        self.layers = nn.ModuleList([ComputedBlock(), ComputedBlock()])
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        x = self.emb(input_ids)
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
-def _computed_toy() -> tuple[nn.Module, TinyStep]:
-    torch.manual_seed(0)
-    model = ComputedToy().eval()
-    return model, TinyStep(model, {"input_ids": torch.arange(6).unsqueeze(0)})
-
-
 def test_what_a_module_computes_decides_where_its_name_could_mislead() -> None:
-    model, step = _computed_toy()
+    model, step = toy(ComputedBlock)
     names = {fqn: info.role for fqn, info in classify(model).items()}
     # read from names alone (no forward), the linear attention passes for attention, the
     # latent attention for an MLP and the shared experts for routed ones
@@ -380,7 +361,7 @@ def test_the_computed_categories_take_their_time() -> None:
     attention's calls in their categories."""
     from reportgen.profile import regions
 
-    model, step = _computed_toy()
+    model, step = toy(ComputedBlock)
     structure = derive(model, step)
     section = regions.hooks_method(model, step, structure, min_iterations=2, max_iterations=2, budget_s=0.0)
     categories = section["categories"]
