@@ -1,7 +1,8 @@
 """Structural classification of a model's modules, and the hooks that label its ops.
 
-Classification reads only module classes and nesting (ARCHITECTURE.md, "Categories"):
-no model names. ``install_hooks`` opens ``rg|<role>|<fqn>`` profiler ranges around the
+Classification reads module classes and nesting (ARCHITECTURE.md, "Categories") and,
+where a class name could mislead, what each module computed in one recorded forward
+(`calls.record`): no model names. ``install_hooks`` opens ``rg|<role>|<fqn>`` profiler ranges around the
 calls of the modules whose role matters (a `Structure`'s ``labels``: the roles less the
 modules inside an MLP call whose boundary moves no time between categories);
 ``reportgen.attribution`` turns ops inside those ranges into categories, splitting each
