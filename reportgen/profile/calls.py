@@ -37,8 +37,8 @@ MIXING_MARKERS = ("matmul", "bmm", "einsum", "cumsum", "cumprod")
 
 
 def _is_integer(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and not value.dtype.is_complex \
-        and value.dtype != torch.bool
+    return (isinstance(value, torch.Tensor) and not value.dtype.is_floating_point
+            and not value.dtype.is_complex and value.dtype != torch.bool)
 
 
 def _tensors(value: Any) -> Iterable[Any]:
@@ -54,8 +54,8 @@ def _tensors(value: Any) -> Iterable[Any]:
 
 def _op_kind(name: str, args: Any) -> str | None:
     """``attention`` (a fused attention call, or a softmax over four-dimensional scores),
-    ``softmax`` (another softmax, or its normaliser: logsumexp), ``mixing`` (a product over the sequence), ``core``
-    (another attention core op) or None."""
+    ``softmax`` (another softmax, or its normaliser: logsumexp), ``mixing`` (a product
+    over the sequence), ``core`` (another attention core op) or None."""
     lowered = name.lower()
     if any(m in lowered for m in FUSED_ATTENTION_MARKERS):
         return "attention"
