@@ -26,10 +26,24 @@ from reportgen.profile import architectures  # noqa: E402
 # Families a reader asks "attention or experts?" of, and the state-space and hybrid ones.
 MOE = ("mixtral", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "ernie4_5_moe", "gpt_oss",
        "qwen2_moe", "glm4_moe", "deepseek_v2", "deepseek_v3", "llama4_text", "jamba",
-       "switch_transformers", "minimax", "jetmoe")
+       "switch_transformers", "minimax", "jetmoe", "qwen3_next", "qwen3_5_moe_text", "minimax_m2",
+       "glm_moe_dsa", "deepseek_v32", "longcat_flash", "hunyuan_v1_moe", "hy_v3", "granitemoeshared",
+       "nemotron_h")
+# Mixtures with shared experts beside the routed ones (moe.shared)
+SHARED = ("qwen2_moe", "qwen3_next", "qwen3_5_moe_text", "deepseek_v3", "deepseek_v32",
+          "glm_moe_dsa", "kimi_linear", "llama4_text", "ernie4_5_moe", "hunyuan_v1_moe",
+          "bailing_hybrid", "nemotron_h")
+# Sparse attention: an indexer picks the positions each query reads (attention.indexer)
+SPARSE = ("deepseek_v32", "glm_moe_dsa", "deepseek_v4")
 # (bamba's default config names no attention layer: at its defaults it is a pure Mamba-2)
 STATE_SPACE = ("mamba", "falcon_mamba", "mamba2", "rwkv", "bamba")
-HYBRID = ("qwen3_next", "falcon_h1", "nemotron_h", "zamba2", "jamba", "kimi_linear")
+HYBRID = ("qwen3_next", "falcon_h1", "nemotron_h", "zamba2", "jamba", "kimi_linear",
+          "qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid", "bailing_hybrid", "lfm3")
+# linear attention in a module named for attention (minimax's lightning attention) or in a
+# layer named for it (olmo_hybrid's)
+NAMED_LIKE_ATTENTION = ("minimax", "olmo_hybrid")
+# dense families of today (lfm2's default config has no convolution layer)
+DENSE = ("olmo3", "lfm2", "youtu", "apertus1p5_text")
 OTHER_LIMIT = 0.35  # at tiny scale the model's own glue (masks, residual adds) is large
 ENCODERS = ("vit", "whisper")
 
@@ -102,6 +116,79 @@ def test_token_mixers_are_not_mlp(rows: dict[str, dict[str, Any]], model_type: s
         assert shares["attention.core"] == 0, architectures.line(row)
     else:  # a hybrid keeps a softmax-attention layer at tiny scale
         assert shares["attention.core"] > 0, architectures.line(row)
+
+
+# What a family computes, and the categories it must put time in for it
+COMPUTED: tuple[tuple[str, tuple[str, ...]], ...] = (
+    *((t, ("moe.shared", "moe.experts")) for t in SHARED),
+    *((t, ("attention.indexer", "attention.core")) for t in SPARSE),
+    *((t, ("mixer", "attention.core")) for t in NAMED_LIKE_ATTENTION))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model_type", "categories"), COMPUTED)
+def test_what_a_family_computes_has_its_category(rows: dict[str, dict[str, Any]], model_type: str,
+                                                 categories: tuple[str, ...]) -> None:
+    """Shared experts apart from the routed ones, a sparse attention's indexer, a linear
+    attention named for attention in the mixer (each family's "other" is held to the limit
+    with its mixtures or hybrids above)."""
+    row = _settled(rows, model_type)
+    assert row["status"] == "ok", architectures.line(row)
+    assert all(row["shares"][c] > 0 for c in categories), architectures.line(row)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", DENSE)
+def test_todays_dense_families_measure(rows: dict[str, dict[str, Any]], model_type: str) -> None:
+    """(Not held to ``OTHER_LIMIT``: at tiny scale a dense decoder's masks and residual adds
+    take about as much as its layers, near the limit, as gpt2's and bert's do.)"""
+    row = rows[model_type]
+    assert row["status"] == "ok", architectures.line(row)
+    assert row["shares"]["attention.core"] > 0 and row["shares"]["mlp"] > 0, architectures.line(row)
+    assert row["shares"]["mixer"] == 0 and row["shares"]["moe.experts"] == 0, architectures.line(row)
+
+
+# What each family's modules compute, read in one recorded forward at tiny scale (fast: no
+# sweep): module class -> the roles its modules have.
+COMPUTED_ROLES: dict[str, dict[str, set[str | None]]] = {
+    # lightning attention: a linear attention in a module named for attention
+    "minimax": {"MiniMaxLightningAttention": {"mixer"}, "MiniMaxAttention": {"attn"}},
+    # a sparse attention's indexer returns the positions each query reads
+    # (its MLP class is the first layer's dense MLP and the shared experts)
+    "deepseek_v32": {"DeepseekV32Indexer": {"indexer"}, "DeepseekV32Attention": {"attn"},
+                     "DeepseekV32Experts": {"experts"}, "DeepseekV32MLP": {"mlp", "shared"}},
+    "qwen3_next": {"Qwen3NextGatedDeltaNet": {"mixer"}, "Qwen3NextAttention": {"attn"},
+                   "Qwen3NextExperts": {"experts"}, "Qwen3NextMLP": {"shared"}},
+    # two latent attentions (named MLA) and two MLPs a layer runs in turn, in lists
+    "longcat_flash": {"LongcatFlashMLA": {"attn"}, "LongcatFlashMLP": {"mlp"},
+                      "LongcatFlashExperts": {"experts"}, "ModuleList": {None}},
+    # a layer named for its linear attention
+    "olmo_hybrid": {"OlmoHybridLinearAttentionDecoderLayer": {"block"}, "OlmoHybridGatedDeltaNet": {"mixer"}},
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(COMPUTED_ROLES))
+def test_todays_families_classify_by_what_their_modules_compute(model_type: str) -> None:
+    from reportgen.profile import building
+    from reportgen.profile.structure import derive
+    from reportgen.suite import Combination
+
+    combo = Combination(model=model_type, scale="tiny", mode="forward", dtype="fp32",
+                        attn_implementation="eager", batch_size=1, seq_len=32, device="cpu")
+    built = building.build(combo, "cpu")
+    try:
+        structure = derive(built.model, built.step)
+        modules = dict(built.model.named_modules())
+        found: dict[str, set[str | None]] = {}
+        for fqn, info in structure.roles.items():
+            if fqn.startswith("model.layers."):
+                found.setdefault(type(modules[fqn]).__name__, set()).add(info.role)
+        for cls, roles in COMPUTED_ROLES[model_type].items():
+            assert found.get(cls) == roles, (cls, found.get(cls))
+        assert not any(structure.categories[fqn] == "attention.core" for fqn, m in modules.items()
+                       if type(m).__name__ in ("MiniMaxLightningAttention", "Qwen3NextGatedDeltaNet"))
+    finally:
+        building.free(built)
 
 
 @pytest.mark.slow

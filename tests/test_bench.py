@@ -671,20 +671,23 @@ def test_module_stand_in_for_a_list_of_experts_and_a_shared_one() -> None:
     x = torch.randn(2, 10, 8)
     with torch.inference_mode():
         before = model(x)
-        with category_stand_in(model, "moe.experts", roles=classify(model)) as stand_in:
+        roles = classify(model)
+        with category_stand_in(model, "moe.experts", roles=roles) as stand_in, \
+                category_stand_in(model, "moe.shared", roles=roles) as shared_stand_in:
             first = model(x)
             experts_out = model.layers[0].mlp.experts[0](torch.randn(4, 8))
             shared_out = model.layers[0].mlp.shared_expert(x)[0]
             shared_out += 1.0  # a caller that writes into the output it was handed
             again = model.layers[0].mlp.shared_expert(x)[0]
         after = model(x)
+    # the routed experts are moe.experts, the shared one moe.shared
     assert {p.split(" ")[0] for p in stand_in.patched} == {
-        "layers.0.mlp.experts.0", "layers.0.mlp.experts.1", "layers.0.mlp.experts.2",
-        "layers.0.mlp.shared_expert"}
+        "layers.0.mlp.experts.0", "layers.0.mlp.experts.1", "layers.0.mlp.experts.2"}
+    assert {p.split(" ")[0] for p in shared_stand_in.patched} == {"layers.0.mlp.shared_expert"}
     assert experts_out.shape == (4, 6) and not experts_out.any()
     assert again is shared_out and not again.any()  # zeroed again before it is handed out
     assert not first.any() and torch.equal(after, before)
-    assert stand_in.calls >= 4
+    assert stand_in.calls >= 3 and shared_stand_in.calls >= 1
 
 
 def test_module_stand_in_refuses_a_model_without_the_category() -> None:

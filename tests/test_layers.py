@@ -55,6 +55,11 @@ FAMILIES: list[tuple[str, dict[str, Any], list[str]]] = [
                     "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
                     "linear_value_head_dim": 16},
      (["linear attention + moe"] * 3 + ["attention + moe"]) * 2),
+    # a lightning (linear) attention held in a module named for attention, told by the
+    # declared layer type
+    ("minimax", {**SMALL, "num_hidden_layers": 4, "num_local_experts": 4, "num_experts_per_tok": 2,
+                 "layer_types": ["linear_attention", "full_attention"] * 2},
+     ["linear attention + moe", "attention + moe"] * 2),
     ("jamba", {**SMALL, "num_hidden_layers": 8, "num_experts": 4, "num_experts_per_tok": 2,
                "mamba_d_state": 8, "mamba_dt_rank": 8, "use_mamba_kernels": False},
      ["mamba + mlp", "mamba + moe", "mamba + mlp", "mamba + moe", "attention + mlp", "mamba + moe",

@@ -231,3 +231,140 @@ def test_install_hooks_wraps_the_labelled_modules_alone() -> None:
     assert wrapped == {fqn for fqn, info in structure.labels.items() if info.role is not None}
     assert "model.layers.0.mlp" in wrapped and "model.layers.0.mlp.down_proj" in wrapped
     assert "model.layers.0.mlp.up_proj" not in wrapped
+
+
+# --- what a module computes decides where its name could mislead -------------------------
+
+
+class _Heads(nn.Module):
+    """Query, key, value and output projections over 4 heads of width 2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(8, 8) for _ in range(4))
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, t, _ = x.shape
+        return tuple(p(x).view(b, t, 4, 2).transpose(1, 2) for p in (self.q, self.k, self.v))  # type: ignore[return-value]
+
+    def merge(self, y: torch.Tensor) -> torch.Tensor:
+        return self.o(y.transpose(1, 2).reshape(y.shape[0], y.shape[2], 8))
+
+
+class LinearAttention(_Heads):
+    """Named for attention, computes a linear attention: products over the sequence, no
+    softmax anywhere."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.split(x)
+        state = torch.cumsum(k.unsqueeze(-1) * v.unsqueeze(-2), dim=2)  # (b, h, t, d, d)
+        return self.merge(torch.einsum("bhtd,bhtde->bhte", q, state))
+
+
+class Selector(nn.Module):
+    """A sparse attention's indexer: its own projections and scores, the top positions out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wq, self.wk = nn.Linear(8, 4), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = torch.matmul(self.wq(x), self.wk(x).transpose(-1, -2))
+        return scores.topk(min(3, x.shape[1]), dim=-1).indices
+
+
+class Latent(_Heads):
+    """Softmax attention under a name that says nothing of attention, with an indexer whose
+    top positions mask the scores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.selector = Selector()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.split(x)
+        keep = torch.zeros(x.shape[0], x.shape[1], x.shape[1], dtype=torch.bool)
+        keep.scatter_(-1, self.selector(x), True)
+        scores = torch.matmul(q, k.transpose(-1, -2)).masked_fill(~keep[:, None], -1e4)
+        return self.merge(torch.matmul(torch.softmax(scores, dim=-1), v))
+
+
+class Stacked(nn.Module):
+    """Experts' weights stacked; handed the routing (routed) or not (shared: every token)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.up = nn.Parameter(torch.randn(n, 8, 16) * 0.1)
+        self.down = nn.Parameter(torch.randn(n, 16, 8) * 0.1)
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor | None = None,
+                weight: torch.Tensor | None = None) -> torch.Tensor:
+        if index is None:  # every expert, every token
+            return torch.einsum("tef,efd->td", torch.einsum("td,edf->tef", x, self.up).relu(), self.down)
+        out = torch.zeros_like(x)
+        for slot in range(index.shape[1]):
+            e = index[:, slot]
+            h = torch.bmm(x.unsqueeze(1), self.up[e]).relu()
+            out = out + weight[:, slot, None] * torch.bmm(h, self.down[e]).squeeze(1)  # type: ignore[index]
+        return out
+
+
+class Mixture(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = nn.Linear(8, 4, bias=False)
+        self.experts, self.shared = Stacked(4), Stacked(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, 8)
+        weight, index = torch.softmax(self.gate(flat), dim=-1).topk(2, dim=-1)
+        return (self.experts(flat, index, weight) + self.shared(flat)).view_as(x)
+
+
+class ComputedBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear_attn, self.attn, self.moe = LinearAttention(), Latent(), Mixture()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.linear_attn(x)
+        x = x + self.attn(x)
+        return x + self.moe(x)
+
+
+def test_what_a_module_computes_decides_where_its_name_could_mislead() -> None:
+    model, step = toy(ComputedBlock)
+    names = {fqn: info.role for fqn, info in classify(model).items()}
+    # read from names alone (no forward), the linear attention passes for attention, the
+    # latent attention for an MLP and the shared experts for routed ones
+    assert names["layers.0.linear_attn"] == "attn" and names["layers.0.attn"] == "mlp"
+    assert names["layers.0.moe.shared"] == "experts"
+    structure = derive(model, step)
+    roles = {fqn: info.role for fqn, info in structure.roles.items()}
+    assert roles["layers.0.linear_attn"] == "mixer"           # products, no softmax
+    assert structure.categories["layers.0.linear_attn.q"] == "mixer"
+    assert roles["layers.0.attn"] == "attn"                   # a softmax over scores
+    assert roles["layers.0.attn.selector"] == "indexer"       # returns positions
+    assert structure.categories["layers.0.attn.selector.wq"] == "attention.indexer"
+    assert structure.categories["layers.0.attn.q"] == "attention.qkv"
+    assert structure.categories["layers.0.attn.o"] == "attention.out"
+    assert roles["layers.0.moe"] == "moe"
+    assert roles["layers.0.moe.experts"] == "experts"         # handed the routing
+    assert roles["layers.0.moe.shared"] == "shared"           # every token, no routing
+    assert roles["layers.0.moe.gate"] is None                 # the router's own
+    assert not any(info.category == "attention.core" for fqn, info in structure.roles.items()
+                   if fqn.startswith("layers.0.linear_attn"))
+
+
+def test_the_computed_categories_take_their_time() -> None:
+    """Both attribution methods put the indexer's, the shared experts' and the linear
+    attention's calls in their categories."""
+    from reportgen.profile import regions
+
+    model, step = toy(ComputedBlock)
+    structure = derive(model, step)
+    section = regions.hooks_method(model, step, structure, min_iterations=2, max_iterations=2, budget_s=0.0)
+    categories = section["categories"]
+    for category in ("attention.indexer", "mixer", "moe.experts", "moe.shared", "moe.router", "attention.core"):
+        assert categories[category]["ms"] > 0, category
+    assert set(categories) == set(CATEGORIES)

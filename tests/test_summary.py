@@ -106,12 +106,13 @@ def test_architecture_categories_only_where_a_row_has_them() -> None:
     assert not set(dense["shares"]) & set(ARCHITECTURE_CATEGORIES)
     assert not any(c.startswith(("shares.mixer", "shares.moe")) for c in csv_columns([dense]))
     # beside a mixture-of-experts model, the table gets its columns, in display order
-    moe = combination_row(_with_categories(mixer=0.0, moe_router=0.02, moe_experts=0.3))
-    assert list(moe["shares"]) == [c for c in CATEGORIES if c not in ("compiled", "mixer", "optimizer")]
+    moe = combination_row(_with_categories(mixer=0.0, moe_router=0.02, moe_experts=0.3, moe_shared=0.05))
+    assert list(moe["shares"]) == [c for c in CATEGORIES
+                                   if c not in ("compiled", "mixer", "optimizer", "attention.indexer")]
     columns = csv_columns([dense, moe])
-    assert [c for c in columns if c.startswith("shares.")][4:7] == [
-        "shares.mlp", "shares.moe.router", "shares.moe.experts"]
-    assert "shares.mixer" not in columns
+    assert [c for c in columns if c.startswith("shares.")][4:8] == [
+        "shares.mlp", "shares.moe.router", "shares.moe.experts", "shares.moe.shared"]
+    assert "shares.mixer" not in columns and "shares.attention.indexer" not in columns
 
 
 def test_flatten_and_columns_include_unknown_categories() -> None:

@@ -10,13 +10,15 @@ with the time reportgen attributes to that category. Targets (``TARGETS``):
   replaces the registered ``sdpa`` function in the class-wide mapping and the
   ``eager_attention_forward`` of the module that defines each attention class found.
 - ``moe.experts``: every module the model's structure (``structure.derive``, derived once
-  per combination and handed in) gives the role ``experts`` (routed
-  and shared: the category holds both; the router is kept) gets an instance ``forward``
+  per combination and handed in) gives the role ``experts`` (the routed experts: shared
+  experts are ``moe.shared``, and with the router they are kept) gets an instance ``forward``
   that returns cached zeros: of the first tensor argument's shape for experts whose weights
   are stacked (transformers' fused ``forward(hidden_states, top_k_index, top_k_weights)``),
   of the input's leading dimensions by the last projection's width for each item of a list
   of experts (each sees its own number of tokens), and as recorded (below) for any other
-  (a shared expert).
+  module the structure calls routed experts.
+- ``moe.shared``: every module with the role ``shared`` (the shared experts every token
+  goes through) returns its output as recorded (below).
 - ``mixer``: every module with the role ``mixer`` returns cached zeros of the structure its
   original returned, recorded by calling the original once per input shapes (the first
   call, which ``ablation_rounds`` makes before any timed or profiled forward).
@@ -53,9 +55,9 @@ RESOLUTION = 0.05
 VERDICTS = (PASS, FAIL, "below resolution")
 # The categories a stand-in can remove, and the structural role of the modules that do
 # that category's work (attention.core is an attention function, not a module).
-TARGETS: tuple[str, ...] = ("attention.core", "moe.experts", "mixer")
+TARGETS: tuple[str, ...] = ("attention.core", "moe.experts", "moe.shared", "mixer")
 DEFAULT_TARGET = "attention.core"
-TARGET_ROLES: dict[str, str] = {"moe.experts": "experts", "mixer": "mixer"}
+TARGET_ROLES: dict[str, str] = {"moe.experts": "experts", "moe.shared": "shared", "mixer": "mixer"}
 HOOKED_EVERY = 8  # every eighth pair of the ablation runs under the hooks method's clocks
 
 
@@ -306,8 +308,8 @@ def _module_targets(model: torch.nn.Module, category: str, roles: Mapping[str, M
         elif is_experts(module):
             found.append((fqn, module, _like_first))
         else:
-            # a shared expert (an MLP beside the routed ones), or whatever else the structure
-            # counts as experts: its output recorded, whatever its structure
+            # whatever else the structure counts as routed experts (an MLP handed the
+            # routing): its output recorded, whatever its structure
             found.append((fqn, module, _as_recorded))
     return found
 
@@ -318,8 +320,9 @@ _UNSET = object()  # a module without a forward of its own (the class's)
 @contextlib.contextmanager
 def module_stand_in(model: torch.nn.Module, category: str, roles: Mapping[str, ModuleRole]
                     ) -> Iterator[ModuleStandIn]:
-    """Within the block, every module doing ``category``'s work (``moe.experts``:
-    experts, routed and shared; ``mixer``: token mixers) returns cached zeros; the
+    """Within the block, every module doing ``category``'s work (``moe.experts``: the
+    routed experts; ``moe.shared``: the shared experts; ``mixer``: token mixers) returns
+    cached zeros; the
     instances' own ``forward`` attributes are restored afterwards. ``roles``: the module
     roles of the model's structure, derived once for the model (``structure.derive``'s
     ``roles``) and read here, not derived again."""

@@ -181,10 +181,15 @@ STAND_IN_NOTES: dict[str, str] = {
         "the attributed time less what the method still calls attention.core then "
         "(removable_ms); rel_diff_full compares with the whole attributed time."),
     "moe.experts": (
-        "Every module the structure calls experts (routed and shared) returns "
+        "Every module the structure calls routed experts returns "
         "cached zeros of its output's shape; the router (gate, top-k, dispatch, combination) "
         "still runs. What the methods still attribute to moe.experts with the stand-in in "
         "place (the replaced calls themselves) is left out of removable_ms."),
+    "moe.shared": (
+        "Every module the structure calls shared experts (those every token goes through) "
+        "returns cached zeros of the output it gave once for inputs of the same shape; the "
+        "router and the routed experts still run. What the methods still attribute to "
+        "moe.shared with the stand-in in place is left out of removable_ms."),
     "mixer": (
         "Every token mixer (state-space scan, linear attention, short convolution) "
         "returns cached zeros of the output its original gave once for inputs of the same "

@@ -16,12 +16,15 @@ from reportgen.records import fields
 from reportgen.records.bench import FAIL
 
 # Encoders, decoders, encoder-decoders; fused (gpt2, gpt_neox, falcon, bloom, phi's dense
-# out only) and separate QKV; learned, rotary, relative-bias and ALiBi positions.
+# out only) and separate QKV; learned, rotary, relative-bias and ALiBi positions; and
+# today's hybrids whose names could mislead: a gated-delta mixer beside attention
+# (qwen3_next), a lightning attention named for attention (minimax), a sparse attention's
+# indexer (deepseek_v32), a latent attention named MLA in a list (longcat_flash).
 ARCHITECTURES: tuple[str, ...] = (
     "bert", "roberta", "distilbert", "electra", "albert", "xlm-roberta", "deberta-v2",
     "gpt2", "gpt_neox", "opt", "llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "falcon",
     "gptj", "bloom", "gemma", "olmo", "stablelm", "starcoder2", "gpt_bigcode", "codegen",
-    "t5", "mt5", "bart", "mbart", "pegasus",
+    "t5", "mt5", "bart", "mbart", "pegasus", "qwen3_next", "minimax", "deepseek_v32", "longcat_flash",
 )
 QUICK_ARCHITECTURES: tuple[str, ...] = ("bert", "gpt2", "llama", "t5")
 MIN_ARCHITECTURES = 12
@@ -63,7 +66,7 @@ def _traits(model: Any) -> dict[str, Any]:
 
 def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2) -> dict[str, Any]:
     from reportgen.profile import building
-    from reportgen.profile.structure import classify
+    from reportgen.profile.structure import derive
 
     row: dict[str, Any] = {"model_type": model_type}
     built = None
@@ -79,7 +82,7 @@ def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2)
         return row
     row.pop("error", None)
     try:
-        result = profile_pass(built, classify(built.model), iterations, trace_dir, model_type)
+        result = profile_pass(built, derive(built.model, built.step).labels, iterations, trace_dir, model_type)
         cats = fields.get(result, "attribution.categories")
         shares = {c: float(v["share"]) for c, v in cats.items()}
         total = sum(shares.values())

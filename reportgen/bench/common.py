@@ -37,7 +37,8 @@ def cpu_combo(model: str, *, scale: str, mode: str = "forward", attn: str = "sdp
 
 def profile_pass(built: Any, roles: Any, iterations: int, trace_dir: Path, name: str) -> dict[str, Any]:
     """reportgen's profiled pass over a built model (``roles``: its modules' roles, as
-    `structure.classify` gives them), its trace to ``trace_dir/<name>``."""
+    `structure.derive` gives them to a measurement: its ``labels``), its trace to
+    ``trace_dir/<name>``."""
     from reportgen.profile import profiling
 
     return profiling.profile_step(built.step, built.model, iterations=iterations,

@@ -37,8 +37,8 @@ MIXING_MARKERS = ("matmul", "bmm", "einsum", "cumsum", "cumprod")
 
 
 def _is_integer(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and not value.dtype.is_complex \
-        and value.dtype != torch.bool
+    return (isinstance(value, torch.Tensor) and not value.dtype.is_floating_point
+            and not value.dtype.is_complex and value.dtype != torch.bool)
 
 
 def _tensors(value: Any) -> Iterable[Any]:
@@ -54,14 +54,15 @@ def _tensors(value: Any) -> Iterable[Any]:
 
 def _op_kind(name: str, args: Any) -> str | None:
     """``attention`` (a fused attention call, or a softmax over four-dimensional scores),
-    ``softmax`` (another softmax), ``mixing`` (a product over the sequence), ``core``
-    (another attention core op) or None."""
+    ``softmax`` (another softmax, or its normaliser: logsumexp), ``mixing`` (a product
+    over the sequence), ``core`` (another attention core op) or None."""
     lowered = name.lower()
     if any(m in lowered for m in FUSED_ATTENTION_MARKERS):
         return "attention"
-    if "softmax" in lowered:
+    if "softmax" in lowered or "logsumexp" in lowered:  # (a softmax's normaliser, taken apart)
         first = next(iter(_tensors(args)), None)
-        return "attention" if first is not None and first.dim() >= SCORES_DIMS else "softmax"
+        return ("attention" if "softmax" in lowered and first is not None and first.dim() >= SCORES_DIMS
+                else "softmax")
     if any(m in lowered for m in MIXING_MARKERS):
         return "mixing"
     return "core" if is_core_op(name) else None
@@ -72,13 +73,15 @@ class Calls:
     """What one recorded forward saw. ``spans``: module FQN -> its first call's (start,
     end) ticks. ``ops``: (tick, kind, core, stack) of every op ``_op_kind`` names,
     ``core`` whether it is an attention core op (``attribution.is_core_op``), ``stack``
-    the FQNs of the module calls open around it, outermost first. ``integer_in`` and
-    ``integer_out``: modules handed, or returning, an integer tensor."""
+    the FQNs of the module calls open around it, outermost first. ``integer_in``:
+    modules handed an integer tensor; ``integer_out``: modules returning one, with the
+    most dimensions of those they return (a sparse attention's indexer returns positions
+    per batch, query and choice: three; a router the experts per token: one or two)."""
 
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)
     ops: list[tuple[int, str, bool, tuple[str, ...]]] = field(default_factory=list)
     integer_in: set[str] = field(default_factory=set)
-    integer_out: set[str] = field(default_factory=set)
+    integer_out: dict[str, int] = field(default_factory=dict)
     leaves: set[str] = field(default_factory=set)
 
     _index: dict[tuple[str, bool], set[str]] | None = None
@@ -158,8 +161,9 @@ def record(model: nn.Module, step: StepLike) -> Calls:
                 stack.pop()
             if fqn not in calls.spans and fqn in starts:
                 calls.spans[fqn] = (starts[fqn], tick())
-                if any(_is_integer(t) for t in _tensors(out)):
-                    calls.integer_out.add(fqn)
+                dims = [t.dim() for t in _tensors(out) if _is_integer(t)]
+                if dims:
+                    calls.integer_out[fqn] = max(dims)
 
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))

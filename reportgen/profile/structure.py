@@ -1,7 +1,8 @@
 """Structural classification of a model's modules, and the hooks that label its ops.
 
-Classification reads only module classes and nesting (ARCHITECTURE.md, "Categories"):
-no model names. ``install_hooks`` opens ``rg|<role>|<fqn>`` profiler ranges around the
+Classification reads module classes and nesting (ARCHITECTURE.md, "Categories") and,
+where a class name could mislead, what each module computed in one recorded forward
+(`calls.record`): no model names. ``install_hooks`` opens ``rg|<role>|<fqn>`` profiler ranges around the
 calls of the modules whose role matters (a `Structure`'s ``labels``: the roles less the
 modules inside an MLP call whose boundary moves no time between categories);
 ``reportgen.attribution`` turns ops inside those ranges into categories, splitting each
@@ -58,6 +59,9 @@ _SEALED = ("head", "core", "mixer", "experts", "shared", "indexer")
 # Parameters of a recurrence over the sequence: the state-space decay and step of Mamba's
 # selective scan and of gated-delta/linear attention (A_log, dt_bias), RWKV's time decay.
 RECURRENCE_PARAMETERS = frozenset({"A_log", "dt_bias", "time_decay"})
+# An indexer returns positions per batch, query and choice; a router (inside attention, a
+# mixture of attention heads) the experts per token, in fewer dimensions.
+POSITIONS_DIMS = 3
 
 
 
@@ -227,8 +231,9 @@ def classify(model: nn.Module, calls: Calls | None = None) -> dict[str, ModuleRo
         inner_routed = routed
         if not fqn or container in _SEALED:
             pass  # the root's own ops (masks, residuals) and all of a head stay as they are
-        elif container == "moe":
-            # gates and routers are left to the layer's own time, the router's
+        elif container == "moe" and fqn.rpartition(".")[0] == container_fqn:
+            # the layer's own children; gates and routers (and all inside them) are left
+            # to the layer's own time, the router's
             if fqn in routed:
                 role, category, inner, inner_fqn = "experts", "moe.experts", "experts", fqn
             elif (is_experts(module) or _is_shared_mlp(module)) and not (
@@ -244,7 +249,7 @@ def classify(model: nn.Module, calls: Calls | None = None) -> dict[str, ModuleRo
                                            or _has_descendant(module, is_token_mixer))):
             # a layer named for its attention, or for its linear attention
             role, category, inner_block = "block", "other", fqn
-        elif (container == "attn" and calls is not None and fqn in calls.integer_out
+        elif (container == "attn" and calls is not None and calls.integer_out.get(fqn, 0) >= POSITIONS_DIMS
               and not _is_leaf(module) and _has_descendant(module, is_projection)):
             role, category, inner, inner_fqn = "indexer", "attention.indexer", "indexer", fqn
         elif attention(fqn, module) and (is_attention(module) or block is not None):

@@ -50,7 +50,7 @@ from reportgen.attribution import ITERATION_LABEL, analyse_trace, classify_ops
 from reportgen.categories import CATEGORIES
 from reportgen.profile import building
 from reportgen.profile.profiling import record_pass, write_gzip_atomic
-from reportgen.profile.structure import Structure, classify, nvtx_ranges
+from reportgen.profile.structure import Structure, derive, nvtx_ranges
 from reportgen.records.paths import trace_file, trace_ref
 from reportgen.records.status import FAILED, MEASURED, MISSING, NOT_APPLICABLE, OK
 from reportgen.scrub import trace_name
@@ -349,8 +349,9 @@ def _nsys_child(spec: dict[str, Any], iterations: int, seed: int) -> None:
         step()
         step.sync()
         step.reset()
-    # a process of its own, with a model of its own: the labels need only its roles
-    with nvtx_ranges(built.model, classify(built.model)):
+    # a process of its own, with a model of its own: its structure derived here, as a
+    # measurement derives it (what the modules compute decides some roles)
+    with nvtx_ranges(built.model, derive(built.model, step).labels):
         for _ in range(iterations):
             torch.cuda.nvtx.range_push(ITERATION_LABEL)
             step()

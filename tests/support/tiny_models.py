@@ -135,12 +135,12 @@ class ToyBlock(nn.Module):
 
 
 class Toy(nn.Module):
-    """An architecture reportgen was never written for."""
+    """An architecture reportgen was never written for: two blocks of ``block`` (width 8)."""
 
-    def __init__(self) -> None:
+    def __init__(self, block: Callable[[], nn.Module] = ToyBlock) -> None:
         super().__init__()
         self.emb = nn.Embedding(50, 8)
-        self.layers = nn.ModuleList([ToyBlock(), ToyBlock()])
+        self.layers = nn.ModuleList([block(), block()])
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.emb(input_ids)
@@ -149,7 +149,7 @@ class Toy(nn.Module):
         return x
 
 
-def toy() -> tuple[nn.Module, TinyStep]:
+def toy(block: Callable[[], nn.Module] = ToyBlock) -> tuple[nn.Module, TinyStep]:
     torch.manual_seed(0)
-    model = Toy().eval()
+    model = Toy(block).eval()
     return model, TinyStep(model, {"input_ids": torch.arange(6).unsqueeze(0)})
