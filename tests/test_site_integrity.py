@@ -226,6 +226,23 @@ def test_every_headline_table_names_its_run_date_and_load(built: tuple[Path, Pat
     assert checked > 15
 
 
+def test_an_extrapolated_whole_model_states_its_latency_level(built: tuple[Path, Path]) -> None:
+    """The whole model's interval is the measured median's, widened: it is quoted at that
+    median's level (87.5% for a record of fewer rounds), never as a 95% one."""
+    docs, _ = built
+    checked = 0
+    for page in sorted(docs.glob("hardware/*/*.md")):
+        text = page.read_text(encoding="utf-8")
+        whole = re.search(r"the whole model's forward takes \*\*[^*]+\*\* \(([\d.]+%) interval", text)
+        if whole is None:
+            continue
+        headline = re.search(r"a forward pass takes \*\*[^*]+\*\* \(median; ([\d.]+%)\s+CI", text)
+        assert headline, page
+        assert whole.group(1) == headline.group(1), f"{page.relative_to(docs)}: {whole.group(0)}"
+        checked += 1
+    assert checked > 5
+
+
 _ONE_PLURAL = re.compile(r"(?<![\d.,])1 (layers|samples|rounds|passes|tokens|combinations|runs|experts)\b")
 _ZERO_SHARE = re.compile(r"^\| ([\w.<>]+) \| (?:0 ms|0\.0+ ms|–) \| 0\.0% <small>\[0\.0%, 0\.0%\]</small>", re.M)
 
