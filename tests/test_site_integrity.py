@@ -261,6 +261,16 @@ def test_a_count_of_one_is_singular_and_a_missing_category_a_dash(built: tuple[P
     # the committed hybrid and mixture-of-experts models lack a dense MLP: a dash
     dashes = [p for p in pages if "| mlp | – | – | – | – |" in p.read_text(encoding="utf-8")]
     assert dashes
+    # and their downloads leave it blank rather than writing a measured 0 [0, 0]
+    zeros, blanks = [], 0
+    for path in sorted(docs.glob("hardware/*/charts/*--categories.csv")):
+        for row in csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))):
+            cells = [row["ms"], row["share"], row["share_ci_low"], row["share_ci_high"]]
+            blanks += all(c == "" for c in cells)
+            if all(c != "" and float(c) == 0.0 for c in cells):
+                zeros.append(f"{path.relative_to(docs)}: {row['category']}")
+    assert not zeros, zeros[:10]
+    assert blanks
 
 
 def test_a_table_download_follows_its_table(built: tuple[Path, Path]) -> None:
