@@ -128,6 +128,9 @@ def test_a_measured_interval_wider_than_the_predicted_effect_is_too_noisy_to_tes
     (summary,) = payoff.agreement([row])
     assert summary["noisy"] == 1 and summary["agree"] == 0 and summary["undecided"] == 0
     assert not payoff.too_noisy(1.5, 0.9, 1.2) and not payoff.too_noisy(1.1, 1.05, 1.2)
+    # the prediction outside the measured interval, but nearer 1 than the interval is wide
+    assert payoff.too_noisy(0.90, 0.929, 1.17) and payoff.too_noisy(1.05, 0.97, 1.04)
+    assert not payoff.too_noisy(0.90, 0.97, 1.01)  # narrower than the effect: it tests it
 
 
 def test_committed_records_read_from_their_traces() -> None:

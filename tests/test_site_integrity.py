@@ -226,6 +226,23 @@ def test_every_headline_table_names_its_run_date_and_load(built: tuple[Path, Pat
     assert checked > 15
 
 
+def test_an_extrapolated_whole_model_states_its_latency_level(built: tuple[Path, Path]) -> None:
+    """The whole model's interval is the measured median's, widened: it is quoted at that
+    median's level (87.5% for a record of fewer rounds), never as a 95% one."""
+    docs, _ = built
+    checked = 0
+    for page in sorted(docs.glob("hardware/*/*.md")):
+        text = page.read_text(encoding="utf-8")
+        whole = re.search(r"the whole model's forward takes \*\*[^*]+\*\* \(([\d.]+%) interval", text)
+        if whole is None:
+            continue
+        headline = re.search(r"a forward pass takes \*\*[^*]+\*\* \(median; ([\d.]+%)\s+CI", text)
+        assert headline, page
+        assert whole.group(1) == headline.group(1), f"{page.relative_to(docs)}: {whole.group(0)}"
+        checked += 1
+    assert checked > 5
+
+
 _ONE_PLURAL = re.compile(r"(?<![\d.,])1 (layers|samples|rounds|passes|tokens|combinations|runs|experts)\b")
 _ZERO_SHARE = re.compile(r"^\| ([\w.<>]+) \| (?:0 ms|0\.0+ ms|–) \| 0\.0% <small>\[0\.0%, 0\.0%\]</small>", re.M)
 
@@ -244,6 +261,16 @@ def test_a_count_of_one_is_singular_and_a_missing_category_a_dash(built: tuple[P
     # the committed hybrid and mixture-of-experts models lack a dense MLP: a dash
     dashes = [p for p in pages if "| mlp | – | – | – | – |" in p.read_text(encoding="utf-8")]
     assert dashes
+    # and their downloads leave it blank rather than writing a measured 0 [0, 0]
+    zeros, blanks = [], 0
+    for path in sorted(docs.glob("hardware/*/charts/*--categories.csv")):
+        for row in csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))):
+            cells = [row["ms"], row["share"], row["share_ci_low"], row["share_ci_high"]]
+            blanks += all(c == "" for c in cells)
+            if all(c != "" and float(c) == 0.0 for c in cells):
+                zeros.append(f"{path.relative_to(docs)}: {row['category']}")
+    assert not zeros, zeros[:10]
+    assert blanks
 
 
 def test_a_table_download_follows_its_table(built: tuple[Path, Path]) -> None:

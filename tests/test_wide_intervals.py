@@ -64,11 +64,16 @@ def test_every_page_showing_the_interval_flags_it(tmp_path: Path) -> None:
     combination = (docs / "hardware" / "cpu-amd-epyc-2c" / "gpt2.md").read_text(encoding="utf-8")
     assert flag in combination
     assert (docs / "models" / "gpt2.md").read_text(encoding="utf-8").count(flag) >= 1
-    # flagged wherever that interval is shown, and nowhere else
+    # flagged wherever that interval is shown, and the category times carried through
+    # from it where they reach as far; no other interval
     high = f"{fmt.num(timing['ci_high'])}&#93;"
     shown = [line for line in combination.splitlines() if high in line]
     assert len(shown) >= 3
-    assert [line for line in combination.splitlines() if flag in line] == shown
+    flagged = [line for line in combination.splitlines() if flag in line]
+    assert set(shown) < set(flagged)
+    assert all("wide: the latency&#39;s interval is wide: the variation between rounds" in line
+               for line in flagged if line not in shown)
+    assert unflagged(combination) == [] and flagged_narrow(combination) == []
     # the README's table of the run and ``reportgen summary`` (its table and CSV) flag it too
     from rich.console import Console
 
@@ -103,6 +108,29 @@ def unflagged(text: str) -> list[str]:
         if is_wide(x, lo, hi) and not re.match(r"( [^|<]*)?\s*<span class=\"rg-warn\">wide: ", rest):
             out.append(m.group(0))
     return out
+
+
+def flagged_narrow(text: str) -> list[str]:
+    """Each ``x [low, high]`` of ``text`` flagged wide that is not past twice ``x``."""
+    return [m.group(0) for m in _SHOWN.finditer(text)
+            if re.match(r"( [^|<]*)?\s*<span class=\"rg-warn\">wide: ", text[m.end():m.end() + 200])
+            and not is_wide(*(float(v.replace(",", "")) for v in m.groups()))]
+
+
+def test_the_roofline_flags_a_category_time_past_twice_its_median() -> None:
+    """A category's time carries its share's interval times the latency's: a few-microsecond
+    category, or one whose share moves between the profiled iterations, can reach past twice
+    its median where the latency does not, and says why."""
+    from reportgen.records.load import load_runs
+    from reportgen.render.pages import SiteBuilder
+    from reportgen.render.roofline_pages import findings_page
+    from reportgen.render.site import render_page
+    from reportgen.render.templating import environment
+
+    (roof,) = findings_page(SiteBuilder(load_runs(ROOT / "runs")))
+    text = render_page(environment(), roof)
+    assert "wide: the variation between profiled iterations (the category&#39;s share of each)" in text
+    assert unflagged(text) == [] and flagged_narrow(text) == []
 
 
 def test_the_tools_page_flags_its_wide_intervals() -> None:

@@ -134,6 +134,13 @@ def all_combinations(frame: pd.DataFrame) -> dict[str, bytes]:
 
 
 
+def _absent_blank(row: dict[str, Any]) -> dict[str, Any]:
+    """A category row for a download: a category the model does not have (no time, no
+    share, no FLOPs) is left blank, as the page shows it a dash, never a measured 0."""
+    if row.get("ms") or row.get("share") or row.get("flops_share"):
+        return row
+    return {k: (v if k == "category" else None) for k, v in row.items()}
+
 def _sources(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
     """The runs a table's rows come from, each with when its last row was measured and the
     load its rows were measured under (the contention they name, or none recorded)."""
@@ -261,7 +268,7 @@ class SiteBuilder(Builder):
                     {k: r[k] for k in _headline_columns(groups)} for r in headline]),
                 "categories": categories,
                 "has_share_ci": any(c["share_ci_low"] is not None for c in categories),
-                "categories_data": self.table(path, "categories", categories),
+                "categories_data": self.table(path, "categories", [_absent_blank(c) for c in categories]),
                 "lengths": summary["lengths"], "min_fit_points": stats.MIN_FIT_POINTS,
                 "fits": clean_rows(summary["fits"]),
                 "fits_data": self.table(path, "fits", clean_rows(summary["fits"])),

@@ -402,13 +402,17 @@ def moved(prediction: Mapping[str, Any], part: Sequence[str] = PART) -> list[dic
     return sorted(rows, key=lambda r: (-abs(r["ms"]), CATEGORIES.index(r["category"])))
 
 
-TOO_NOISY = "too noisy to test: the measured interval holds both no change (1x) and the prediction"
+TOO_NOISY = ("too noisy to test: the measured interval holds no change (1x) and is wider than the "
+             "predicted effect")
 
 
 def too_noisy(predicted: float, low: float, high: float) -> bool:
-    """The measured interval ``[low, high]`` is wider than the predicted effect: it holds
-    both 1 (no change) and the predicted speedup, so it cannot test the prediction."""
-    return low <= 1.0 <= high and low <= predicted <= high and predicted != 1.0
+    """The measured interval ``[low, high]`` holds 1 (no change) and is wider than the
+    predicted effect (its distance from 1): it cannot tell the prediction from no change,
+    so overlapping the prediction is no test of it (a predicted 0.90x against a measured
+    [0.93, 1.17]: the prediction lies outside, but so near 1 that an interval this wide
+    says nothing about it)."""
+    return low <= 1.0 <= high and predicted != 1.0 and high - low > abs(predicted - 1.0)
 
 
 def amdahl_row(pair: Mapping[str, Any], base: Mapping[str, Any], new: Mapping[str, Any],
@@ -436,7 +440,7 @@ def amdahl_row(pair: Mapping[str, Any], base: Mapping[str, Any], new: Mapping[st
         return row
     row["agree"] = _overlap(p["predicted_low"], p["predicted_high"], row["speedup_low"], row["speedup_high"])
     if row["agree"] and too_noisy(p["predicted"], row["speedup_low"], row["speedup_high"]):
-        # an interval that holds both no change and the prediction cannot tell them apart:
+        # an interval that holds no change and is wider than the predicted effect cannot tell them apart:
         # overlapping with the prediction is no agreement
         row["agree"] = None
         row["why"] = TOO_NOISY

@@ -22,7 +22,7 @@ from typing import Any
 
 from reportgen import fmt, peaks, stats
 from reportgen.categories import ATTENTION_CATEGORIES
-from reportgen.intervals import stated_confidence
+from reportgen.intervals import TIMER_RESOLUTION_MS, interval_wide_reason, stated_confidence, wide_reason
 from reportgen.records import fields
 from reportgen.records.releases import is_history
 from reportgen.records.shares import category_share
@@ -242,6 +242,22 @@ def _analytic_flops(record: Mapping[str, Any], category: str) -> float:
     return _num(fields.get(record, ("flops", "analytic", category))) or 0.0
 
 
+def _time_wide(record: Mapping[str, Any], time: tuple[float, float, float, str] | None) -> str | None:
+    """Why a category's time interval reaches past twice its median, in words (None where
+    it does not): the latency interval's own reason where that interval is wide, else what
+    widened the share (the timer's resolution for a category of a few clock ticks, or its
+    share's variation between the profiled iterations)."""
+    if time is None:
+        return None
+    latency = wide_reason(record)
+    tick = TIMER_RESOLUTION_MS.get(str(fields.get(record, "timing.method") or ""), 0.001)
+    reason = interval_wide_reason(time[0], time[1], time[2], tick_ms=tick,
+                                  between="profiled iterations (the category's share of each)")
+    if reason is None or latency is None:
+        return reason
+    return f"the latency's interval is wide: {latency}"
+
+
 def _row(record: Mapping[str, Any], label: str, cats: Sequence[str], nbytes: float | None,
          work: float, moved: Mapping[str, Any], roof: Roof | None) -> dict[str, Any]:
     time = category_time(record, cats)
@@ -254,7 +270,7 @@ def _row(record: Mapping[str, Any], label: str, cats: Sequence[str], nbytes: flo
         "bytes_source": moved.get("source"),
         "ms": time[0] if time else None, "ms_low": time[1] if time else None,
         "ms_high": time[2] if time else None, "interval": time[3] if time else None,
-        "confidence": confidence(record),
+        "confidence": confidence(record), "wide": _time_wide(record, time),
         "bandwidth": bw[0] if bw else None, "bandwidth_low": bw[1] if bw else None,
         "bandwidth_high": bw[2] if bw else None,
         "intensity": work / nbytes if nbytes and work > 0 else None,
