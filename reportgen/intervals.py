@@ -143,6 +143,22 @@ def interval_wide_reason(median: Any, low: Any, high: Any, *, tick_ms: float = 0
     return f"the variation between {between}{spread}"
 
 
+SHARE_VARIATION = "profiled iterations (the category's share of each)"
+"""What varies where a category's share, or a time carried through from it, is wide."""
+
+
+def share_wide_reason(share: Any, low: Any, high: Any, ms: Any, method: Any = None) -> str | None:
+    """Why a category's share interval ``[low, high]`` reaches past twice ``share``, in
+    words (None where it does not): ``interval_wide_reason`` of the category's ``ms`` scaled
+    by the interval, so that a category of a few ticks of the ``method``'s clock names the
+    timer, and any other the variation of its share between the profiled iterations."""
+    if not is_wide(share, low, high) or not isinstance(ms, int | float) or ms <= 0:
+        return None
+    tick = TIMER_RESOLUTION_MS.get(str(method or ""), 0.001)
+    scale = float(ms) / float(share)
+    return interval_wide_reason(ms, float(low) * scale, float(high) * scale, tick_ms=tick,
+                                between=SHARE_VARIATION)
+
 def wide_reason(record: Mapping[str, Any]) -> str | None:
     """Why ``record``'s latency interval reaches past twice its median, in words (None
     where it does not): ``interval_wide_reason`` of its timing, with the resolution of the

@@ -133,6 +133,32 @@ def test_the_roofline_flags_a_category_time_past_twice_its_median() -> None:
     assert unflagged(text) == [] and flagged_narrow(text) == []
 
 
+def test_a_category_share_past_twice_its_value_is_flagged() -> None:
+    """A category's share interval past twice the share says why: the timer for a
+    category of a few clock ticks, else its share's variation between the iterations."""
+    from reportgen.intervals import share_wide_reason
+    from reportgen.records.load import load_runs
+    from reportgen.render.pages import SiteBuilder
+    from reportgen.render.site import render_page
+    from reportgen.render.templating import environment
+
+    assert share_wide_reason(0.3, 0.25, 0.35, 100.0) is None
+    assert share_wide_reason(0.011, 0.002, 0.029, 2.74, "host-clock") == (
+        "the variation between profiled iterations (the category's share of each)")
+    tick = share_wide_reason(0.001, 0.0004, 0.003, 0.002, "host-clock")
+    assert tick is not None and tick.startswith("the timer's resolution")
+    builder = SiteBuilder(load_runs(ROOT / "runs"))
+    f = builder.frame
+    part = f[(f["hardware"] == "cpu-intel-xeon-2c") & (f["model"] == "llama-small")]
+    text = render_page(environment(), builder.combination_page("cpu-intel-xeon-2c", "llama-small", part))
+    (row,) = [line for line in text.splitlines() if line.startswith("| embeddings | ") and "<small>[" in line]
+    assert "[0.2%, 2.9%]</small> <span class=\"rg-warn\">wide: the variation between profiled iterations" in row
+    # the category table's rows: category, time, share with its interval
+    shares = re.findall(r"^\| [\w.<>]+ \| [\d.]+ ms \| ([\d.]+)% <small>\[([\d.]+)%, ([\d.]+)%\]</small>"
+                        r"( <span class=\"rg-warn\">wide)?", text, re.M)
+    assert shares and all(bool(flag) == is_wide(float(x), float(lo), float(hi)) for x, lo, hi, flag in shares)
+
+
 def test_the_tools_page_flags_its_wide_intervals() -> None:
     from reportgen.records.load import load_runs
     from reportgen.render.pages import SiteBuilder

@@ -15,6 +15,7 @@ import pandas as pd
 
 from reportgen import stats
 from reportgen.categories import CATEGORIES
+from reportgen.intervals import share_wide_reason
 from reportgen.records import fields, hardware, paths
 from reportgen.records.causes import Cause
 from reportgen.records.releases import is_history, release_of
@@ -268,6 +269,9 @@ class SiteBuilder(Builder):
                     {k: r[k] for k in _headline_columns(groups)} for r in headline]),
                 "categories": categories,
                 "has_share_ci": any(c["share_ci_low"] is not None for c in categories),
+                "share_wide": {c["category"]: share_wide_reason(
+                    c["share"], c["share_ci_low"], c["share_ci_high"], c["ms"],
+                    fields.get(record, "timing.method")) for c in categories},
                 "categories_data": self.table(path, "categories", [_absent_blank(c) for c in categories]),
                 "lengths": summary["lengths"], "min_fit_points": stats.MIN_FIT_POINTS,
                 "fits": clean_rows(summary["fits"]),

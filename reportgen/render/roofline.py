@@ -22,7 +22,13 @@ from typing import Any
 
 from reportgen import fmt, peaks, stats
 from reportgen.categories import ATTENTION_CATEGORIES
-from reportgen.intervals import TIMER_RESOLUTION_MS, interval_wide_reason, stated_confidence, wide_reason
+from reportgen.intervals import (
+    SHARE_VARIATION,
+    TIMER_RESOLUTION_MS,
+    interval_wide_reason,
+    stated_confidence,
+    wide_reason,
+)
 from reportgen.records import fields
 from reportgen.records.releases import is_history
 from reportgen.records.shares import category_share
@@ -252,7 +258,7 @@ def _time_wide(record: Mapping[str, Any], time: tuple[float, float, float, str] 
     latency = wide_reason(record)
     tick = TIMER_RESOLUTION_MS.get(str(fields.get(record, "timing.method") or ""), 0.001)
     reason = interval_wide_reason(time[0], time[1], time[2], tick_ms=tick,
-                                  between="profiled iterations (the category's share of each)")
+                                  between=SHARE_VARIATION)
     if reason is None or latency is None:
         return reason
     return f"the latency's interval is wide: {latency}"
