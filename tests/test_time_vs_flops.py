@@ -40,6 +40,18 @@ def test_shares_and_ratio_come_from_the_record() -> None:
     assert category_rows({"attribution": {"categories": {"mlp": {"share": 1.0}}}}, ("mlp",))[0]["flop_share"] is None
 
 
+def test_a_category_the_analytic_count_misses_has_no_flop_share() -> None:
+    """Analytic 0 where the FLOP counter counts some (a tied output head in a training
+    step): the FLOP share is unknown, not 0, and the category is never named as exceeding."""
+    rec = _record({"mlp": 0.6, "head": 0.3}, {"mlp": 300.0, "head": 0.0})
+    rec["flops"]["counted"] = {"mlp": 300.0, "head": 120.0}
+    rows = {r["category"]: r for r in category_rows(rec, ("mlp", "head"))}
+    assert rows["head"]["flop_share"] is None and rows["head"]["ratio"] is None
+    assert rows["head"]["missed"] == 120.0 and rows["mlp"]["missed"] is None
+    assert rows["mlp"]["flop_share"] == 1.0
+    assert exceeding(list(rows.values())) == []
+
+
 @pytest.fixture(scope="module")
 def site(rendered: Path) -> Path:
     """The test site (the runs fixture with its claims), rendered once per session."""

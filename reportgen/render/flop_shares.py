@@ -35,7 +35,7 @@ NOT_OPERATORS = ("other", "overhead")
 """Time outside any named operator: never named as a category whose time exceeds its FLOPs."""
 
 _COLUMNS = ("hardware", "model", "mode", "setting", "seq", "run_id", "combo_id", "method", "category",
-            "time_share", "time_low", "time_high", "confidence", "flops", "flop_share", "ratio")
+            "time_share", "time_low", "time_high", "confidence", "flops", "flop_share", "ratio", "missed")
 
 
 def _number(value: Any) -> float | None:
@@ -50,9 +50,13 @@ def category_rows(record: Mapping[str, Any], categories: Sequence[str] = CATEGOR
     """Per category of ``record``: its time share (``attribution.categories.<c>.share``,
     the headline method's, with ``share_low``/``share_high``), its analytic FLOPs
     (``flops.analytic.<c>``) and their share of the analytic total, and time share / FLOP
-    share. A FLOP share is None where the record has no analytic FLOPs; the ratio is None
-    where the category has no FLOPs (a ratio to zero is no number)."""
+    share. A FLOP share is None where the record has no analytic FLOPs, and where the
+    analytic count gives 0 but the FLOP counter (``flops.counted.<c>``) does not: the
+    analytic model misses that category's arithmetic (``missed`` holds the counted FLOPs),
+    so 0 would misstate it. The ratio is None where the category has no FLOPs (a ratio to
+    zero is no number)."""
     analytic = fields.get(record, "flops.analytic") or {}
+    counted = fields.get(record, "flops.counted") or {}
     flops = {c: _number(analytic.get(c)) for c in categories} if isinstance(analytic, Mapping) else {}
     total = sum(v for v in (_number(x) for x in (analytic.values() if isinstance(analytic, Mapping) else ()))
                 if v is not None and v > 0)
@@ -61,10 +65,15 @@ def category_rows(record: Mapping[str, Any], categories: Sequence[str] = CATEGOR
         share = _number(fields.get(record, ("attribution", "categories", c, "share")))
         fl = flops.get(c)
         flop_share = fl / total if fl is not None and total > 0 else None
+        missed = _number(counted.get(c)) if isinstance(counted, Mapping) else None
+        if fl is not None and fl <= 0 and missed is not None and missed > 0:
+            flop_share = None
+        else:
+            missed = None
         out.append({"category": c, "time_share": share,
                     "time_low": _number(fields.get(record, ("attribution", "categories", c, "share_low"))),
                     "time_high": _number(fields.get(record, ("attribution", "categories", c, "share_high"))),
-                    "flops": fl, "flop_share": flop_share,
+                    "flops": fl, "flop_share": flop_share, "missed": missed,
                     "ratio": (share / flop_share if share is not None and flop_share else None)})
     return out
 
@@ -125,10 +134,11 @@ def page(b: Builder) -> list[Page]:
         method = str(row["headline_method"])
         section = sections.setdefault(hw, {"hardware": b.hw_labels.get(hw, hw), "entries": [], "gaps": []})
         gaps = exceeding(rows)
-        entry: dict[str, Any] = {"model": model, "mode": str(row["mode"]), "setting": setting, "seq": int(row["seq"]),
-                 "run_id": str(row["run_id"]), "method": method, "interval": interval_note(record),
-                 "link": rel(path, b.combo_page(hw, model)), "rows": rows,
-                 "exceeding": gaps}
+        entry: dict[str, Any] = {
+            "model": model, "mode": str(row["mode"]), "setting": setting, "seq": int(row["seq"]),
+            "run_id": str(row["run_id"]), "method": method, "interval": interval_note(record),
+            "link": rel(path, b.combo_page(hw, model)), "rows": rows, "exceeding": gaps,
+            "missed": [r["category"] for r in rows if r["missed"]]}
         section["entries"].append(entry)
         for g in gaps:
             section["gaps"].append({**g, "model": model, "mode": entry["mode"]})
