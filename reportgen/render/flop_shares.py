@@ -82,7 +82,7 @@ def interval_note(record: Mapping[str, Any]) -> str:
     """What the time shares' intervals are, in the record's own words where it has them."""
     if not any(_number(fields.get(record, ("attribution", "categories", c, "share_low"))) is not None
                for c in CATEGORIES):
-        return "none recorded"
+        return "not recorded"
     method = str(fields.get(record, "attribution.headline_method") or "profiler")
     words = fields.get(record, ("attribution", "methods", method, "interval"))
     return str(words) if words else f"{CONFIDENCE:.0%} percentile bootstrap over the attributed iterations"
