@@ -538,7 +538,7 @@ def test_findings_section_and_claims_on_combination_pages(rendered: Path) -> Non
     docs = rendered / "docs"
     findings = sorted(p.name for p in (docs / "findings").glob("*.md"))
     # the claims, and the findings read from the runs alone
-    from_runs = ["memory-traffic-and-roofline.md", "payoff.md", "speedups.md"]
+    from_runs = ["memory-traffic-and-roofline.md", "payoff.md", "speedups.md", "time-vs-flops.md"]
     assert findings == sorted(["index.md", *from_runs] + [f"{p.stem}.md" for p in CLAIMS.glob("*.yaml")])
     index = (docs / "findings" / "index.md").read_text(encoding="utf-8")
     assert "(gpt2-sdpa-not-slower-than-eager.md)" in index
@@ -574,7 +574,7 @@ def test_without_claims_or_bench_results_there_is_no_section(tmp_path: Path) -> 
     docs = project / "docs"
     # no claims section: only the findings read from the runs alone
     assert sorted(p.name for p in (docs / "findings").glob("*.md")) == [
-        "memory-traffic-and-roofline.md", "payoff.md", "speedups.md"]
+        "memory-traffic-and-roofline.md", "payoff.md", "speedups.md", "time-vs-flops.md"]
     assert not (docs / "validation.md").exists()
     bert = (docs / "hardware" / "cpu-synthetic-epyc-2c" / "bert-base.md").read_text(encoding="utf-8")
     assert "Claims that bear" not in bert

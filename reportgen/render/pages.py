@@ -28,6 +28,7 @@ from reportgen.render import (
     cite,
     compiled,
     findings,
+    flop_shares,
     history,
     machine,
     moe,
@@ -639,7 +640,8 @@ def _instrumentation(b: Builder) -> list[Page]:
 
 
 PRODUCERS: tuple[Producer, ...] = (
-    roofline_pages.findings_page, payoff_pages.speedups_page, payoff_pages.payoff_page, tools_page.page,
+    roofline_pages.findings_page, payoff_pages.speedups_page, payoff_pages.payoff_page, flop_shares.page,
+    tools_page.page,
     _changes, history.history_pages, _instrumentation, findings.findings_pages, validation.validation_page)
 """The pages other modules produce, in the order they follow the site's own."""
 
