@@ -73,6 +73,11 @@ FAMILIES: list[tuple[str, dict[str, Any], list[str]]] = [
 ]
 
 
+def family(name: str) -> tuple[str, dict[str, Any], list[str]]:
+    """The layer-kind table's entry for one model type (by name: entries are added in any order)."""
+    return next(entry for entry in FAMILIES if entry[0] == name)
+
+
 @pytest.mark.parametrize(("model_type", "overrides", "expected"), FAMILIES,
                          ids=[f"{t}-{i}" for i, (t, _, _) in enumerate(FAMILIES)])
 def test_layer_kinds_of_each_family(model_type: str, overrides: dict[str, Any], expected: list[str]) -> None:
@@ -100,29 +105,28 @@ def test_every_kind_survives_the_smallest_reduction(model_type: str, overrides: 
 def test_reduction_keeps_a_periodic_pattern() -> None:
     """Jamba places attention and experts by period and offset: layers 0, 1 and 4 of
     eight keep their kinds only with both refitted."""
-    overrides = dict(FAMILIES[7][1])
+    _, overrides, expected = family("jamba")
     config = config_of("jamba", **overrides)
     depth = layers.reduce_depth(config, 5, meta)
-    expected = FAMILIES[7][2]
     assert layers.layer_kinds(meta(config)) == [expected[i] for i in depth.chosen]
 
 
 def test_deepseek_dense_prefix_counts_the_kept_dense_layers() -> None:
-    config = config_of("deepseek_v3", **FAMILIES[4][1])
+    config = config_of("deepseek_v3", **family("deepseek_v3")[1])
     depth = layers.reduce_depth(config, 4, meta)
     assert depth.measured == {"latent attention + mlp": 1, "latent attention + moe": 3}
     assert config.first_k_dense_replace == 1 and config.num_hidden_layers == 4
 
 
 def test_sparse_step_becomes_a_list_of_dense_layers() -> None:
-    config = config_of("qwen3_moe", **FAMILIES[3][1])
+    config = config_of("qwen3_moe", **family("qwen3_moe")[1])
     depth = layers.reduce_depth(config, 3, meta)
     assert config.decoder_sparse_step == 1
-    assert layers.layer_kinds(meta(config)) == [FAMILIES[3][2][i] for i in depth.chosen]
+    assert layers.layer_kinds(meta(config)) == [family("qwen3_moe")[2][i] for i in depth.chosen]
 
 
 def test_gemma3_layer_types_are_cut_with_the_layers() -> None:
-    config = config_of("gemma3_text", **FAMILIES[1][1])
+    config = config_of("gemma3_text", **family("gemma3_text")[1])
     depth = layers.reduce_depth(config, 4, meta)
     assert depth.chosen == (0, 2, 4, 5)
     assert config.layer_types == ["sliding_attention"] * 3 + ["full_attention"]
@@ -170,6 +174,6 @@ def test_choose_layers_refuses_with_the_smallest_valid_count(n: int, words: str)
 def test_tiny_depth_is_unchanged() -> None:
     """--scale tiny keeps the first layer of each kind a per-layer list names, through
     the same cutting."""
-    config = config_of("gemma3_text", **{**FAMILIES[1][1], "num_hidden_layers": 12})
+    config = config_of("gemma3_text", **{**family("gemma3_text")[1], "num_hidden_layers": 12})
     layers.tiny_layers(config, 12)
     assert config.num_hidden_layers == 2 and config.layer_types == ["sliding_attention", "full_attention"]
