@@ -194,6 +194,21 @@ def ratio(x: Any) -> str:
     return DASH if f is None else f"{f:.2f}x"
 
 
+def ratio_interval(x: Any, lo: Any, hi: Any) -> str:
+    """A ratio with its interval, ``0.84x [0.82x, 0.86x]``, to the fewest decimals (two to
+    four) at which a point that differs from an end also reads differently from it: a
+    point rounded onto its own interval's edge would read as lying on it."""
+    values = [_finite(v) for v in (x, lo, hi)]
+    if values[0] is None:
+        return DASH
+    decimals = 2
+    while decimals < 4 and any(v is not None and v != values[0] and f"{v:.{decimals}f}" == f"{values[0]:.{decimals}f}"
+                               for v in values[1:]):
+        decimals += 1
+    shown = [DASH if v is None else f"{v:.{decimals}f}x" for v in values]
+    return f"{shown[0]} [{shown[1]}, {shown[2]}]"
+
+
 def fixed(x: Any, decimals: int = 2) -> str:
     f = _finite(x)
     return DASH if f is None else f"{f:.{decimals}f}"
@@ -427,6 +442,7 @@ def cell(value: object) -> Raw:
 FILTERS = {"breakable": breakable, "cell": cell, "when": when, "front_matter_title": front_matter_title,
            "html_attr": html_attr,
            "num": num, "ms": ms, "ci": ci, "pct": pct, "pct_value": pct_value, "ratio": ratio,
+           "ratio_interval": ratio_interval,
            "fixed": fixed, "integer": integer, "seq_length": length, "nbytes": nbytes, "flops": flops,
            "bandwidth": bandwidth, "quantity": quantity, "sig": sig, "general": general,
            "ratio_sig": ratio_sig, "duration_ms": duration_ms, "nbytes_compact": nbytes_compact,

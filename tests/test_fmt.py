@@ -277,3 +277,14 @@ def test_claim_ranges(low: float, high: float, unit: str, text: str) -> None:
 def test_memory_fact(ram: object, text: str | None) -> None:
     facts = {f["label"]: f["value"] for f in environment_facts({"host": {"ram_total_bytes": ram}})}
     assert facts.get("Memory (RAM)") == text
+
+
+def test_a_ratio_interval_never_rounds_its_point_onto_an_edge() -> None:
+    """The decimals grow (to four at most) until a point that differs from an end reads
+    differently from it; equal values and the usual case keep two."""
+    assert fmt.ratio_interval(0.8421, 0.8203, 0.8611) == "0.84x [0.82x, 0.86x]"
+    assert fmt.ratio_interval(0.8421, 0.8203, 0.8441) == "0.842x [0.820x, 0.844x]"
+    assert fmt.ratio_interval(1.0, 1.0, 1.02) == "1.00x [1.00x, 1.02x]"
+    assert fmt.ratio_interval(1.00001, 1.0, 1.00002) == "1.0000x [1.0000x, 1.0000x]"
+    assert fmt.ratio_interval(None, 0.9, 1.1) == fmt.DASH
+    assert fmt.ratio_interval(0.9, None, 1.1) == f"0.90x [{fmt.DASH}, 1.10x]"
