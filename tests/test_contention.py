@@ -317,7 +317,7 @@ def test_the_gpu_sampler_reads_nvml_around_a_pass(monkeypatch: pytest.MonkeyPatc
     # no NVML at all: the device side reads nothing, and the pass is judged on the host
     monkeypatch.setattr(nvml, "snapshot", lambda index, pynvml_module=None: {"throttled": None})
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    assert contention.gpu_processes(0) is None
+    assert nvml.compute_processes(0) is None
     quiet = contention.GpuSampler(0)
     quiet.start()
     assert quiet.stop() is None

@@ -224,25 +224,6 @@ def gpu_contention(snapshots: Iterable[Mapping[str, Any]], own_pids: Iterable[in
     return out
 
 
-def gpu_processes(index: int, pynvml_module: Any = None) -> list[int] | None:
-    """The pids with a compute context on physical GPU ``index`` (None where NVML says
-    nothing: no pynvml, or a driver that hides them). ``pynvml_module`` as in
-    :func:`reportgen.profile.nvml.snapshot`."""
-    from reportgen.profile import nvml
-
-    nv, missing = nvml._load(pynvml_module)
-    if missing is not None:
-        return None
-    with nvml._initialised(nv) as failed:
-        if failed is not None:
-            return None
-        try:
-            handle = nv.nvmlDeviceGetHandleByIndex(index)
-            return [int(p.pid) for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)]
-        except Exception:  # noqa: BLE001 - an unreadable device says nothing, it never fails a pass
-            return None
-
-
 class GpuSampler:
     """NVML snapshots of the measured GPU at the start and end of a pass
     (``gpu_contention``); reads nothing where NVML is missing."""
@@ -261,7 +242,7 @@ class GpuSampler:
             snap = dict(nvml.snapshot(self.index, self.pynvml_module))
         except Exception:  # noqa: BLE001
             return
-        snap["processes"] = gpu_processes(self.index, self.pynvml_module)
+        snap["processes"] = nvml.compute_processes(self.index, self.pynvml_module)
         self.snaps.append(snap)
 
     def start(self) -> None:

@@ -572,6 +572,23 @@ def identity_from_raw(reading: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def compute_processes(index: int, pynvml_module: Any = None) -> list[int] | None:
+    """The pids with a compute context on physical GPU ``index`` (None where NVML says
+    nothing: no pynvml, a failed init, or a driver that hides them). ``pynvml_module``
+    as in :func:`snapshot`."""
+    nv, missing = _load(pynvml_module)
+    if missing is not None:
+        return None
+    with _initialised(nv) as failed:
+        if failed is not None:
+            return None
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            return [int(p.pid) for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)]
+        except Exception:  # noqa: BLE001 - an unreadable device says nothing, it never fails a pass
+            return None
+
+
 # --- snapshot ---------------------------------------------------------------------------
 
 

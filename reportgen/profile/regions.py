@@ -398,11 +398,11 @@ def hooks_method(model: nn.Module, step: StepLike, structure: Structure, *, min_
             walls.append(ms)
             per_iteration.append(cats)
     if bare_ms is None:
-        ratio, low, high = _paired_ratio(walls, bare)
+        ratio, low, high = _ratio(walls, bare, paired=True)
         reference = "alternated"
     else:
         bare = [float(x) for x in bare_ms]
-        ratio, low, high = _unpaired_ratio(walls, bare)
+        ratio, low, high = _ratio(walls, bare, paired=False)
         reference = "timing samples"
     return shares.method_section(
         per_iteration, walls, phases=phases if training else None, clock=clock.method,
@@ -435,21 +435,13 @@ def _median(xs: Sequence[float]) -> float:
     return median(xs) if xs else float("nan")
 
 
-def _unpaired_ratio(a: Sequence[float], b: Sequence[float], reps: int = 1000,
-                    seed: int = 0) -> tuple[float, float, float]:
-    """median(a) / median(b), each side resampled alone (percentile bootstrap), the
-    interval widened to hold the ratio."""
-    point, low, high = bootstrap_ratio(a, b, paired=False, reps=reps, seed=seed)
-    return point, min(point, low), max(point, high)
-
-
-def _paired_ratio(a: Sequence[float], b: Sequence[float], reps: int = 1000,
-                  seed: int = 0) -> tuple[float, float, float]:
-    """median(a) / median(b), rounds resampled in pairs (percentile bootstrap), the
-    interval widened to hold the ratio."""
-    n = min(len(a), len(b))
+def _ratio(a: Sequence[float], b: Sequence[float], *, paired: bool, reps: int = 1000,
+           seed: int = 0) -> tuple[float, float, float]:
+    """median(a) / median(b) with a percentile-bootstrap interval widened to hold it:
+    ``paired``, a[i] and b[i] resampled together (ABBA pairs); else each side alone."""
     point = _median(a) / _median(b)
-    _, low, high = bootstrap_ratio(a[:n], b[:n], reps=reps, seed=seed)
+    n = min(len(a), len(b)) if paired else None
+    _, low, high = bootstrap_ratio(a[:n], b[:n], paired=paired, reps=reps, seed=seed)
     return point, min(point, low), max(point, high)
 
 
