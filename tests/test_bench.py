@@ -943,3 +943,38 @@ def test_render_scaling_copy_of_the_config_finds_the_repositorys_hooks(tmp_path:
     out = _absolute_hooks(config, tmp_path)
     assert f"  - {(tmp_path / 'reportgen/render/mkdocs_hooks.py').resolve()}\n" in out
     assert "nav:\n  - index.md\n" in out  # only the hooks section is rewritten
+
+
+def test_a_figure_measured_by_an_earlier_method_says_so_where_its_verdict_is_shown() -> None:
+    """An instrumentation figure whose rows carry no count of labelled modules was measured
+    with a clock at every module; an ablation whose rows shared a process, before each
+    combination got its own: both say so beside their verdict, on this host's section and
+    on another host's summary. Today's rows say nothing."""
+    from reportgen.render.validation import earlier_method
+
+    old_rows = [{"combination": "llama-small--decode", "mode": "decode", "ratio": 1.08, "ratio_low": 1.04,
+                 "ratio_high": 1.11, "modules": 163, "bare_ms": 22.0}]
+    new_rows = [{**old_rows[0], "labelled": 124}]
+    old = R.figure("Instrumentation overhead", "q", value=1.02, unit="ratio", interval=[1.01, 1.03],
+                   goal="< 1.03", goal_spec={"kind": "below", "target": 1.03}, rows=old_rows)
+    new = R.figure("Instrumentation overhead", "q", value=1.0, unit="ratio", interval=[0.99, 1.01],
+                   goal="< 1.03", goal_spec={"kind": "below", "target": 1.03}, rows=new_rows)
+    why = earlier_method("instrumentation_overhead", old)
+    assert why is not None and "every module of the model (up to 163 a forward)" in why
+    assert earlier_method("instrumentation_overhead", new) is None
+    assert earlier_method("instrumentation_overhead", {**old, "rows": []}) is None
+    shared = {"rows": [{"own_process": True}, {"own_process": False}]}
+    assert "shared one process" in (earlier_method("training_ablation", shared) or "")
+    assert earlier_method("training_ablation", {"rows": [{"own_process": True}]}) is None
+
+    this_host = render_validation(_doc(instrumentation_overhead=old))
+    assert "This figure was measured with a clock at every module" in this_host
+    other = R.results_document({"instrumentation_overhead": old},
+                               environment={"hardware": "cpu-other-2c", "cpu": "Other CPU", "threads": 2,
+                                            "torch": "x", "transformers": "y"},
+                               created="2026-12-01T09:00:00Z", quick=False, duration_s=3.0,
+                               command="python scripts/bench.py")
+    md = render_validation(_doc(instrumentation_overhead=new), others=[other])
+    section = md[md.index("Other hosts"):]
+    assert "- *Instrumentation overhead* on this host: measured with a clock at every module" in section
+    assert "This figure was" not in md

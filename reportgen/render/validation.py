@@ -80,7 +80,30 @@ def render_validation(results: Mapping[str, Any], *, chart_block: ChartBlock | N
         is_ci=is_confidence_interval,
         row_value=row_value,
         extra_table=extra_table,
+        earlier_method=earlier_method,
     )
+
+
+def earlier_method(name: str, fig: Mapping[str, Any]) -> str | None:
+    """Why a figure's verdict may not describe the method the code uses now, read from its
+    rows: a figure measured before the method changed says how it was measured then and
+    what changed, so a miss is read with its cause. None where the rows show today's method
+    (or a figure without rows)."""
+    rows = fig.get("rows") or []
+    if not rows:
+        return None
+    if name == "instrumentation_overhead" and not any("labelled" in r for r in rows):
+        return ("measured with a clock at every module of the model (up to "
+                f"{max(int(r.get('modules') or 0) for r in rows)} a forward), before the hooks "
+                "moved to the boundaries where a category starts or ends; its miss is the cost "
+                "of those per-module clocks in short decode steps, a cost today's hooks no "
+                "longer place. Not measured again on this host since.")
+    if name in ("attribution_ablation", "training_ablation") and not all(
+            r.get("own_process") for r in rows):
+        return ("measured when each round's combinations shared one process (a model "
+                "measured earlier in the same process changed what the stand-in saved); "
+                "each combination now runs in a process of its own.")
+    return None
 
 
 def _display_order(figures: Mapping[str, Any]) -> list[str]:
