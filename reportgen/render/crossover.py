@@ -21,14 +21,16 @@ import pandas as pd
 
 from reportgen import stats
 from reportgen.categories import ATTENTION_CATEGORIES, MOE_CATEGORIES
+from reportgen.stats.bootstrap import CONFIDENCE
 
 # What attention is weighed against: the model's largest other part, by name
 COUNTERPARTS: dict[str, tuple[str, ...]] = {
     "the MLP": ("mlp",), "the experts": MOE_CATEGORIES, "the token mixers": ("mixer",)}
 
-LEVEL = 0.95
+LEVEL = CONFIDENCE
 """The level of each length's share intervals (``stats.share_interval``) and of the fits'
-confidence bands the crossover's interval is read from."""
+confidence bands (Student's t at ``stats.t95``) the crossover's interval is read from."""
+assert LEVEL == 0.95, "the fits' bands are drawn at 95% (stats.t95)"
 
 HORIZON = 1000.0
 """How far past the longest measured length an extrapolated crossing is looked for (a
