@@ -45,3 +45,24 @@ def test_an_unreadable_bench_file_is_one_line_and_exit_2(tmp_path: Path,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cpu-x.json" in err and "cannot read bench results" in err
     assert (tmp_path / "README.md").read_text(encoding="utf-8") == text
+
+
+def test_the_long_context_block_gives_each_lines_shares_and_crossover(tmp_path: Path) -> None:
+    """A run with three lengths of each model: one line per model and mode, its share at
+    each length and its crossover in the hardware table's words."""
+    from support import synthetic
+
+    from reportgen.records.schema import iter_runs
+
+    synthetic.generate(tmp_path, 9, models=synthetic.MODELS[:3], hardware=synthetic.HARDWARE[:1],
+                       attns=("sdpa",), seqs=(128, 256, 512), skipped=0, failed=0, traces=False)
+    (run,) = list(iter_runs(tmp_path))
+    figures = readme.long_figures(run)
+    assert [line["model"] for line in figures["lines"]] == sorted(m.name for m in synthetic.MODELS[:3])
+    block = readme._TEMPLATE.get_template("readme_long.md.j2").render(run=figures)
+    for line in figures["lines"]:
+        shares = "; ".join(f"{p['seq']}: {100 * p['attention_share']:.1f}%" for p in line["points"])
+        assert f"| {line['model']}, forward | whole model | {shares} | {line['crossover_text']} |" in block
+    assert any("extrapolated" in line["crossover_text"] or "[" in line["crossover_text"]
+               for line in figures["lines"])
+    assert "No `cpu-long` run" in readme.blocks(tmp_path / "none", tmp_path / "bench")["long"]

@@ -26,7 +26,7 @@ from support.site import BENCH, CLAIMS, FIXTURE, HOSTILE, make_project, mkdocs_b
 from reportgen import fmt
 from reportgen.categories import CATEGORIES
 from reportgen.errors import UserError
-from reportgen.render import analysis, render, templating
+from reportgen.render import analysis, render
 from reportgen.render.charts import Chart
 from reportgen.render.site import MANIFEST, MARKER
 
@@ -400,35 +400,6 @@ def _rows(seqs: list[int], att: list[float], mlp: list[float]) -> pd.DataFrame:
         row.update({"seq": s, "ms:attention.core": a, "ms:mlp": m})
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def test_crossover_is_interpolated_on_log_axes() -> None:
-    out = analysis.attention_crossover(_rows([100, 400], [1.0, 16.0], [4.0, 4.0]))
-    assert out["status"] == "crossover"
-    assert out["seq"] == pytest.approx(200.0)
-
-
-@pytest.mark.parametrize(("att", "status"), [([1.0, 2.0], "not-within-range"),
-                                             ([9.0, 20.0], "attention-already-larger")])
-def test_crossover_outside_the_measured_range(att: list[float], status: str) -> None:
-    assert analysis.attention_crossover(_rows([100, 400], att, [4.0, 8.0]))["status"] == status
-
-
-def test_crossover_weighs_attention_against_the_models_largest_other_part() -> None:
-    """A mixture of experts has no MLP: attention is weighed against its experts; a
-    hybrid whose token mixers take more time than its MLP, against the mixers."""
-    moe = _rows([100, 400], [1.0, 16.0], [0.0, 0.0])
-    moe["ms:moe.experts"] = [4.0, 4.0]
-    out = analysis.attention_crossover(moe)
-    assert out["against"] == "the experts" and out["status"] == "crossover"
-    hybrid = _rows([100, 400], [1.0, 2.0], [1.0, 1.0])
-    hybrid["ms:mixer"] = [5.0, 10.0]
-    out = analysis.attention_crossover(hybrid)
-    assert out["against"] == "the token mixers" and out["status"] == "not-within-range"
-    assert analysis.attention_crossover(_rows([100, 400], [1.0, 2.0], [0.0, 0.0]))["against"] is None
-    env = templating.environment()
-    text = env.from_string('{% from "_macros.md.j2" import crossover %}{{ crossover(c) }}').render(c=out)
-    assert "overtake the token mixers" in text and "MLP" not in text
 
 
 def test_scaling_exponent_of_an_exact_power_law() -> None:

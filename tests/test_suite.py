@@ -152,6 +152,26 @@ def test_builtin_suite_sizes() -> None:
     assert causal == {"gpt2", "llama-small"}
 
 
+def test_the_long_context_suite_draws_a_line_per_model_and_mode_and_states_its_level() -> None:
+    """cpu-long measures every model and mode it holds at three or more lengths (a line on
+    the home page's chart), with fewer layers than each model has, and its description
+    states the level its rounds allow."""
+    from reportgen.intervals import achieved_confidence
+    from reportgen.render.longcontext import MIN_LENGTHS
+
+    suite = load_suite("cpu-long")
+    combos = suite.combinations()
+    assert len(combos) == 18 and {c.device for c in combos} == {"cpu"}
+    lengths: dict[tuple[str, str], set[int]] = {}
+    for c in combos:
+        lengths.setdefault((c.model, c.mode), set()).add(c.seq_len)
+        assert c.scale == "reference" and c.layers is not None
+    assert all(len(seqs) >= MIN_LENGTHS for seqs in lengths.values())
+    assert max(c.seq_len for c in combos) == 8192
+    level = achieved_confidence(suite.settings.rounds)
+    assert f"{100 * level:g}%" in " ".join(suite.description.split())
+
+
 def test_combination_id_and_dict() -> None:
     combo = Combination("bert-base", "reference", "forward", "fp32", "sdpa", 1, 128, "cpu")
     assert combo.id == "bert-base--forward--fp32--sdpa--b1--s128"

@@ -27,12 +27,17 @@ def load_runs(root: Path) -> list[Run]:
         raise UserError(f"runs directory {root} does not exist")
     runs: list[Run] = []
     for run in schema.iter_runs(root):
-        combos: list[StoredCombination] = []
-        for combo_json in paths.combination_files(run.path):
-            combo = schema.load_combination(combo_json)
-            combos.append(StoredCombination(record=combo, path=combo_json, trace=paths.trace_path(run.path, combo)))
         rel = run.path.resolve().relative_to(root.resolve()).as_posix()
         if rel == ".":
             rel = run.path.name
-        runs.append(dataclasses.replace(run, rel=rel, combinations=tuple(combos)))
+        runs.append(dataclasses.replace(with_combinations(run), rel=rel))
     return runs
+
+
+def with_combinations(run: Run) -> Run:
+    """``run`` with its combinations loaded: the records present, sorted by id."""
+    combos: list[StoredCombination] = []
+    for combo_json in paths.combination_files(run.path):
+        combo = schema.load_combination(combo_json)
+        combos.append(StoredCombination(record=combo, path=combo_json, trace=paths.trace_path(run.path, combo)))
+    return dataclasses.replace(run, combinations=tuple(combos))

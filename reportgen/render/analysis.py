@@ -372,60 +372,6 @@ def scaling_fits(rows: pd.DataFrame) -> pd.DataFrame:
                                       "points", "seq_min", "seq_max"])
 
 
-# What attention is weighed against: the model's largest other part, by name
-COUNTERPARTS: dict[str, tuple[str, ...]] = {
-    "the MLP": ("mlp",), "the experts": MOE_CATEGORIES, "the token mixers": ("mixer",)}
-
-
-def _part_ms(row: Mapping[str, Any], categories: Sequence[str]) -> float:
-    values = [row.get(f"ms:{c}") for c in categories]
-    return sum(float(v) for v in values if isinstance(v, int | float) and not math.isnan(v) and v > 0)
-
-
-def counterpart(rows: pd.DataFrame) -> str | None:
-    """The part attention is weighed against: the MLP, the experts (a mixture of
-    experts, whose MLP is its experts) or the token mixers (a hybrid's), whichever takes
-    the most time at the longest length; None where the model has none of them."""
-    if rows.empty:
-        return None
-    longest = rows.sort_values("seq", kind="mergesort").iloc[-1].to_dict()
-    times = {name: _part_ms(longest, cats) for name, cats in COUNTERPARTS.items()}
-    name, ms = max(times.items(), key=lambda kv: kv[1])
-    return name if ms > 0 else None
-
-
-def attention_crossover(rows: pd.DataFrame) -> dict[str, Any]:
-    """The sequence length where attention (all ``attention.*``) overtakes the model's
-    largest other part (``against``: the MLP, the experts or the token mixers).
-
-    Interpolated on log-log axes between the two measured lengths that bracket it.
-    ``status``: "crossover", "attention-already-larger", "not-within-range" or
-    "insufficient-data".
-    """
-    against = counterpart(rows)
-    none = {"status": "insufficient-data", "seq": None, "seq_min": None, "seq_max": None, "against": against}
-    if against is None:
-        return none
-    pts: list[tuple[int, float]] = []
-    for _, row in rows.iterrows():
-        att = _part_ms(row, ATTENTION_CATEGORIES)
-        other = _part_ms(row, COUNTERPARTS[against])
-        if att > 0 and other > 0:
-            pts.append((int(row["seq"]), math.log(att) - math.log(other)))
-    pts.sort()
-    if len(pts) < 2:
-        return none
-    lo, hi = pts[0][0], pts[-1][0]
-    if pts[0][1] >= 0:
-        return {"status": "attention-already-larger", "seq": None, "seq_min": lo, "seq_max": hi, "against": against}
-    for (s0, d0), (s1, d1) in zip(pts, pts[1:]):
-        if d0 < 0 <= d1:
-            log_s = math.log(s0) + (0 - d0) * (math.log(s1) - math.log(s0)) / (d1 - d0)
-            return {"status": "crossover", "seq": math.exp(log_s), "seq_min": lo, "seq_max": hi,
-                    "against": against}
-    return {"status": "not-within-range", "seq": None, "seq_min": lo, "seq_max": hi, "against": against}
-
-
 def attention_comparison(page: pd.DataFrame) -> pd.DataFrame:
     """Each attention implementation against the fastest one at the same setting and length.
 

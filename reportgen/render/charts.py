@@ -408,6 +408,42 @@ def latency_lines(frame: pd.DataFrame, series: str, series_title: str,
     return _spec(chart, _records(frame))
 
 
+def share_lines_chart(rows: Sequence[Mapping[str, Any]], unit: str = "tokens") -> dict[str, Any]:
+    """Attention's share of the time against sequence length (log axis), one line per
+    series (``kind`` "share" rows), and on each line the length where attention overtakes
+    the rest of the layer with its interval along the length (``kind`` "crossover")."""
+    seqs = sorted({int(r["seq"]) for r in rows if r["kind"] == "share"})
+    x_scale = alt.Scale(type="log", base=2)
+    x_axis = alt.Axis(values=seqs, format="d")
+    colour = alt.Color("series:N", title="model, mode", scale=_SERIES_SCALE,
+                       legend=alt.Legend(orient="bottom", columns=2))
+    y = alt.Y("attention_share:Q", title="attention's share of the time", axis=alt.Axis(format="%"),
+              scale=alt.Scale(domain=[0, 1]))
+    lines = alt.Chart().transform_filter("datum.kind === 'share'").mark_line(point=True).encode(
+        x=alt.X("seq:Q", title=f"sequence length ({unit})", scale=x_scale, axis=x_axis), y=y,
+        color=colour, shape=alt.Shape("series:N", legend=None),
+        tooltip=[alt.Tooltip("series:N", title="model, mode"), alt.Tooltip("hardware:N"),
+                 alt.Tooltip("depth:N", title="measured"), alt.Tooltip("seq:Q", title="sequence length"),
+                 alt.Tooltip("attention_share:Q", format=".1%")])
+    crossings = [r for r in rows if r["kind"] == "crossover"]
+    if not crossings:
+        return _spec(lines.properties(width=WIDTH, height=300), [dict(r) for r in rows])
+    marks = point_interval(
+        value="seq", low="seq_low", high="seq_high", along="x", title=f"sequence length ({unit})",
+        scale=x_scale, axis=x_axis, both={"y": y, "color": colour},
+        point={"shape": alt.value("diamond"), "size": alt.value(140),
+               "tooltip": [alt.Tooltip("series:N", title="attention overtakes the rest of the layer"),
+                           alt.Tooltip("against:N", title="weighed against"),
+                           alt.Tooltip("seq:Q", format=",.0f", title="at about"),
+                           alt.Tooltip("seq_low:Q", format=",.0f", title="interval low"),
+                           alt.Tooltip("seq_high:Q", format=",.0f", title="interval high"),
+                           alt.Tooltip("level:Q", format=LEVEL_FORMAT, title="level"),
+                           alt.Tooltip("depth:N", title="measured")]},
+        base=alt.Chart().transform_filter("datum.kind === 'crossover'"),
+        under=[lines], width=WIDTH, height=300)
+    return _spec(marks, [dict(r) for r in rows])
+
+
 def to_svg(spec: Mapping[str, Any]) -> str:
     import vl_convert
 

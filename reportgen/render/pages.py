@@ -30,6 +30,7 @@ from reportgen.render import (
     findings,
     flop_shares,
     history,
+    longcontext,
     machine,
     moe,
     payoff_pages,
@@ -39,6 +40,7 @@ from reportgen.render import (
     training,
     validation,
 )
+from reportgen.render import crossover as crossovers
 from reportgen.render import tools as tools_page
 from reportgen.render.builder import (
     ALL_COMBINATIONS,
@@ -192,7 +194,7 @@ class SiteBuilder(Builder):
             return None
         sel = analysis.select(rows, setting)
         last = sel.iloc[-1]
-        crossover = analysis.attention_crossover(sel)
+        crossover = crossovers.attention_crossover(sel)
         fits = analysis.scaling_fits(sel)
         core = fits[fits["category"] == "attention.core"]
         return {"setting": setting, "label": setting_label(setting), "rows": sel,
@@ -556,6 +558,15 @@ class SiteBuilder(Builder):
             ctx["breakdown_chart"] = self.chart(
                 path, "breakdown", "Share of forward time per category, each model at its "
                 "longest measured sequence length", charts.breakdown_chart(cells), out)
+        lines = longcontext.share_lines(f, self.hw_labels)
+        ctx["long"] = {"lines": lines, "min_lengths": longcontext.MIN_LENGTHS}
+        if lines:
+            unit = units_title(line["sequence"] for line in lines)
+            ctx["long"]["chart"] = self.chart(
+                path, "attention-share", "Attention's share of the time against sequence length, "
+                "with where attention overtakes the rest of the layer",
+                charts.share_lines_chart(longcontext.chart_rows(lines), unit), out)
+            ctx["long"]["data"] = self.table(path, "crossovers", longcontext.crossover_table(lines))
         return Page(path, "home.md.j2", ctx, tuple(out))
 
     def _run_rows(self, page: str, runs: Iterable[Run]) -> list[dict[str, Any]]:

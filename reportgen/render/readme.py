@@ -21,7 +21,7 @@ from reportgen.render.runtable import run_rows
 from reportgen.render.templating import make_environment
 from reportgen.vocabulary import PHASES
 
-BLOCKS = ("runs", "today", "train", "bench")
+BLOCKS = ("runs", "today", "long", "train", "bench")
 _TEMPLATE = make_environment("reportgen.render", folder="templates/readme", filters=fmt.FILTERS)
 
 
@@ -68,6 +68,22 @@ def today_figures(run: Run) -> dict[str, Any]:
     return figures
 
 
+def long_figures(run: Run) -> dict[str, Any]:
+    """``run_figures`` with attention's share at each length of every (model, mode)
+    measured at three or more, and where attention overtakes the rest of the layer, in
+    the words of the hardware table (``crossover_short``)."""
+    from reportgen.records.load import with_combinations
+    from reportgen.render import analysis, longcontext, templating
+
+    figures = run_figures(run)
+    frame = analysis.combinations_frame([with_combinations(run)])
+    short = templating.environment().from_string(
+        '{% from "_macros.md.j2" import crossover_short %}{{ crossover_short(c, unit) }}')
+    figures["lines"] = [{**line, "crossover_text": short.render(c=line["crossover"], unit=line["sequence"])}
+                        for line in longcontext.share_lines(frame, {run.hardware: run.hardware})]
+    return figures
+
+
 def train_figures(run: Run) -> dict[str, Any]:
     """``run_figures`` with each training combination's phases (forward, backward,
     optimizer: share and interval), its attention core's share of the step and the step's
@@ -108,6 +124,7 @@ def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
 
     run = latest_run(runs_root, "cpu-default")
     today = latest_run(runs_root, "cpu-today")
+    long = latest_run(runs_root, "cpu-long")
     train = latest_run(runs_root, "cpu-train")
     benches = bench_figures(bench_dir)
     return {
@@ -115,6 +132,8 @@ def blocks(runs_root: Path, bench_dir: Path) -> dict[str, str]:
             run=run_figures(run) if run else None),
         "today": _TEMPLATE.get_template("readme_today.md.j2").render(
             run=today_figures(today) if today else None),
+        "long": _TEMPLATE.get_template("readme_long.md.j2").render(
+            run=long_figures(long) if long else None),
         "train": _TEMPLATE.get_template("readme_train.md.j2").render(
             run=train_figures(train) if train else None, phases=PHASES),
         "bench": _TEMPLATE.get_template("readme_bench.md.j2").render(
