@@ -268,3 +268,25 @@ def test_the_whole_presets_are_the_reduced_ones_at_their_checkpoints_depth(whole
     assert whole_type == reduced_type and reduced_config["num_hidden_layers"] == 4
     assert whole_config == {**reduced_config, "num_hidden_layers": PRESET_FULL_LAYERS[reduced]}
     assert whole in {m.model for m in D.MODELS} and whole not in PRESET_FULL_LAYERS
+
+
+def test_what_does_not_scale_with_depth_is_read_and_said() -> None:
+    """The layers a reduced build keeps, timed in the whole build's own pass (there its
+    first layer ran slow), and a mixture's routing balance in each build."""
+    whole = {"hooks": {"per_layer": [{"layer": f"l.{i}", "categories": {"mlp": 30.0 if i == 0 else 20.0}}
+                                     for i in range(12)]}}
+    first_and_middle = {"depth": {"measured_layers": [{"index": 0, "kind": "a"}, {"index": 6, "kind": "a"}]}}
+    assert D.kept_layers(first_and_middle, whole) == pytest.approx(25.0 / (250.0 / 12) - 1.0)
+    assert D.kept_layers({"depth": {"measured_layers": [{"index": 12}]}}, whole) is None  # not in the pass
+    found = units()
+    for u in found:
+        u["builds"]["whole"]["hooks"]["per_layer"] = whole["hooks"]["per_layer"]
+        u["builds"]["whole"]["routing"] = {"mean_max_over_mean": 2.03}
+        for n in (2, 4, 8):
+            u["builds"][str(n)]["depth"]["measured_layers"][0]["index"] = 0
+            u["builds"][str(n)]["routing"] = {"mean_max_over_mean": 1.4 + n / 100}
+    fig = figure(found)
+    assert fig["rows"][0]["routing_max_over_mean"] == {"reduced": pytest.approx(1.42), "whole": 2.03}
+    assert fig["rows"][0]["kept_layers_rel_diff"] > 0
+    assert any(n.startswith("m: the busiest expert's tokens over the mean, averaged over the layers: 2.03 whole, "
+                            "2 layers 1.42, 4 layers 1.44, 8 layers 1.48") for n in fig["notes"])

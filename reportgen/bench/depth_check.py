@@ -270,6 +270,11 @@ def _ci(groups: Sequence[Sequence[float]]) -> tuple[float, float, float]:
     return float(ci["median"]), float(ci["ci_low"]), float(ci["ci_high"])
 
 
+def _centre(values: Sequence[float | None]) -> float | None:
+    found = [v for v in values if v is not None]
+    return _hl(found) if found else None
+
+
 def _unstable(units: Sequence[Mapping[str, Any]]) -> str | None:
     contended = [u for u in units if u.get("contended")]
     if not contended:
@@ -287,6 +292,20 @@ def _routing(units: Sequence[Mapping[str, Any]], name: str) -> float | None:
         if isinstance(routing, Mapping) and routing.get("mean_max_over_mean") is not None:
             return float(routing["mean_max_over_mean"])
     return None
+
+
+def kept_layers(reduced: Mapping[str, Any], whole: Mapping[str, Any]) -> float | None:
+    """How much slower (positive) the layers a reduced build keeps ran in the whole build's
+    own hooks pass than its average layer did: mean time of the kept positions (the
+    depth section's ``index``) over the mean of all, less 1. What the choice of layers
+    alone adds to the extrapolation, read at one moment in one pass; None where the
+    whole pass has no per-layer times for those positions."""
+    layers = [sum(float(v) for v in (row.get("categories") or {}).values())
+              for row in (whole.get("hooks") or {}).get("per_layer") or []]
+    kept = [int(m["index"]) for m in ((reduced.get("depth") or {}).get("measured_layers") or [])]
+    if not layers or not kept or max(kept) >= len(layers) or sum(layers) <= 0:
+        return None
+    return (sum(layers[i] for i in kept) / len(kept)) / (sum(layers) / len(layers)) - 1.0
 
 
 def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts: Sequence[int], *,
@@ -349,6 +368,7 @@ def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts:
             "worst_share_high": shares[worst]["diff_high"] if worst else None,
             "share_diffs": {c: s["diff"] for c, s in shares.items()}, "shares": shares, "share_method": "hooks",
             "routing_max_over_mean": {"reduced": _routing(kept, str(n)), "whole": _routing(kept, WHOLE)},
+            "kept_layers_rel_diff": _centre([kept_layers(u["builds"][str(n)], u["builds"][WHOLE]) for u in kept]),
             "extrapolation_notes": list(dict.fromkeys(x for f in found[n] for x in f["notes"])),
             "unstable": _unstable(kept),
             "latency_ok": latency_ok, "shares_ok": shares_ok,
@@ -393,6 +413,27 @@ def _row_line(r: Mapping[str, Any]) -> str:
             + (f", worst share {share} {r['worst_share_diff'] * 100:+.1f} points [{r['worst_share_low'] * 100:+.1f}, "
                f"{r['worst_share_high'] * 100:+.1f}]" if share else "")
             + (f" ({r['rounds']} paired rounds, fewer than {MIN_ROUNDS})" if r["rounds"] < MIN_ROUNDS else ""))
+
+
+def _routing_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per mixture of experts: how evenly its random-weight routers spread tokens in each
+    build, and how much slower the layers each reduced build keeps ran in the whole build
+    (``kept_layers``): what does not scale with the layer count."""
+    out = []
+    for model in dict.fromkeys(str(r["model"]) for r in table):
+        rows = [r for r in table if r["model"] == model]
+        routing = [r.get("routing_max_over_mean") or {} for r in rows]
+        if not any(x.get("whole") is not None for x in routing):
+            continue
+        reduced = ", ".join(f"{r['layers']} layers {x['reduced']:.2f}" for r, x in zip(rows, routing)
+                            if x.get("reduced") is not None)
+        kept = ", ".join(f"{r['layers']} layers {r['kept_layers_rel_diff']:+.1%}" for r in rows
+                         if r.get("kept_layers_rel_diff") is not None)
+        out.append(f"{model}: the busiest expert's tokens over the mean, averaged over the layers: "
+                   f"{routing[0]['whole']:.2f} whole, {reduced} (random-weight routers spread tokens less evenly "
+                   "the more layers precede them); the kept layers' time in the whole build against its mean "
+                   f"layer: {kept or 'not read'}.")
+    return out
 
 
 def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: float | None = None,
@@ -452,6 +493,7 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
         *[f"{m.model}: fewer than {stats.MIN_FIT_POINTS} layer counts to fit a line through" for m in unfitted],
         *[f"{r['model']} at {r['layers']} layers: measured under contention: {r['unstable']}"
           for r in table if r["unstable"]],
+        *_routing_notes(table),
     ]
     return figure(
         TITLE, QUESTION, value=worst["rel_diff"], unit="fraction",
