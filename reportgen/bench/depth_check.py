@@ -101,8 +101,9 @@ MODELS: tuple[DepthModel, ...] = (
 
 @dataclass(frozen=True)
 class Plan:
-    """What the figure measures and how long: ``rounds`` rounds, in each every model whole
-    and at each of ``counts`` layers, each combination timed for ``budget_s`` and then
+    """What the figure measures and how long: ``rounds`` rounds, in each every model built
+    whole and at each of ``counts`` layers, their forwards in cycles for ``budget_s`` (at
+    least ``min_cycles``; each build warmed up for up to half that first), then each build
     clocked by the hooks method (at least ``hooks_iterations`` forwards, ``hooks_budget_s``)."""
 
     models: tuple[DepthModel, ...] = MODELS
@@ -111,10 +112,11 @@ class Plan:
     seq_len: int = SEQ_LEN
     scale: str = "reference"
     # six rounds, the fewest whose bootstrap over rounds states 95%; in each, cycles of one
-    # forward of every build for 4 s, at least three (a cycle of the two larger models
-    # takes about 1.8 s: a second whole, the rest its 2, 4 and 8 layers)
+    # forward of every build for 6 s, at least three (a cycle of the two larger models
+    # takes about 1.8 s on a quiet 2-core host: a second whole, the rest its 2, 4 and 8
+    # layers), about 20 paired cycles a model in all
     rounds: int = 6
-    budget_s: float = 4.0
+    budget_s: float = 6.0
     min_cycles: int = 3
     hooks_budget_s: float = 1.0
     hooks_iterations: int = 3

@@ -74,9 +74,11 @@ def cycles(builds: Sequence[str], budget_s: float, forward: Callable[[str], floa
 def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale: str, budget_s: float,
                min_cycles: int, hooks_budget_s: float, hooks_iterations: int, seed: str) -> dict[str, Any]:
     """One model's round, in the process it is called in (a fresh one: ``measure`` forks it):
-    the model built whole and with each of ``counts`` layers, each warmed up; cycles of
-    one forward of each for ``budget_s`` (at least ``min_cycles``); each build's hooks
-    pass (at least ``hooks_iterations`` forwards, ``hooks_budget_s``)."""
+    the model built whole and with each of ``counts`` layers, each warmed up (for up to
+    half of ``budget_s``); an untimed cycle, then cycles of one forward of each for
+    ``budget_s`` (at least ``min_cycles``); each build's hooks pass (at least
+    ``hooks_iterations`` forwards, ``hooks_budget_s``) and, for a mixture of experts, its
+    routing."""
     import dataclasses
     import gc
 
@@ -115,6 +117,8 @@ def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale
                 step.reset()
                 return ms
 
+            for name in built:  # one untimed cycle: every build run once with all of them resident
+                forward(name)
             sampler = PassSampler("cpu")
             sampler.start()
             out["cycles"] = cycles(list(built), budget_s, forward, min_cycles=min_cycles, seed=seed)
@@ -159,7 +163,10 @@ def _fork_server(models: Sequence[str], tmp: str) -> Iterator[Any]:
 
     combos = [Combination(model=m, scale="reference", mode="prefill", dtype="fp32", attn_implementation="sdpa",
                           batch_size=1, seq_len=8, device="cpu") for m in models]
-    server = ForkServer(log_dir=tmp, preload=preload_for(combos, [f"{__name__}:depth_unit"]))
+    # what every unit imports before it builds anything, imported once here
+    server = ForkServer(log_dir=tmp, preload=preload_for(combos, [
+        f"{__name__}:depth_unit", "reportgen.profile.measure:measure", "reportgen.profile.regions:hooks_method",
+        "reportgen.profile.routing:expert_load"]))
     try:
         yield server
     finally:
