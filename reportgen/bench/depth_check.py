@@ -5,48 +5,56 @@ its whole-model latency and category shares by layer kind (``reportgen.depth``).
 METHOD.md rule 10c shows such a figure only for a method validated against full-depth
 measurements of models that fit. This figure is that validation: a dense, a
 mixture-of-experts and a hybrid model that fit this host whole, each measured whole and
-with 2, 4 and 8 of its layers in one suite run (prefill, 128 tokens, batch 1, fp32; each
-combination in rounds, each round a fresh worker process, stopped by the suites' rounds
-rule, ``execute.rounds.Policy``).
+with 2, 4 and 8 of its layers (prefill, 128 tokens, batch 1, fp32), paired forward by
+forward (``depth_rounds``): in each round a model's builds (whole and reduced) share a
+fresh process and run in cycles, one forward of each back to back.
 
-Two checks, each on every model:
+On a shared 2-core host the speed moves by tens of percent between moments a minute
+apart, which a ratio of two medians taken at different moments does not cancel; the
+forwards of one cycle share their moment. Per round, the product's extrapolation
+(``depth.extrapolate``, from that round's hooks pass over the reduced build) gives each
+count's factor g (whole-model time over the reduced forward's), and:
 
-* **The extrapolation**: each depth-reduced combination's extrapolated whole-model median
-  against the median measured whole, within ``LATENCY_TOLERANCE``; each category's
-  extrapolated share against its share measured whole, within ``SHARE_TOLERANCE`` (both
-  one attribution method's: the one whose per-layer times the extrapolation scales by,
-  ``depth.basis``, the headline's where it times each layer, on a CPU the module-boundary
-  clocks of an unprofiled pass; the profiler's per-op recording inflates a layer of many
-  small ops once a pass has recorded enough events, so its shares of a whole model and of
-  a few layers differ by more than the tolerance). Both intervals are kept
-  beside the medians: the extrapolation's (the reduced median's interval times the
-  bootstrap over the measured layers) and the whole measurement's.
-* **Linearity**: the medians measured at 2, 4 and 8 layers fitted by latency = a + b x
-  layers (``stats.linear_fit_stats``: slope, intercept, R², residuals); the median
-  measured whole within ``LINE_TOLERANCE`` of the line at the model's full depth. The
-  per-kind extrapolation assumes exactly this (each missing layer costs what a measured
-  one did), so a model off its line would be extrapolated wrongly whatever its intervals.
+* **Latency**: per cycle, g times the reduced forward over the whole forward; the
+  estimate is the Hodges-Lehmann centre of the cycles' log ratios, less 1.
+* **Shares**: per round, each category's extrapolated share less the share the whole
+  build's hooks pass measured (one attribution method on both sides: the module-boundary
+  clocks the extrapolation scales by); the estimate is the Hodges-Lehmann centre of the
+  rounds' differences.
+* **Linearity**: per cycle, the line latency = a + b x layers through its reduced
+  forwards at the model's full depth, against its whole forward (the extrapolation
+  assumes each missing layer costs what a measured one did).
 
-The figure passes when every row and every line does. The computation from records
-(``rows``, ``fits``, ``summarise``) is pure; ``run`` measures.
+Each interval is a 95% two-level percentile bootstrap (``stats.bootstrap.two_level``):
+rounds drawn with replacement, then within each drawn round its cycles (shares: rounds
+only, one hooks pass per build and round). One rule reads every row and every line
+(``within``): it passes when its estimate and both ends of its interval lie within the
+tolerance, with at least ``MIN_ROUNDS`` rounds. An interval reaching past the tolerance
+has not shown agreement and fails as a point outside does: more rounds, not a friendlier
+rule, are the remedy for a noisy host.
+
+The computation from units (``model_figures``, ``summarise``) is pure; ``run`` measures.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reportgen import depth, stats
 from reportgen.bench.results import figure
-from reportgen.intervals import unstable_reason
-from reportgen.records import fields
-from reportgen.records.status import is_ok
+from reportgen.intervals import hierarchical_median_ci
+from reportgen.stats.basic import percentiles
+from reportgen.stats.bootstrap import two_level
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 NAME = "depth_extrapolation"
 TITLE = "Depth-reduced measurement"
@@ -60,10 +68,16 @@ LINE_TOLERANCE = 0.05  # measured whole / the line's value at full depth - 1
 COUNTS: tuple[int, ...] = (2, 4, 8)
 MODE = "prefill"
 SEQ_LEN = 128
-GOAL = (f"every extrapolated whole-model latency within {LATENCY_TOLERANCE:.0%} of the median measured "
-        f"whole and every category share within {SHARE_TOLERANCE * 100:.0f} points of its measured share, "
-        "for a dense, a mixture-of-experts and a hybrid model; each model's median measured whole "
-        f"within {LINE_TOLERANCE:.0%} of the line through its medians at fewer layers")
+REPLICATES = 2000
+SEED = 0
+CONFIDENCE = 0.95
+# the fewest paired rounds whose interval says anything of the rounds' spread
+MIN_ROUNDS = 3
+GOAL = (f"every extrapolated whole-model latency within {LATENCY_TOLERANCE:.0%} of the whole model measured in "
+        f"the same rounds and every category share within {SHARE_TOLERANCE * 100:.0f} points of its measured "
+        "share, for a dense, a mixture-of-experts and a hybrid model; each model's whole measurement within "
+        f"{LINE_TOLERANCE:.0%} of the line through its medians at fewer layers; each estimate and its whole 95% "
+        "interval (over paired rounds) inside its tolerance")
 
 
 @dataclass(frozen=True)
@@ -87,29 +101,28 @@ MODELS: tuple[DepthModel, ...] = (
 
 @dataclass(frozen=True)
 class Plan:
-    """What the figure measures and how long: the suite's settings (``budget_s`` of
-    timing per combination, split over up to ``rounds`` rounds; ``min_rounds`` clean ones
-    within ``target`` end it sooner)."""
+    """What the figure measures and how long: ``rounds`` rounds, in each every model built
+    whole and at each of ``counts`` layers, their forwards in cycles for ``budget_s`` (at
+    least ``min_cycles``; each build warmed up for up to half that first), then each build
+    clocked by the hooks method (at least ``hooks_iterations`` forwards, ``hooks_budget_s``)."""
 
     models: tuple[DepthModel, ...] = MODELS
     counts: tuple[int, ...] = COUNTS
     mode: str = MODE
     seq_len: int = SEQ_LEN
     scale: str = "reference"
-    # six rounds of each combination (the fewest that state a 95% interval), 2 s of timing
-    # each: on a 2-core host a round's median moves by up to 15% from one round to the
-    # next (four rounds of 1 s left the medians measured whole 10-20% wide, wider than the
-    # 5% the figure judges); the two larger models whole (1.3 and 0.5 billion parameters,
-    # a second or more a forward) take minutes, much of it building them again for each
-    # round's fresh process
-    budget_s: float = 12.0
+    # six rounds, the fewest whose bootstrap over rounds states 95%; in each, cycles of one
+    # forward of every build for 6 s, at least three (a cycle of the two larger models
+    # takes about 1.8 s on a quiet 2-core host: a second whole, the rest its 2, 4 and 8
+    # layers), about 20 paired cycles a model in all
     rounds: int = 6
-    min_rounds: int = 6
-    target: float = 0.05
-    profile_iterations: int = 3
-    # one round of a combination, at most: the runner's default (15 minutes) is too short
-    # for the profiled round of a model of a billion parameters whole on a busy 2-core host
-    timeout_s: float = 3600.0
+    budget_s: float = 6.0
+    min_cycles: int = 3
+    hooks_budget_s: float = 1.0
+    hooks_iterations: int = 3
+    # one unit at most (a model of a billion parameters built, timed and clocked on a
+    # busy 2-core host)
+    timeout_s: float = 1800.0
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
@@ -119,8 +132,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
 
 def plan_of(stored: Mapping[str, Any] | None, default: Plan) -> Plan:
     """The plan a figure stored (``plan_dict``), else ``default`` (a figure stored before
-    it kept its plan)."""
-    if not isinstance(stored, Mapping):
+    it kept its plan, or before it measured in paired rounds: then ``default``)."""
+    if not isinstance(stored, Mapping) or "hooks_iterations" not in stored:
         return default
     values = {f.name: stored[f.name] for f in dataclasses.fields(Plan) if f.name in stored}
     values["models"] = tuple(DepthModel(**m) for m in values.get("models", ()))
@@ -128,268 +141,370 @@ def plan_of(stored: Mapping[str, Any] | None, default: Plan) -> Plan:
     return dataclasses.replace(default, **values)
 
 
-QUICK = Plan(models=MODELS[:1], seq_len=32, budget_s=1.0, rounds=2, min_rounds=2, timeout_s=900.0)
+QUICK = Plan(models=MODELS[:1], seq_len=32, rounds=MIN_ROUNDS, budget_s=1.0, hooks_budget_s=0.3, timeout_s=900.0)
 
 
-def suite_text(plan: Plan, name: str = "depth-check") -> str:
-    """The suite (TOML) that measures each model of ``plan`` whole and with each of its
-    layer counts: one matrix entry for the whole models, one per count."""
-    models = json.dumps([m.model for m in plan.models])
-    entry = (f"[[matrix]]\nmodels = {models}\nmodes = [{json.dumps(plan.mode)}]\n"
-             f"seq_lens = [{plan.seq_len}]\nattn = [\"sdpa\"]\n")
-    return (f"name = {json.dumps(name)}\n[settings]\nscale = {json.dumps(plan.scale)}\ndevice = \"cpu\"\n"
-            f"budget_s = {plan.budget_s}\nrounds = {plan.rounds}\nmin_rounds = {plan.min_rounds}\n"
-            f"target = {plan.target}\nprofile_iterations = {plan.profile_iterations}\n\n"
-            + entry + "".join(f"\n{entry}layers = {n}\n" for n in plan.counts))
+# ---------------------------------------------------------------- from units (pure)
 
 
-# ---------------------------------------------------------------- from records (pure)
+def within(point: float | None, low: float | None, high: float | None, tolerance: float) -> bool:
+    """The one verdict rule of every row and line: the estimate and both ends of its
+    interval within ``tolerance`` either side of no difference."""
+    values = (point, low, high)
+    return all(v is not None and math.isfinite(v) and abs(v) <= tolerance for v in values)
 
 
-def share_method(reduced: Mapping[str, Any]) -> str:
-    """The attribution method whose shares a depth-reduced record extrapolated (the
-    profiler's in a record made before it was named)."""
-    return str(fields.get(reduced, "depth.whole.attribution_method") or depth.PROFILER)
-
-
-def _method_categories(record: Mapping[str, Any], method: str) -> Mapping[str, Any]:
-    """``method``'s categories of a record (the headline's where it has only one method):
-    what the extrapolated shares are compared with."""
-    methods = fields.get(record, "attribution.methods")
-    section = methods.get(method) if isinstance(methods, Mapping) else None
-    categories = section.get("categories") if isinstance(section, Mapping) else None
-    if not isinstance(categories, Mapping) and not isinstance(methods, Mapping):
-        categories = fields.get(record, "attribution.categories")
-    return categories if isinstance(categories, Mapping) else {}
-
-
-def _share(entry: Any) -> tuple[float, float | None, float | None]:
-    if not isinstance(entry, Mapping):
-        return 0.0, None, None  # a category one side lacks holds none of its forward
-    low, high = entry.get("share_low"), entry.get("share_high")
-    return float(entry.get("share") or 0.0), (float(low) if low is not None else None), \
-        (float(high) if high is not None else None)
-
-
-def share_comparison(whole: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per category: the share extrapolated from ``reduced`` and the share measured in
-    ``whole`` by the same attribution method (each with its interval) and their difference
-    (extrapolated less measured)."""
-    return _compare(fields.get(reduced, "depth.whole.categories") or {},
-                    _method_categories(whole, share_method(reduced)))
-
-
-def profiler_comparison(whole: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
-    """``share_comparison`` by the profiler method, where the record extrapolated another's
-    (the profiler's per-layer times extrapolated again, the whole model's profiler shares
-    beside them): the disagreement METHOD.md rule 10b shows. None where the extrapolation
-    was the profiler's already or the record lacks what it needs."""
-    section, attribution = fields.get(reduced, "depth"), fields.get(reduced, "attribution")
-    if share_method(reduced) == depth.PROFILER or not isinstance(section, Mapping) \
-            or not isinstance(attribution, Mapping):
+def extrapolation(build: Mapping[str, Any], median: float) -> dict[str, Any] | None:
+    """What ``--layers N`` says of the whole model from one reduced build of a round: its
+    median there and its hooks pass through ``depth.extrapolate`` (None where it cannot)."""
+    section = build.get("depth")
+    if not isinstance(section, Mapping) or not median or not isinstance(build.get("hooks"), Mapping):
         return None
-    found = depth.extrapolate(section, fields.get(reduced, "timing"),
-                              {**attribution, "headline_method": depth.PROFILER})
-    if found is None:
-        return None
-    return _compare(found["categories"], _method_categories(whole, depth.PROFILER))
+    return depth.extrapolate(section, {"median": median},
+                             {"headline_method": "hooks", "methods": {"hooks": build["hooks"]}})
 
 
-def _compare(extrapolated: Mapping[str, Any], measured: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for category in [*extrapolated, *(c for c in measured if c not in extrapolated)]:
-        e, e_low, e_high = _share(extrapolated.get(category))
-        m, m_low, m_high = _share(measured.get(category))
-        if e == 0.0 and m == 0.0:
-            continue
-        out[str(category)] = {"extrapolated": e, "extrapolated_low": e_low, "extrapolated_high": e_high,
-                              "measured": m, "measured_low": m_low, "measured_high": m_high, "diff": e - m}
-    return out
+def _hl(values: Sequence[float] | NDArray[Any]) -> float:
+    return stats.hodges_lehmann(values)
 
 
-def comparison_row(whole: Mapping[str, Any], reduced: Mapping[str, Any], group: str = "") -> dict[str, Any] | None:
-    """One depth-reduced record against its model measured whole; None where the reduced
-    record has no whole-model figures (``depth.check``)."""
-    found = depth.check(whole, reduced)
-    if found is None:
-        return None
-    shares = share_comparison(whole, reduced)
-    worst = max(shares, key=lambda c: abs(shares[c]["diff"]), default=None)
-    profiled = profiler_comparison(whole, reduced) or {}
-    profiled_worst = max(profiled, key=lambda c: abs(profiled[c]["diff"]), default=None)
-    rel = found["ratio"] - 1.0
-    measured = found["measured_ms"]
-    latency_ok = abs(rel) <= LATENCY_TOLERANCE
-    shares_ok = all(abs(s["diff"]) <= SHARE_TOLERANCE for s in shares.values())
-    return {
-        "model": fields.get(whole, "combination.model"), "group": group,
-        "combination": fields.get(reduced, "id"),
-        "layers": found["layers"], "full_layers": found["full_layers"],
-        "reduced_ms": fields.get(reduced, "timing.median"),
-        "reduced_low_ms": fields.get(reduced, "timing.ci_low"),
-        "reduced_high_ms": fields.get(reduced, "timing.ci_high"),
-        "extrapolated_ms": found["extrapolated_ms"],
-        "extrapolated_low_ms": found["ci_low_ms"], "extrapolated_high_ms": found["ci_high_ms"],
-        "measured_ms": measured, "measured_low_ms": fields.get(whole, "timing.ci_low"),
-        "measured_high_ms": fields.get(whole, "timing.ci_high"),
-        "measured_confidence": fields.get(whole, "timing.confidence"),
-        "reduced_confidence": fields.get(reduced, "timing.confidence"),
-        "ratio": found["ratio"], "rel_diff": rel,
-        "rel_diff_low": found["ci_low_ms"] / measured - 1.0, "rel_diff_high": found["ci_high_ms"] / measured - 1.0,
-        "inside": found["within"],
-        "worst_share_category": worst, "worst_share_diff": shares[worst]["diff"] if worst else None,
-        "share_diffs": {c: s["diff"] for c, s in shares.items()},
-        "shares": shares, "share_method": share_method(reduced),
-        # the profiler's shares compared the same way, where the extrapolation was another
-        # method's: shown, not judged
-        "profiler_worst_share_category": profiled_worst,
-        "profiler_worst_share_diff": profiled[profiled_worst]["diff"] if profiled_worst else None,
-        "profiled_ratio": fields.get(reduced, "profile.overhead_ratio"),
-        "whole_profiled_ratio": fields.get(whole, "profile.overhead_ratio"),
-        "extrapolation_notes": list(fields.get(reduced, "depth.whole.notes") or []),
-        "unstable": unstable_reason(reduced), "whole_unstable": unstable_reason(whole),
-        "latency_ok": latency_ok, "shares_ok": shares_ok,
-        "verdict": "pass" if latency_ok and shares_ok else "fail",
-    }
+def line_log(full_layers: int, counts: Sequence[int], reduced: Sequence[float], whole: float) -> float:
+    """log(whole / the line through (counts, reduced) at full depth); infinite where the
+    line gives no positive latency there (the whole is then no distance from it at all)."""
+    slope, intercept = stats.linear_fit([float(n) for n in counts], list(reduced))
+    predicted = intercept + slope * full_layers
+    return math.log(whole / predicted) if predicted > 0 and whole > 0 else math.inf
 
 
-def _by_model(records: Sequence[Mapping[str, Any]]) -> dict[str, tuple[Mapping[str, Any] | None,
-                                                                       list[Mapping[str, Any]]]]:
-    """Each model's record measured whole and its depth-reduced records (by layer count)."""
-    out: dict[str, tuple[Mapping[str, Any] | None, list[Mapping[str, Any]]]] = {}
-    for record in records:
-        model = str(fields.get(record, "combination.model"))
-        whole, reduced = out.get(model, (None, []))
-        if fields.get(record, "combination.layers") is None:
-            whole = record
+WHOLE = "whole"  # a unit's key for the whole model's build (a count keys each reduced one)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One model's paired rounds: per round, its cycles' forward times (one row per cycle;
+    columns ``WHOLE`` then each count), each count's extrapolation factor, and each
+    category's share difference (extrapolated less measured) per count."""
+
+    rounds: tuple[int, ...]
+    counts: tuple[int, ...]
+    full_layers: int
+    times: Sequence[NDArray[Any]]
+    factors: Mapping[int, Sequence[float]]
+    diffs: Mapping[int, Mapping[str, Sequence[float]]]
+
+    def logs(self, i: int, rows: NDArray[Any]) -> dict[Any, NDArray[Any]]:
+        """Round ``i``'s per-cycle log ratios of the given cycles: each count's extrapolated
+        time over the whole's, and the whole's over the line (``line``)."""
+        import numpy as np
+
+        t = self.times[i][rows]
+        out: dict[Any, NDArray[Any]] = {n: np.log(self.factors[n][i] * t[:, j + 1] / t[:, 0])
+                                        for j, n in enumerate(self.counts)}
+        out["line"] = np.asarray([line_log(self.full_layers, self.counts, list(row[1:]), float(row[0])) for row in t])
+        return out
+
+    def estimates(self, picked: Sequence[int], rows: Sequence[NDArray[Any]]) -> dict[Any, Any]:
+        """The estimates over the ``picked`` rounds (each with its ``rows`` of cycles): each
+        count's latency ratio less 1 and its share differences, and the line's ratio less 1."""
+        import numpy as np
+
+        per_round = [self.logs(i, r) for i, r in zip(picked, rows)]
+        out: dict[Any, Any] = {}
+        for n in [*self.counts, "line"]:
+            pooled = np.concatenate([p[n] for p in per_round])
+            out[n] = {"rel": math.exp(_hl(pooled)) - 1.0}
+        for n in self.counts:
+            out[n]["shares"] = {c: _hl([d[i] for i in picked]) for c, d in self.diffs[n].items()}
+        return out
+
+
+def _share(build: Mapping[str, Any] | Any, category: str) -> float:
+    entry = ((build or {}).get("categories") or {}).get(category) or {}
+    return float(entry.get("share") or 0.0)
+
+
+def block(units: Sequence[Mapping[str, Any]], counts: Sequence[int]) -> tuple[Block | None, dict[int, list[Any]],
+                                                                             list[int]]:
+    """One model's rounds with every build timed and extrapolated: (the block, or None
+    without one; each count's extrapolations by round; the rounds left out)."""
+    import numpy as np
+
+    columns = [WHOLE, *(str(n) for n in counts)]
+    kept: list[Mapping[str, Any]] = []
+    found: dict[int, list[Any]] = {n: [] for n in counts}
+    dropped: list[int] = []
+    for unit in sorted(units, key=lambda u: int(u["round"])):
+        builds, cycles = unit.get("builds") or {}, unit.get("cycles") or []
+        timed = bool(cycles) and all(c in row for row in cycles for c in columns)
+        got = {n: extrapolation(builds.get(str(n)) or {}, stats.median([row[str(n)] for row in cycles]))
+               if timed else None for n in counts}
+        if timed and WHOLE in builds and all(v is not None for v in got.values()):
+            kept.append(unit)
+            for n in counts:
+                found[n].append(got[n])
         else:
-            reduced = sorted([*reduced, record], key=lambda r: int(fields.get(r, "combination.layers") or 0))
-        out[model] = (whole, reduced)
-    return out
+            dropped.append(int(unit["round"]))
+    if not kept:
+        return None, found, dropped
+    full_layers = int(kept[0]["builds"][str(counts[0])]["depth"]["full_layers"])
+    times = [np.asarray([[row[c] for c in columns] for row in u["cycles"]], dtype=float) for u in kept]
+    diffs: dict[int, dict[str, list[float]]] = {}
+    for n in counts:
+        categories = dict.fromkeys([c for f in found[n] for c in f["categories"]]
+                                   + [c for u in kept for c in u["builds"][WHOLE]["hooks"]["categories"]])
+        diffs[n] = {}
+        for c in categories:
+            pairs = [(_share(f, c), _share(u["builds"][WHOLE]["hooks"], c)) for f, u in zip(found[n], kept)]
+            if any(e or m for e, m in pairs):  # a category neither side has is left out
+                diffs[n][c] = [e - m for e, m in pairs]
+    factors = {n: [float(f["factor"]) for f in found[n]] for n in counts}
+    return (Block(tuple(int(u["round"]) for u in kept), tuple(counts), full_layers, times, factors, diffs),
+            found, dropped)
 
 
-def rows(records: Sequence[Mapping[str, Any]], groups: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """A row per depth-reduced record whose model was measured whole too (both ``ok``)."""
-    out: list[dict[str, Any]] = []
-    for model, (whole, reduced) in _by_model(records).items():
-        if whole is None or not is_ok(whole):
-            continue
-        for record in reduced:
-            row = comparison_row(whole, record, (groups or {}).get(model, "")) if is_ok(record) else None
-            if row is not None:
-                out.append(row)
-    return out
+def _interval(draws: Sequence[float | None]) -> tuple[float, float]:
+    kept = [float(d) for d in draws if d is not None and not math.isnan(d)]  # an infinite draw counts
+    return percentiles(kept, CONFIDENCE) if kept else (math.nan, math.nan)
 
 
-def fit(model_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The line latency = a + b x layers through one model's medians at fewer layers, and
-    the median measured whole against it at the model's full depth; None with fewer than
-    ``stats.MIN_FIT_POINTS`` layer counts."""
-    points = sorted((int(r["layers"]), float(r["reduced_ms"])) for r in model_rows
-                    if r.get("reduced_ms") is not None)
+def _ci(groups: Sequence[Sequence[float]]) -> tuple[float, float, float]:
+    ci = hierarchical_median_ci(groups)
+    return float(ci["median"]), float(ci["ci_low"]), float(ci["ci_high"])
+
+
+def _centre(values: Sequence[float | None]) -> float | None:
+    found = [v for v in values if v is not None]
+    return _hl(found) if found else None
+
+
+def _unstable(units: Sequence[Mapping[str, Any]]) -> str | None:
+    contended = [u for u in units if u.get("contended")]
+    if not contended:
+        return None
+    reason = contended[0].get("contention") or "the host was busy"
+    more = ", ..." if len(contended) > 1 else ""
+    return f"{len(contended)} of {len(units)} rounds contended ({reason}{more})"
+
+
+def _routing(units: Sequence[Mapping[str, Any]], name: str) -> float | None:
+    """The busiest expert's tokens over the mean, averaged over a build's MoE layers (its
+    first round's): random weights route less evenly the deeper a layer sits."""
+    for u in units:
+        routing = ((u.get("builds") or {}).get(name) or {}).get("routing")
+        if isinstance(routing, Mapping) and routing.get("mean_max_over_mean") is not None:
+            return float(routing["mean_max_over_mean"])
+    return None
+
+
+def kept_layers(reduced: Mapping[str, Any], whole: Mapping[str, Any]) -> float | None:
+    """How much slower (positive) the layers a reduced build keeps ran in the whole build's
+    own hooks pass than its average layer did: mean time of the kept positions (the
+    depth section's ``index``) over the mean of all, less 1. What the choice of layers
+    alone adds to the extrapolation, read at one moment in one pass; None where the
+    whole pass has no per-layer times for those positions."""
+    layers = [sum(float(v) for v in (row.get("categories") or {}).values())
+              for row in (whole.get("hooks") or {}).get("per_layer") or []]
+    kept = [int(m["index"]) for m in ((reduced.get("depth") or {}).get("measured_layers") or [])]
+    if not layers or not kept or max(kept) >= len(layers) or sum(layers) <= 0:
+        return None
+    return (sum(layers[i] for i in kept) / len(kept)) / (sum(layers) / len(layers)) - 1.0
+
+
+def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts: Sequence[int], *,
+                  reps: int = REPLICATES, seed: int = SEED) -> tuple[list[dict[str, Any]], dict[str, Any] | None,
+                                                                      list[str]]:
+    """One model's rows (one per count), its line, and notes, from its units (pure)."""
+    import numpy as np
+
+    found_block, found, dropped = block(units, counts)
+    notes = [f"{model.model}: rounds {', '.join(str(r + 1) for r in dropped)} left out (a build of the round not "
+             "timed or not extrapolated)"] if dropped else []
+    if found_block is None:
+        return [], None, notes
+    b = found_block
+    k = len(b.rounds)
+    every = [np.arange(len(t)) for t in b.times]
+    point = b.estimates(range(k), every)
+
+    def replicate(rng: np.random.Generator, picked: NDArray[Any]) -> dict[Any, Any]:
+        chosen = [int(p) for p in picked]
+        return b.estimates(chosen, [rng.integers(0, len(b.times[i]), size=len(b.times[i])) for i in chosen])
+
+    draws = two_level(k, replicate, reps=reps, seed=seed, picks="per-replicate")
+    kept = [u for u in units if int(u["round"]) in b.rounds]
+    whole_ms = _ci([list(t[:, 0]) for t in b.times])
+    rows: list[dict[str, Any]] = []
+    for j, n in enumerate(counts, start=1):
+        rel = point[n]["rel"]
+        rel_low, rel_high = _interval([d[n]["rel"] for d in draws])
+        shares: dict[str, dict[str, Any]] = {}
+        for c, diffs in b.diffs[n].items():
+            low, high = _interval([d[n]["shares"][c] for d in draws])
+            measured = [_share(u["builds"][WHOLE]["hooks"], c) for u in kept]
+            shares[c] = {"extrapolated": sum(m + d for m, d in zip(measured, diffs)) / k,
+                         "measured": sum(measured) / k, "diff": point[n]["shares"][c],
+                         "diff_low": low, "diff_high": high}
+        worst = max(shares, key=lambda c: max(abs(shares[c][x]) for x in ("diff", "diff_low", "diff_high")),
+                    default=None)
+        reduced_ms = _ci([list(t[:, j]) for t in b.times])
+        extrapolated = _ci([list(f * t[:, j]) for f, t in zip(b.factors[n], b.times)])
+        # the extrapolation's own interval: the rounds' times the bootstrap over the measured layers
+        low = extrapolated[1] * stats.median([f["factor_low"] / f["factor"] for f in found[n]])
+        high = extrapolated[2] * stats.median([f["factor_high"] / f["factor"] for f in found[n]])
+        latency_ok = within(rel, rel_low, rel_high, LATENCY_TOLERANCE)
+        shares_ok = all(within(s["diff"], s["diff_low"], s["diff_high"], SHARE_TOLERANCE) for s in shares.values())
+        rows.append({
+            "model": model.model, "group": model.group, "layers": n, "full_layers": b.full_layers,
+            "rounds": k, "cycles": int(sum(len(t) for t in b.times)),
+            "reduced_ms": reduced_ms[0], "reduced_low_ms": reduced_ms[1], "reduced_high_ms": reduced_ms[2],
+            "extrapolated_ms": extrapolated[0], "extrapolated_low_ms": low, "extrapolated_high_ms": high,
+            "measured_ms": whole_ms[0], "measured_low_ms": whole_ms[1], "measured_high_ms": whole_ms[2],
+            "ratio": 1.0 + rel, "rel_diff": rel, "rel_diff_low": rel_low, "rel_diff_high": rel_high,
+            "round_rel_diffs": [math.exp(_hl(b.logs(i, every[i])[n])) - 1.0 for i in range(k)],
+            # the pooled medians' ratio, as a comparison of two medians at different moments reads it
+            "unpaired_rel_diff": extrapolated[0] / whole_ms[0] - 1.0,
+            "inside": low <= whole_ms[0] <= high,
+            "worst_share_category": worst,
+            "worst_share_diff": shares[worst]["diff"] if worst else None,
+            "worst_share_low": shares[worst]["diff_low"] if worst else None,
+            "worst_share_high": shares[worst]["diff_high"] if worst else None,
+            "share_diffs": {c: s["diff"] for c, s in shares.items()}, "shares": shares, "share_method": "hooks",
+            "routing_max_over_mean": {"reduced": _routing(kept, str(n)), "whole": _routing(kept, WHOLE)},
+            "kept_layers_rel_diff": _centre([kept_layers(u["builds"][str(n)], u["builds"][WHOLE]) for u in kept]),
+            "extrapolation_notes": list(dict.fromkeys(x for f in found[n] for x in f["notes"])),
+            "unstable": _unstable(kept),
+            "latency_ok": latency_ok, "shares_ok": shares_ok,
+            "verdict": "pass" if latency_ok and shares_ok and k >= MIN_ROUNDS else "fail",
+        })
+    line = _fit(model, rows, point["line"]["rel"], _interval([d["line"]["rel"] for d in draws]), b.full_layers)
+    return rows, line, notes
+
+
+def _fit(model: DepthModel, rows: Sequence[Mapping[str, Any]], rel: float, interval: tuple[float, float],
+         full_layers: int) -> dict[str, Any] | None:
+    """The line through the pooled medians at fewer layers (shown), with the paired
+    estimate of the whole measurement against it (judged)."""
+    points = sorted((int(r["layers"]), float(r["reduced_ms"])) for r in rows)
     if len({x for x, _ in points}) < stats.MIN_FIT_POINTS:
         return None
     line = stats.linear_fit_stats([float(x) for x, _ in points], [y for _, y in points])
-    first = model_rows[0]
-    full = int(first["full_layers"])
-    predicted = line["intercept"] + line["slope"] * full
-    measured = float(first["measured_ms"])
-    rel = measured / predicted - 1.0 if predicted > 0 else None
+    first = rows[0]
     return {
-        "model": first["model"], "group": first.get("group", ""), "full_layers": full,
-        "layers": [x for x, _ in points],
+        "model": model.model, "group": model.group, "full_layers": full_layers, "layers": [x for x, _ in points],
         "slope_ms": line["slope"], "slope_low_ms": line["ci_low"], "slope_high_ms": line["ci_high"],
         "intercept_ms": line["intercept"], "r2": line["r2"],
         "residuals_ms": {str(x): r for (x, _), r in zip(points, line["residuals"])},
-        "predicted_full_ms": predicted, "measured_full_ms": measured,
-        "measured_low_ms": first.get("measured_low_ms"), "measured_high_ms": first.get("measured_high_ms"),
-        "line_rel_diff": rel, "on_line": rel is not None and abs(rel) <= LINE_TOLERANCE,
+        "predicted_full_ms": line["intercept"] + line["slope"] * full_layers,
+        "measured_full_ms": first["measured_ms"],
+        "measured_low_ms": first["measured_low_ms"], "measured_high_ms": first["measured_high_ms"],
+        "line_rel_diff": rel if math.isfinite(rel) else None,  # JSON has no infinity
+        "line_rel_low": interval[0], "line_rel_high": interval[1],
+        "on_line": within(rel, *interval, LINE_TOLERANCE) and int(first["rounds"]) >= MIN_ROUNDS,
     }
 
 
-def fits(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``fit`` of each model's rows, in the rows' order."""
-    models = list(dict.fromkeys(str(r["model"]) for r in table))
-    found = [fit([r for r in table if str(r["model"]) == m]) for m in models]
-    return [f for f in found if f is not None]
+def _reach(row: Mapping[str, Any]) -> float:
+    values = [row.get(k) for k in ("rel_diff", "rel_diff_low", "rel_diff_high")]
+    return max((abs(v) if v is not None and math.isfinite(v) else math.inf) for v in values)
 
 
-def _level(row: Mapping[str, Any]) -> str:
-    level = row.get("reduced_confidence")
-    return f"{float(level):.1%}".replace(".0%", "%") if isinstance(level, (int, float)) else "stated"
+def _row_line(r: Mapping[str, Any]) -> str:
+    share = r["worst_share_category"]
+    return (f"{r['model']} at {r['layers']} of {r['full_layers']} layers: extrapolated latency {r['rel_diff']:+.1%} "
+            f"[{r['rel_diff_low']:+.1%}, {r['rel_diff_high']:+.1%}] of the whole, paired by cycle"
+            + (f", worst share {share} {r['worst_share_diff'] * 100:+.1f} points [{r['worst_share_low'] * 100:+.1f}, "
+               f"{r['worst_share_high'] * 100:+.1f}]" if share else "")
+            + (f" ({r['rounds']} paired rounds, fewer than {MIN_ROUNDS})" if r["rounds"] < MIN_ROUNDS else ""))
 
 
-def _failures(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [f"{fields.get(r, 'id')}: {fields.get(r, 'status')}: {fields.get(r, 'reason')}"
-            for r in records if not is_ok(r)]
+def _routing_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per mixture of experts: how evenly its random-weight routers spread tokens in each
+    build, and how much slower the layers each reduced build keeps ran in the whole build
+    (``kept_layers``): what does not scale with the layer count."""
+    out = []
+    for model in dict.fromkeys(str(r["model"]) for r in table):
+        rows = [r for r in table if r["model"] == model]
+        routing = [r.get("routing_max_over_mean") or {} for r in rows]
+        if not any(x.get("whole") is not None for x in routing):
+            continue
+        reduced = ", ".join(f"{r['layers']} layers {x['reduced']:.2f}" for r, x in zip(rows, routing)
+                            if x.get("reduced") is not None)
+        kept = ", ".join(f"{r['layers']} layers {r['kept_layers_rel_diff']:+.1%}" for r in rows
+                         if r.get("kept_layers_rel_diff") is not None)
+        out.append(f"{model}: the busiest expert's tokens over the mean, averaged over the layers: "
+                   f"{routing[0]['whole']:.2f} whole, {reduced} (random-weight routers spread tokens less evenly "
+                   "the more layers precede them); the kept layers' time in the whole build against its mean "
+                   f"layer: {kept or 'not read'}.")
+    return out
 
 
-def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: float | None = None,
+def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: float | None = None,
               notes: Sequence[str] = ()) -> dict[str, Any]:
-    """The figure from the suite run's records (pure)."""
-    groups = {m.model: m.group for m in plan.models}
-    table = rows(records, groups)
-    lines = fits(table)
-    failed = _failures(records)
+    """The figure from the measured units (pure)."""
+    table: list[dict[str, Any]] = []
+    lines: list[dict[str, Any]] = []
+    block_notes: list[str] = []
+    for m in plan.models:
+        rows, line, said = model_figures(m, [u for u in units if u.get("model") == m.model], plan.counts)
+        table += rows
+        lines += [line] if line is not None else []
+        block_notes += said
     missing = [m for m in plan.models if not any(r["model"] == m.model for r in table)]
     unfitted = [m for m in plan.models if m not in missing and not any(f["model"] == m.model for f in lines)]
     described = [f"{m.group}: `{m.model}`, {m.source}" for m in plan.models]
     method_notes = [
-        f"{plan.mode}, {plan.seq_len} tokens, batch 1, fp32, SDPA, {plan.scale} widths; each model measured "
-        f"whole and with {', '.join(str(n) for n in plan.counts)} of its layers in one suite run: up to "
-        f"{plan.rounds} rounds of each combination ({plan.budget_s:g} s of timing split over them), each "
-        f"round a fresh worker process, ended once {plan.min_rounds} clean rounds give an interval "
-        f"within ±{plan.target:.0%} (execute.rounds.Policy).",
+        f"{plan.mode}, {plan.seq_len} tokens, batch 1, fp32, SDPA, {plan.scale} widths; {plan.rounds} rounds, in "
+        "each every model (in a shuffled order) in a fresh process of its own, built whole and with "
+        f"{', '.join(str(n) for n in plan.counts)} of its layers, all resident: cycles of one unprofiled forward "
+        f"of each build back to back, each cycle in its own shuffled order, for {plan.budget_s:g} s (at least "
+        f"{plan.min_cycles}), then each build's hooks pass (at least {plan.hooks_iterations} forwards, "
+        f"{plan.hooks_budget_s:g} s).",
         "Models: " + "; ".join(described) + ".",
-        f"Extrapolation (reportgen.depth): {depth.METHOD}. Shares on both sides are one attribution "
-        "method's, the one whose per-layer times the extrapolation scales by (each row's `share_method`): on "
-        "a CPU the module-boundary clocks of an unprofiled pass, since the profiler's per-op recording slows "
-        "a layer of many small ops once a pass has recorded enough events, unequally at different depths.",
-        f"A row passes when the extrapolated median is within {LATENCY_TOLERANCE:.0%} of the median measured "
-        f"whole and every category's extrapolated share within {SHARE_TOLERANCE * 100:.0f} points of its "
-        "measured share; `inside` says whether the measured median lies in the extrapolation's interval. "
-        f"A line passes when the median measured whole is within {LINE_TOLERANCE:.0%} of a + b x layers "
-        "at full depth.",
+        f"Extrapolation (reportgen.depth): {depth.METHOD}; here each round's, from that round's reduced timing and "
+        "its hooks pass. Shares on both sides are the hooks method's (the module-boundary clocks the "
+        "extrapolation scales by).",
+        "Paired by cycle: each cycle's reduced forward times its round's extrapolation factor, over the whole "
+        "model's forward of the same cycle; the estimate is the Hodges-Lehmann centre of the cycles' log ratios. "
+        "Shares paired by round: each category's extrapolated share less the whole model's of the same round, "
+        "the estimate the Hodges-Lehmann centre of the rounds' differences. The line: per cycle, through the "
+        "cycle's times at fewer layers, at full depth, against its whole forward. Intervals: a 95% two-level "
+        "bootstrap (rounds, then the cycles within each).",
+        f"A row passes when its latency estimate and interval lie within ±{LATENCY_TOLERANCE:.0%} and every "
+        f"category's share difference and interval within ±{SHARE_TOLERANCE * 100:.0f} points; a line when its "
+        f"estimate and interval lie within ±{LINE_TOLERANCE:.0%}; each needs {MIN_ROUNDS} paired rounds. "
+        "`inside` says whether the whole median lies in the extrapolation's own interval (the pooled rounds' "
+        "times the bootstrap over the measured layers); `unpaired_rel_diff` is the pooled medians' ratio, "
+        "as a comparison at different moments reads it.",
     ]
     if not table:
         return figure(TITLE, QUESTION, value=None, unit="fraction", goal=GOAL, goal_spec=None,
                       status="not measured", duration_s=duration_s, extra={"plan": plan_dict(plan)},
-                      notes=[*method_notes, *notes, *(failed or ["no depth-reduced record with its "
-                                                                 "whole-model figures"])])
-    worst = max(table, key=lambda r: abs(r["rel_diff"]))
+                      notes=[*method_notes, *notes, *block_notes, "no model measured whole and reduced"])
+    worst = max(table, key=_reach)
     passed = (all(r["verdict"] == "pass" for r in table) and all(f["on_line"] for f in lines)
               and not missing and not unfitted)
-    contended = [str(fields.get(r, "id")) for r in records if is_ok(r) and unstable_reason(r)]
     summary = [
-        f"{sum(r['verdict'] == 'pass' for r in table)} of {len(table)} depth-reduced combinations within "
-        f"both tolerances; {sum(bool(f['on_line']) for f in lines)} of {len(lines)} models on their line.",
-        *[f"{r['model']} at {r['layers']} of {r['full_layers']} layers: extrapolated latency "
-          f"{r['rel_diff']:+.1%} of the measured, worst share {r['worst_share_category']} "
-          f"{(r['worst_share_diff'] or 0.0) * 100:+.1f} points" for r in table if r["verdict"] != "pass"],
-        *[f"{r['model']} at {r['layers']} of {r['full_layers']} layers, by the profiler's shares (not judged: "
-          f"the extrapolation scaled the {r['share_method']} method's): worst share "
-          f"{r['profiler_worst_share_category']} {r['profiler_worst_share_diff'] * 100:+.1f} points"
-          for r in table if r.get("profiler_worst_share_diff") is not None
-          and abs(r["profiler_worst_share_diff"]) > SHARE_TOLERANCE],
-        *[f"{f['model']}: " + (f"the median measured whole is {f['line_rel_diff']:+.1%} off the line"
-                               if f["line_rel_diff"] is not None else "the line gives no positive latency")
-          + f" at {f['full_layers']} layers ({f['slope_ms']:.3g} ms per layer + {f['intercept_ms']:.3g} ms, "
-          f"R² {f['r2']:.4f})" for f in lines if not f["on_line"]],
+        f"{sum(r['verdict'] == 'pass' for r in table)} of {len(table)} depth-reduced combinations within both "
+        f"tolerances, interval and all; {sum(bool(f['on_line']) for f in lines)} of {len(lines)} models on their line.",
+        *[_row_line(r) for r in table if r["verdict"] != "pass"],
+        *[f"{f['model']}: the whole measurement is "
+          + (f"{f['line_rel_diff']:+.1%} [{f['line_rel_low']:+.1%}, {f['line_rel_high']:+.1%}] off the line"
+             if f["line_rel_diff"] is not None else "off lines that give no positive latency in most cycles")
+          + f" at {f['full_layers']} layers" for f in lines if not f["on_line"]],
         *[f"{m.model}: not measured whole and reduced" for m in missing],
         *[f"{m.model}: fewer than {stats.MIN_FIT_POINTS} layer counts to fit a line through" for m in unfitted],
-        *([f"Measured under contention (too few clean rounds, or a contended profiled pass; each row's "
-           f"`unstable` says why): {len(contended)} of {len(records)} combinations: " + ", ".join(contended) + "."]
-          if contended else []),
+        *[f"{r['model']} at {r['layers']} layers: measured under contention: {r['unstable']}"
+          for r in table if r["unstable"]],
+        *_routing_notes(table),
     ]
     return figure(
         TITLE, QUESTION, value=worst["rel_diff"], unit="fraction",
         interval=[worst["rel_diff_low"], worst["rel_diff_high"]],
-        interval_kind=("extrapolated interval of the worst row (over the median measured whole, less 1: the "
-                       f"reduced median's {_level(worst)} interval times a 95% bootstrap over the measured "
-                       "layers, not a confidence interval at one level)"),
+        interval_kind=("95% two-level bootstrap over paired rounds (then the forwards within each) of the row "
+                       "whose interval reaches furthest from agreement"),
         goal=GOAL, goal_spec={"kind": "rel_within", "target": LATENCY_TOLERANCE},
         status="pass" if passed else "fail",
-        notes=[*summary, *method_notes, *notes, *(f"Failed: {f}" for f in failed)],
+        notes=[*summary, *method_notes, *notes, *block_notes],
         rows=table, duration_s=duration_s,
         extra={"fits": lines, "plan": plan_dict(plan),
                "tolerances": {"latency": LATENCY_TOLERANCE, "share": SHARE_TOLERANCE, "line": LINE_TOLERANCE}},
@@ -399,42 +514,16 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
 # ---------------------------------------------------------------- measuring
 
 
-def _finished(runs: Path) -> bool:
-    """Whether ``runs`` holds a run its runner finished (not one it was stopped in)."""
-    from reportgen.records.schema import iter_runs
-
-    found = list(iter_runs(runs)) if runs.is_dir() else []
-    return bool(found) and all(fields.run_get(r.record, "status") == "complete" for r in found)
-
-
 def run(plan: Plan, scratch: Path, *, log: Callable[[str], None] = print,
-        stop: Callable[[], bool] = lambda: False,
-        command: str = "python scripts/bench.py --only depth") -> dict[str, Any]:
-    """Measure ``plan``'s suite into ``scratch/runs`` (a scratch runs tree) and summarise
-    it. A run stopped part way (the bench interrupted) is resumed, its finished rounds
-    kept and its failed combinations measured again; a finished one is measured again
-    from scratch."""
-    from reportgen.bench import efficiency
-    from reportgen.records.schema import iter_runs
-    from reportgen.suite import load_suite
+        stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    """Measure ``plan``'s units into ``scratch`` (``depth_rounds.measure``: a stopped run
+    is resumed, a finished one measured again) and summarise them."""
+    from reportgen.bench import depth_rounds
 
     if stop():
         return summarise([], plan, notes=["time limit reached before the figure started"])
     t0 = time.perf_counter()
-    runs = scratch / "runs"
-    if _finished(runs):
-        shutil.rmtree(runs)
-    scratch.mkdir(parents=True, exist_ok=True)
-    path = scratch / "depth-check.toml"
-    path.write_text(suite_text(plan), encoding="utf-8")
-    suite = load_suite(path)
-    log(f"  depth: {len(suite.combinations())} combinations in up to {plan.rounds} rounds -> {runs}")
-    measured = efficiency.run_suite(suite, runs, command=command, force=False, timeout_s=plan.timeout_s)
-    # every record of the run: a resumed run's earlier ones too, not only this invocation's
-    here = measured.run_dir.resolve()
-    records = next((list(r.combination_records()) for r in iter_runs(runs) if r.path.resolve() == here),
-                   measured.records)
-    for record in records:
-        log(f"  depth {fields.get(record, 'id')}: {fields.get(record, 'status')} "
-            f"{fields.get(record, 'timing.median')} ms, whole {fields.get(record, 'depth.whole.median_ms')} ms")
-    return summarise(records, plan, duration_s=time.perf_counter() - t0)
+    combos = len(plan.models) * (len(plan.counts) + 1)
+    log(f"  depth: {combos} combinations in {plan.rounds} paired rounds -> {scratch}")
+    units, notes = depth_rounds.measure(plan, scratch, log=log, stop=stop)
+    return summarise(units, plan, duration_s=time.perf_counter() - t0, notes=notes)

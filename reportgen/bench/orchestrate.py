@@ -309,8 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         # --layers N against the same models measured whole: a dense, a mixture-of-experts
         # and a hybrid model (quick: the dense one at 32 tokens)
         step("depth", lambda: {depth_check.NAME: depth_check.run(
-            depth_check.QUICK if p.quick else depth_check.Plan(), SCRATCH / "depth", log=log, stop=stop,
-            command=command)})
+            depth_check.QUICK if p.quick else depth_check.Plan(), SCRATCH / "depth", log=log, stop=stop)})
     if "render" in only:
         from reportgen.bench import render_scaling
 
@@ -340,6 +339,7 @@ def resummarise(path: Path) -> int:
     """Recompute figure verdicts that are pure functions of their stored rows (the
     coverage's rows read again from the bench's two suite runs where they are on disk)."""
     from reportgen.bench import coverage, depth_check, latency, overhead
+    from reportgen.bench.depth_rounds import read_units
 
     doc = load_results(path)
     figures = dict(doc["figures"])
@@ -367,15 +367,12 @@ def resummarise(path: Path) -> int:
         new = coverage.summarise(table, duration_s=cov.get("duration_s"))
         figures["interval_coverage"] = {**cov, **new}
     dep = figures.get(depth_check.NAME)
-    depth_run = _scratch_run(SCRATCH / "depth" / "runs")
-    if dep and depth_run is not None:
-        from reportgen.records.schema import load_run
-
-        # the depth figure's verdict again from the records of its scratch run, where still here
+    depth_units = read_units(SCRATCH / "depth" / "units")
+    if dep and depth_units and isinstance(dep.get("plan"), dict) and "hooks_iterations" in dep["plan"]:
+        # the depth figure's verdict again from the units of its scratch run, where still here
         depth_plan = depth_check.plan_of(dep.get("plan"), depth_check.QUICK if doc.get("quick")
                                          else depth_check.Plan())
-        new_depth = depth_check.summarise(list(load_run(depth_run).combination_records()), depth_plan,
-                                          duration_s=dep.get("duration_s"))
+        new_depth = depth_check.summarise(depth_units, depth_plan, duration_s=dep.get("duration_s"))
         figures[depth_check.NAME] = {**dep, **new_depth}
     out = R.results_document(figures, environment=doc["environment"], created=doc["created"],
                              quick=doc["quick"], duration_s=doc["duration_s"], command=doc["command"])

@@ -141,7 +141,7 @@ def _flops_section(built: building.BuiltModel, structure: Structure, combo: Any,
     }
 
 
-def _depth_section(facts: dict[str, Any], combo: Any) -> dict[str, Any]:
+def depth_section(facts: dict[str, Any], combo: Any) -> dict[str, Any]:
     """``--layers``: the layers measured by kind, the whole model's, and its exact
     parameter, weight and analytic FLOP counts (the whole-model timing figures follow
     once the timing is final: `reportgen.depth.finish`)."""
@@ -249,7 +249,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         "flops": _flops_section(built, structure, combo, timing["median"], device, count),
     }
     if built.depth is not None:
-        result["depth"] = _depth_section(built.depth, combo)
+        result["depth"] = depth_section(built.depth, combo)
     if compiled is not None:
         result["compile"] = compiling.finish_record(compiled)
     else:
