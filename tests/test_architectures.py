@@ -28,11 +28,11 @@ MOE = ("mixtral", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "ernie4_5_moe", 
        "qwen2_moe", "glm4_moe", "deepseek_v2", "deepseek_v3", "llama4_text", "jamba",
        "switch_transformers", "minimax", "jetmoe", "qwen3_next", "qwen3_5_moe_text", "minimax_m2",
        "glm_moe_dsa", "deepseek_v32", "longcat_flash", "hunyuan_v1_moe", "hy_v3", "granitemoeshared",
-       "nemotron_h")
+       "nemotron_h", "deepseek_v4")
 # Mixtures with shared experts beside the routed ones (moe.shared)
 SHARED = ("qwen2_moe", "qwen3_next", "qwen3_5_moe_text", "deepseek_v3", "deepseek_v32",
           "glm_moe_dsa", "kimi_linear", "llama4_text", "ernie4_5_moe", "hunyuan_v1_moe",
-          "bailing_hybrid", "nemotron_h")
+          "bailing_hybrid", "nemotron_h", "deepseek_v4")
 # Sparse attention: an indexer picks the positions each query reads (attention.indexer)
 SPARSE = ("deepseek_v32", "glm_moe_dsa", "deepseek_v4")
 # (bamba's default config names no attention layer: at its defaults it is a pure Mamba-2)
@@ -198,8 +198,9 @@ def test_hyper_connections_mix_the_residual_streams_in_their_category() -> None:
     """DeepSeek-V4 keeps four residual streams: the modules handed them (the mixing of
     each layer's attention and MLP, and the last collapse, named a head) and each layer's
     own mixing are ``residual``, their norms ``norm``, and what is left in ``other`` is
-    under the sweep's limit."""
-    from reportgen.profile import building, regions
+    under the sweep's limit. The analytic FLOP count gives the mixing weights' products
+    to residual too."""
+    from reportgen.profile import building, flops, regions
     from reportgen.profile.structure import derive
     from reportgen.suite import Combination
 
@@ -219,6 +220,8 @@ def test_hyper_connections_mix_the_residual_streams_in_their_category() -> None:
         assert by_class["DeepseekV4DecoderLayer"] == {("streams", "residual")}
         assert by_class["DeepseekV4UnweightedRMSNorm"] == {("norm", "norm")}
         assert by_class["DeepseekV4Attention"] == {("attn", "attention.core")}
+        analytic = flops.analytic(built.info, combo, flops.analytic_hints(model, structure.roles))
+        assert analytic["residual"] > 0 and analytic["other"] == 0
         section = regions.hooks_method(model, built.step, structure, min_iterations=architectures.ITERATIONS,
                                        max_iterations=architectures.ITERATIONS, budget_s=0.0)
         shares = architectures.median_shares(section)
