@@ -62,8 +62,13 @@ ROLE_CATEGORY: dict[str, str] = {
     "experts": "moe.experts",
     "shared": "moe.shared",
     "indexer": "attention.indexer",
+    "residual": "residual",
     "block": "other",
+    # a layer that keeps several residual streams: its own ops are their mixing
+    "streams": "residual",
 }
+# The roles of a layer: one stream of hidden states, or several residual streams
+LAYER_ROLES: tuple[str, ...] = ("block", "streams")
 
 # Keys of analyse_trace's result that form the record's "attribution" section.
 ATTRIBUTION_KEYS = ("basis", "forward_ms", "categories", "per_layer", "launches_per_forward",
@@ -298,7 +303,7 @@ def _parse(events: Iterable[dict[str, Any]]) -> _Parsed:
                 parsed.ranges.append(_Range(role, fqn, ts, end, ctx))
                 inner = _Ctx(range=index, op=None, block=ctx.block, attn=ctx.attn,
                              mlp=ctx.mlp, compiled=ctx.compiled)
-                if role == "block":
+                if role in LAYER_ROLES:
                     inner.block = index
                 elif role == "attn":
                     inner.attn = index
@@ -789,7 +794,7 @@ def analyse_trace(trace: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any
     layer_cpu: dict[str, dict[str, float]] = {}
     block_span: dict[str, float] = defaultdict(float)
     for r in parsed.ranges:
-        if r.role == "block" and parsed.iteration_at(r.ts) is not None:
+        if r.role in LAYER_ROLES and parsed.iteration_at(r.ts) is not None:
             layer_cpu.setdefault(r.fqn, {c: 0.0 for c in CATEGORIES})
             block_span[r.fqn] += r.end - r.ts
     op_rows: dict[tuple[str, str], list[float]] = {}

@@ -14,6 +14,7 @@ CATEGORIES: tuple[str, ...] = (
     "moe.experts",
     "moe.shared",
     "norm",
+    "residual",
     "head",
     "optimizer",
     "compiled",
@@ -25,10 +26,10 @@ ATTENTION_CATEGORIES: tuple[str, ...] = tuple(c for c in CATEGORIES if c.startsw
 # A mixture-of-experts layer's two parts: together they take the place of the dense MLP.
 MOE_CATEGORIES: tuple[str, ...] = tuple(c for c in CATEGORIES if c.startswith("moe."))
 # Categories only some architectures have (a sparse attention's indexer, state-space and
-# hybrid models, mixtures of experts): tables show them where a row has them, so a dense
-# model's table keeps its columns and older records (written before these existed) read
-# as not having them.
-ARCHITECTURE_CATEGORIES: tuple[str, ...] = ("attention.indexer", "mixer", *MOE_CATEGORIES)
+# hybrid models, mixtures of experts, several residual streams): tables show them where a
+# row has them, so a dense model's table keeps its columns and older records (written
+# before these existed) read as not having them.
+ARCHITECTURE_CATEGORIES: tuple[str, ...] = ("attention.indexer", "mixer", *MOE_CATEGORIES, "residual")
 # The optimizer's step exists only in a training step with an optimizer (mode ``train``).
 OPTIMIZER = "optimizer"
 # Every category a table shows only where a row has it: the architecture categories and
@@ -53,6 +54,11 @@ DESCRIPTIONS: dict[str, str] = {
                     "moe.shared existed count the shared experts here too)"),
     "moe.shared": "the shared experts of a mixture-of-experts layer, which every token goes through",
     "norm": "layer and RMS norms",
+    "residual": ("the mixing of several residual streams a layer keeps side by side "
+                 "(hyper-connections, DeepSeek-V4): computing the mixing weights, collapsing the "
+                 "streams into the one its attention or MLP reads, expanding and adding its output "
+                 "back, and collapsing them at the end (their norms stay norm; a single stream's "
+                 "residual adds stay other)"),
     "head": "output embeddings, poolers and task heads",
     "optimizer": ("the optimizer's step in a training step (AdamW: its moment updates and the "
                   "parameter update) and clearing the gradients; only in mode train"),

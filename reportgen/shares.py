@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reportgen.attribution import PHASES, ROLE_CATEGORY
+from reportgen.attribution import LAYER_ROLES, PHASES, ROLE_CATEGORY
 from reportgen.categories import CATEGORIES, OPTIMIZER
 from reportgen.stats.bootstrap import CONFIDENCE, share_interval
 from reportgen.stats.bootstrap import two_sample_intervals as two_sample_intervals  # the findings' pages
@@ -173,7 +173,7 @@ def categorise_layers(calls: Sequence[Call]) -> dict[str, dict[str, float]]:
     for index, call in enumerate(calls):
         # a call's parent is recorded before it: its layer is known already
         inherited = layer_of[call.parent] if call.parent is not None and call.parent < index else None
-        layer = call.fqn if call.role == "block" and call.fqn is not None else inherited
+        layer = call.fqn if call.role in LAYER_ROLES and call.fqn is not None else inherited
         layer_of.append(layer)
         if layer is None:
             continue

@@ -28,11 +28,11 @@ MOE = ("mixtral", "qwen3_moe", "olmoe", "granitemoe", "phimoe", "ernie4_5_moe", 
        "qwen2_moe", "glm4_moe", "deepseek_v2", "deepseek_v3", "llama4_text", "jamba",
        "switch_transformers", "minimax", "jetmoe", "qwen3_next", "qwen3_5_moe_text", "minimax_m2",
        "glm_moe_dsa", "deepseek_v32", "longcat_flash", "hunyuan_v1_moe", "hy_v3", "granitemoeshared",
-       "nemotron_h")
+       "nemotron_h", "deepseek_v4")
 # Mixtures with shared experts beside the routed ones (moe.shared)
 SHARED = ("qwen2_moe", "qwen3_next", "qwen3_5_moe_text", "deepseek_v3", "deepseek_v32",
           "glm_moe_dsa", "kimi_linear", "llama4_text", "ernie4_5_moe", "hunyuan_v1_moe",
-          "bailing_hybrid", "nemotron_h")
+          "bailing_hybrid", "nemotron_h", "deepseek_v4")
 # Sparse attention: an indexer picks the positions each query reads (attention.indexer)
 SPARSE = ("deepseek_v32", "glm_moe_dsa", "deepseek_v4")
 # (bamba's default config names no attention layer: at its defaults it is a pure Mamba-2)
@@ -42,6 +42,8 @@ HYBRID = ("qwen3_next", "falcon_h1", "nemotron_h", "zamba2", "jamba", "kimi_line
 # linear attention in a module named for attention (minimax's lightning attention) or in a
 # layer named for it (olmo_hybrid's)
 NAMED_LIKE_ATTENTION = ("minimax", "olmo_hybrid")
+# several residual streams mixed by hyper-connections (residual)
+HYPER_CONNECTIONS = ("deepseek_v4",)
 # dense families of today (lfm2's default config has no convolution layer)
 DENSE = ("olmo3", "lfm2", "youtu", "apertus1p5_text")
 OTHER_LIMIT = 0.35  # at tiny scale the model's own glue (masks, residual adds) is large
@@ -122,7 +124,8 @@ def test_token_mixers_are_not_mlp(rows: dict[str, dict[str, Any]], model_type: s
 COMPUTED: tuple[tuple[str, tuple[str, ...]], ...] = (
     *((t, ("moe.shared", "moe.experts")) for t in SHARED),
     *((t, ("attention.indexer", "attention.core")) for t in SPARSE),
-    *((t, ("mixer", "attention.core")) for t in NAMED_LIKE_ATTENTION))
+    *((t, ("mixer", "attention.core")) for t in NAMED_LIKE_ATTENTION),
+    *((t, ("residual",)) for t in HYPER_CONNECTIONS))
 
 
 @pytest.mark.slow
@@ -189,6 +192,51 @@ def test_todays_families_classify_by_what_their_modules_compute(model_type: str)
                        if type(m).__name__ in ("MiniMaxLightningAttention", "Qwen3NextGatedDeltaNet"))
     finally:
         building.free(built)
+
+
+def test_hyper_connections_mix_the_residual_streams_in_their_category() -> None:
+    """DeepSeek-V4 keeps four residual streams: the modules handed them (the mixing of
+    each layer's attention and MLP, and the last collapse, named a head) and each layer's
+    own mixing are ``residual``, their norms ``norm``, and what is left in ``other`` is
+    under the sweep's limit. The analytic FLOP count gives the mixing weights' products
+    to residual too."""
+    from reportgen.profile import building, flops, regions
+    from reportgen.profile.structure import derive
+    from reportgen.suite import Combination
+
+    combo = Combination(model="deepseek_v4", scale="tiny", mode="forward", dtype="fp32",
+                        attn_implementation="eager", batch_size=1, seq_len=32, device="cpu")
+    built = building.build(combo, "cpu")
+    try:
+        model = built.model
+        assert model.config.hc_mult >= 2
+        structure = derive(model, built.step)
+        modules = dict(model.named_modules())
+        by_class: dict[str, set[tuple[str | None, str]]] = {}
+        for fqn, info in structure.roles.items():
+            by_class.setdefault(type(modules[fqn]).__name__, set()).add((info.role, structure.categories[fqn]))
+        assert by_class["DeepseekV4HyperConnection"] == {("residual", "residual")}
+        assert by_class["DeepseekV4HyperHead"] == {("residual", "residual")}  # named a head
+        assert by_class["DeepseekV4DecoderLayer"] == {("streams", "residual")}
+        assert by_class["DeepseekV4UnweightedRMSNorm"] == {("norm", "norm")}
+        assert by_class["DeepseekV4Attention"] == {("attn", "attention.core")}
+        analytic = flops.analytic(built.info, combo, flops.analytic_hints(model, structure.roles))
+        assert analytic["residual"] > 0 and analytic["other"] == 0
+        section = regions.hooks_method(model, built.step, structure, min_iterations=architectures.ITERATIONS,
+                                       max_iterations=architectures.ITERATIONS, budget_s=0.0)
+        shares = architectures.median_shares(section)
+        # each layer's calls are its layer's, as a layer of one stream's are
+        assert len(section["per_layer"]) == model.config.num_hidden_layers
+    finally:
+        building.free(built)
+    assert shares["residual"] > 0.02, shares
+    assert shares["other"] <= OTHER_LIMIT, shares
+    assert math.isclose(sum(shares.values()), 1.0, abs_tol=1e-6)
+
+
+def test_a_model_of_one_stream_has_no_residual_category() -> None:
+    row = architectures.check("llama", seq_len=32)
+    assert row["status"] == "ok" and row["shares"]["residual"] == 0, architectures.line(row)
 
 
 @pytest.mark.slow

@@ -151,7 +151,8 @@ def test_hooks_method_on_a_model_with_known_times() -> None:
                 "attention.core": 2 * CORE, "attention.out": 2 * OUT, "mlp": 2 * (UP + ACT + DOWN),
                 "norm": 2 * NORM, "compiled": 0.0, "head": 0.0, "other": MASK + 2 * RESID,
                 "overhead": HARNESS, "attention.indexer": 0.0, "mixer": 0.0, "moe.router": 0.0,
-                "moe.experts": 0.0, "moe.shared": 0.0, "optimizer": 0.0}
+                "moe.experts": 0.0, "moe.shared": 0.0, "residual": 0.0,
+                "optimizer": 0.0}
     for c in CATEGORIES:
         assert ms[c] == pytest.approx(expected[c]), c
     # attention.core is the attention call less its projections

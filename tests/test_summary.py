@@ -108,7 +108,8 @@ def test_architecture_categories_only_where_a_row_has_them() -> None:
     # beside a mixture-of-experts model, the table gets its columns, in display order
     moe = combination_row(_with_categories(mixer=0.0, moe_router=0.02, moe_experts=0.3, moe_shared=0.05))
     assert list(moe["shares"]) == [c for c in CATEGORIES
-                                   if c not in ("compiled", "mixer", "optimizer", "attention.indexer")]
+                                   if c not in ("compiled", "mixer", "optimizer", "attention.indexer",
+                                                "residual")]
     columns = csv_columns([dense, moe])
     assert [c for c in columns if c.startswith("shares.")][4:8] == [
         "shares.mlp", "shares.moe.router", "shares.moe.experts", "shares.moe.shared"]

@@ -19,12 +19,14 @@ from reportgen.records.bench import FAIL
 # out only) and separate QKV; learned, rotary, relative-bias and ALiBi positions; and
 # today's hybrids whose names could mislead: a gated-delta mixer beside attention
 # (qwen3_next), a lightning attention named for attention (minimax), a sparse attention's
-# indexer (deepseek_v32), a latent attention named MLA in a list (longcat_flash).
+# indexer (deepseek_v32), a latent attention named MLA in a list (longcat_flash), several
+# residual streams mixed by hyper-connections, one named a head (deepseek_v4).
 ARCHITECTURES: tuple[str, ...] = (
     "bert", "roberta", "distilbert", "electra", "albert", "xlm-roberta", "deberta-v2",
     "gpt2", "gpt_neox", "opt", "llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "falcon",
     "gptj", "bloom", "gemma", "olmo", "stablelm", "starcoder2", "gpt_bigcode", "codegen",
     "t5", "mt5", "bart", "mbart", "pegasus", "qwen3_next", "minimax", "deepseek_v32", "longcat_flash",
+    "deepseek_v4",
 )
 QUICK_ARCHITECTURES: tuple[str, ...] = ("bert", "gpt2", "llama", "t5")
 MIN_ARCHITECTURES = 12
@@ -89,6 +91,7 @@ def check_architecture(model_type: str, trace_dir: Path, *, iterations: int = 2)
         row.update(
             architecture=built.info.get("architecture"), **{"class": built.info.get("class")},
             share_sum=total, attention_core_share=shares.get("attention.core", 0.0),
+            residual_share=shares.get("residual", 0.0),
             other_share=shares.get("other", 0.0), overhead_share=shares.get("overhead", 0.0),
             shares=shares, **_traits(built.model),
         )

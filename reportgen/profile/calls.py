@@ -5,11 +5,14 @@ named for attention and compute a linear attention's recurrence (no softmax anyw
 its call), a latent attention may carry no "Attention" in its class name, a sparse
 attention's indexer returns the positions each query reads (an integer tensor), and a
 mixture of experts hands its routed experts the experts each token goes to (integers)
-while its shared experts see only the hidden states. ``record`` runs the step once under
+while its shared experts see only the hidden states, and a layer that keeps several
+residual streams (hyper-connections) is handed them stacked, one dimension more than the
+hidden states its norms and projections read. ``record`` runs the step once under
 module hooks and a torch-function mode and keeps, per module (by its first name): its
 first call's span on one clock, the ops it ran as the innermost module of a call
-(the ones that tell a token mixer's kind), and whether integer tensors went in or came
-out. `Calls` answers the questions `structure.derive` asks of it.
+(the ones that tell a token mixer's kind), whether integer tensors went in or came
+out, and the shape of the first floating tensor it was handed. `Calls` answers the
+questions `structure.derive` asks of it.
 """
 
 from __future__ import annotations
@@ -76,13 +79,15 @@ class Calls:
     the FQNs of the module calls open around it, outermost first. ``integer_in``:
     modules handed an integer tensor; ``integer_out``: modules returning one, with the
     most dimensions of those they return (a sparse attention's indexer returns positions
-    per batch, query and choice: three; a router the experts per token: one or two)."""
+    per batch, query and choice: three; a router the experts per token: one or two).
+    ``in_shapes``: the shape of the first floating tensor each module was handed."""
 
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)
     ops: list[tuple[int, str, bool, tuple[str, ...]]] = field(default_factory=list)
     integer_in: set[str] = field(default_factory=set)
     integer_out: dict[str, int] = field(default_factory=dict)
     leaves: set[str] = field(default_factory=set)
+    in_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     _index: dict[tuple[str, bool], set[str]] | None = None
 
@@ -107,6 +112,21 @@ class Calls:
 
     def called(self, fqn: str) -> bool:
         return fqn in self.spans
+
+    def streams(self, layer: str, readers: Iterable[str]) -> tuple[int, ...] | None:
+        """The shape of the residual streams ``layer`` keeps, or None: where the layer was
+        handed a tensor with one dimension (of at least two) more than one that any of
+        ``readers`` (its norms and projections) was handed, the hidden states, it keeps
+        that many residual streams side by side and hands its parts one of them."""
+        outer = self.in_shapes.get(layer)
+        if outer is None:
+            return None
+        for reader in readers:
+            inner = self.in_shapes.get(reader)
+            if inner is not None and any(
+                    size >= 2 and outer[:i] + outer[i + 1:] == inner for i, size in enumerate(outer)):
+                return outer
+        return None
 
     def runs_softmax_attention(self, fqn: str) -> bool:
         """The module's own call (not a module inside it) ran softmax attention: a fused
@@ -153,8 +173,13 @@ def record(model: nn.Module, step: StepLike) -> Calls:
         def pre(_m: nn.Module, args: Any, kwargs: Any, fqn: str = fqn) -> None:
             stack.append(fqn)
             starts.setdefault(fqn, tick())
-            if fqn not in calls.spans and any(_is_integer(t) for t in _tensors((args, kwargs))):
-                calls.integer_in.add(fqn)
+            if fqn not in calls.spans:
+                handed = list(_tensors((args, kwargs)))
+                if any(_is_integer(t) for t in handed):
+                    calls.integer_in.add(fqn)
+                first = next((t for t in handed if t.dtype.is_floating_point), None)
+                if first is not None and fqn not in calls.in_shapes:
+                    calls.in_shapes[fqn] = tuple(first.shape)
 
         def post(_m: nn.Module, _a: Any, _k: Any, out: Any, fqn: str = fqn) -> None:
             if stack and stack[-1] == fqn:

@@ -316,13 +316,16 @@ def _mixture_parts(model: nn.Module, roles: Mapping[str, ModuleRole]) -> dict[st
     transformer's): weight elements a token meets in each category over the whole model,
     read from the structure. Routed experts count ``top_k`` of their experts per token
     (the config's experts per token); shared experts, routers, token mixers and dense
-    MLPs all their projections; and how many softmax-attention calls a forward makes."""
+    MLPs all their projections; the modules that mix several residual streams their own
+    weights (the mixing weights computed from the streams; the mixing itself, a product
+    of the streams with a streams-by-streams matrix per token, is not counted); and how
+    many softmax-attention calls a forward makes."""
     modules = dict(model.named_modules())
-    if not any(r.role in ("mixer", "moe", "experts", "shared") for r in roles.values()):
+    if not any(r.role in ("mixer", "moe", "experts", "shared", "residual") for r in roles.values()):
         return None
     config: Any = getattr(model, "config", None)
     top_k = _first(config, TOP_K_NAMES) if config is not None else None
-    found = {"mlp": 0, "moe.router": 0, "moe.experts": 0, "moe.shared": 0, "mixer": 0}
+    found = {"mlp": 0, "moe.router": 0, "moe.experts": 0, "moe.shared": 0, "mixer": 0, "residual": 0}
     for fqn, info in roles.items():
         module = modules.get(fqn)
         if module is None:
@@ -340,5 +343,8 @@ def _mixture_parts(model: nn.Module, roles: Mapping[str, ModuleRole]) -> dict[st
             found["moe.experts"] += per_expert * int(top_k if _int(top_k) else 1)
         elif is_projection(module) and info.category in found:
             found[info.category] += int(module.weight.numel())  # type: ignore[union-attr]
+        elif info.role == "residual":
+            # its own matrices (not a projection leaf's): the streams in, the weights out
+            found["residual"] += sum(int(p.numel()) for p in module.parameters(recurse=False) if p.dim() == 2)
     attention = sum(1 for r in roles.values() if r.role == "attn")
     return {"weight_elements": found, "attention_calls": attention, "top_k": top_k if _int(top_k) else None}

@@ -25,7 +25,7 @@ from typing import Any, TypeGuard
 from torch import nn
 
 from reportgen.errors import UserError
-from reportgen.profile.structure import classify
+from reportgen.profile.structure import LAYER_ROLES, classify
 
 LAYER_NAMES = ("num_hidden_layers", "num_layers", "num_decoder_layers", "encoder_layers",
                "decoder_layers", "n_layer", "num_blocks")
@@ -89,7 +89,7 @@ def layer_stack(model: nn.Module) -> list[str]:
     the config counts (else the longest such list)."""
     stacks: dict[str, list[str]] = {}
     for fqn, role in classify(model).items():
-        if role.role == "block":
+        if role.role in LAYER_ROLES:
             stacks.setdefault(fqn.rpartition(".")[0], []).append(fqn)
     if not stacks:
         return []

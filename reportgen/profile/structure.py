@@ -20,8 +20,12 @@ routed experts),
 ``indexer`` (a sparse attention's indexer: the module inside attention that picks the
 positions each query reads), ``mlp`` (the outermost projection-holding module of a block
 outside attention), ``act``
-(activation leaves in a block), ``head`` (output embeddings, poolers, heads) and
-``block`` (items of the outermost ``nn.ModuleList``: the layers).
+(activation leaves in a block), ``head`` (output embeddings, poolers, heads),
+``block`` (items of the outermost ``nn.ModuleList``: the layers), ``streams`` (a layer
+that keeps several residual streams side by side, hyper-connections: its own ops mix
+them) and ``residual`` (a module outside attention and MLPs handed those streams: it
+computes how they are mixed, collapses them into the one its layer's parts read, or
+collapses them at the end).
 """
 
 from __future__ import annotations
@@ -38,13 +42,14 @@ from torch import nn
 from reportgen.attribution import (
     ITERATION_LABEL,
     LABEL_PREFIX,
+    LAYER_ROLES,
     split_attention,
     split_mlp,
 )
 from reportgen.profile.calls import Calls, record
 from reportgen.profile.step import StepLike
 
-__all__ = ["ITERATION_LABEL", "ModuleRole", "Structure", "classify", "derive", "install_hooks",
+__all__ = ["ITERATION_LABEL", "LAYER_ROLES", "ModuleRole", "Structure", "classify", "derive", "install_hooks",
            "label", "nvtx_ranges"]
 
 HEAD_MARKERS = ("Pooler", "Head", "Prediction", "Classifier")
@@ -53,7 +58,7 @@ HEAD_MARKERS = ("Pooler", "Head", "Prediction", "Classifier")
 _CONTAINER_CATEGORY: dict[str | None, str] = {
     "embed": "embeddings", "head": "head", "attn": "attention.core", "core": "attention.core",
     "mlp": "mlp", "mixer": "mixer", "moe": "moe.router", "experts": "moe.experts",
-    "shared": "moe.shared", "indexer": "attention.indexer", None: "other"}
+    "shared": "moe.shared", "indexer": "attention.indexer", "residual": "residual", None: "other"}
 # Containers whose whole subtree is one category: nothing inside them is hooked.
 _SEALED = ("head", "core", "mixer", "experts", "shared", "indexer")
 # Parameters of a recurrence over the sequence: the state-space decay and step of Mamba's
@@ -203,6 +208,18 @@ def classify(model: nn.Module, calls: Calls | None = None) -> dict[str, ModuleRo
     out_emb = getter() if callable(getter) else None
     result: dict[str, ModuleRole] = {}
     seen: set[int] = set()
+    streams = _stream_shapes(model, calls) if calls is not None else frozenset()
+
+    def layer_role(fqn: str) -> tuple[str, str]:
+        """A layer's role and the category of its own ops: with several residual
+        streams, mixing them is its own work."""
+        if calls is not None and calls.in_shapes.get(fqn) in streams:
+            return "streams", "residual"
+        return "block", "other"
+
+    def handed_streams(fqn: str, module: nn.Module) -> bool:
+        return (calls is not None and not _is_list(module) and calls.in_shapes.get(fqn) in streams
+                and not attention(fqn, module))
 
     def linear_attention(fqn: str, module: nn.Module) -> bool:
         return (calls is not None and is_attention(module) and calls.called(fqn)
@@ -248,7 +265,12 @@ def classify(model: nn.Module, calls: Calls | None = None) -> dict[str, ModuleRo
               and is_attention(module) and (any_attention(module, fqn)
                                            or _has_descendant(module, is_token_mixer))):
             # a layer named for its attention, or for its linear attention
-            role, category, inner_block = "block", "other", fqn
+            (role, category), inner_block = layer_role(fqn), fqn
+        elif (container is None and fqn and not (parent_is_list and block is None)
+              and handed_streams(fqn, module)):
+            # handed a layer's residual streams, outside attention and MLPs: it mixes or
+            # collapses them (hyper-connections), whatever its name (a "head" among them)
+            role, category, inner, inner_fqn = "residual", "residual", "residual", fqn
         elif (container == "attn" and calls is not None and calls.integer_out.get(fqn, 0) >= POSITIONS_DIMS
               and not _is_leaf(module) and _has_descendant(module, is_projection)):
             role, category, inner, inner_fqn = "indexer", "attention.indexer", "indexer", fqn
@@ -279,7 +301,7 @@ def classify(model: nn.Module, calls: Calls | None = None) -> dict[str, ModuleRo
             if container == "mlp" or (container is None and block is not None):
                 role, category = "act", "mlp"
         elif parent_is_list and container is None and block is None and not is_list:
-            role, category, inner_block = "block", "other", fqn
+            (role, category), inner_block = layer_role(fqn), fqn
         elif (container in (None, "mlp") and block is not None and is_moe(module)
               and not any_attention(module, fqn)):
             role, category, inner, inner_fqn = "moe", "moe.router", "moe", fqn
@@ -299,6 +321,24 @@ def classify(model: nn.Module, calls: Calls | None = None) -> dict[str, ModuleRo
 
     visit("", model, None, None, None, False, frozenset())
     return result
+
+
+def _stream_shapes(model: nn.Module, calls: Calls) -> frozenset[tuple[int, ...]]:
+    """The shapes of the residual streams the model's layers keep (`Calls.streams`):
+    a list item handed a tensor with one dimension more than its own norms and
+    projections read. Empty for a model of one stream of hidden states."""
+    shapes: set[tuple[int, ...]] = set()
+    for fqn, module in model.named_modules():
+        if not isinstance(module, nn.ModuleList):
+            continue
+        for name, item in module.named_children():
+            layer = f"{fqn}.{name}" if fqn else name
+            readers = [f"{layer}.{n}" for n, m in item.named_modules()
+                       if m is not item and (is_projection(m) or _is_norm(m))]
+            shape = calls.streams(layer, readers)
+            if shape is not None:
+                shapes.add(shape)
+    return frozenset(shapes)
 
 
 _NO_FORWARD = object()

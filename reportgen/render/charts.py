@@ -26,13 +26,14 @@ from reportgen.render.shown import shown_categories
 # In CATEGORIES' order; the indexer (a sparse attention's, before its core) a light
 # orange between the query projections' blue and the core's red, the mixer (a token
 # mixer, like attention) teal, the experts a lighter green beside the dense MLP's, the
-# shared experts an olive beside them, the router a light blue.
-# (optimizer's, the indexer's and the shared experts' colours sit at their places in
-# CATEGORIES, so the others keep theirs)
+# shared experts an olive beside them, the router a light blue, the residual streams'
+# mixing a dark grey beside other's light one.
+# (optimizer's, the indexer's, the shared experts' and the residual's colours sit at their
+# places in CATEGORIES, so the others keep theirs)
 CATEGORY_COLOURS: tuple[str, ...] = ("#9c755f", "#4e79a7", "#ffbe7d", "#e15759", "#f28e2b",
                                      "#499894", "#59a14f", "#a0cbe8", "#8cd17d", "#b6992d",
-                                     "#edc948", "#b07aa1", "#d37295", "#ff9da7", "#bab0ac",
-                                     "#76b7b2")
+                                     "#edc948", "#79706e", "#b07aa1", "#d37295", "#ff9da7",
+                                     "#bab0ac", "#76b7b2")
 assert len(CATEGORY_COLOURS) == len(CATEGORIES), "one colour per category"
 # Lines, points and interval whiskers are drawn on the page's own background, white or
 # mkdocs-material's dark slate (#1e2129): every series colour and the grey of guide lines

@@ -41,7 +41,8 @@ from reportgen.traffic import BYTE_CATEGORIES, record_bytes
 ROOFLINE_CATEGORIES = tuple(c for c in BYTE_CATEGORIES if c != "compiled")
 # categories that take time whose memory traffic the analytic formula does not model:
 # shown with their time and "not modelled" bytes, never a measured 0
-UNMODELLED_TRAFFIC = ("attention.indexer", "mixer", "moe.router", "moe.experts", "moe.shared")
+UNMODELLED_TRAFFIC = ("attention.indexer", "mixer", "moe.router", "moe.experts", "moe.shared",
+                      "residual")
 ATTENTION = "attention (all)"
 REST = "rest of the forward"
 
