@@ -10,6 +10,9 @@ all of them and with fewer, in one suite run (prefill, 128 tokens, batch 1, fp32
 combination in rounds, each round a fresh worker process; round r of every combination
 runs in one shuffled stretch of the suite, ``execute.rounds.order``).
 
+Two families: Granite's 32 experts and Qwen3's 128 (8 per token in both), each also
+with as few experts as a reduction may keep (8) and with a count between.
+
 Two checks per reduced combination:
 
 * **Latency**: its median, scaled as reportgen scales a reduced model's (the router's time
@@ -85,6 +88,9 @@ MODELS: tuple[ExpertModel, ...] = (
     ExpertModel("granitemoe-1b-a400m", 4, (8, 16),
                 "ibm-granite/granite-3.0-1b-a400m's config (24 layers, 32 experts of 1024 x 512, 8 per token), "
                 "4 of its layers"),
+    ExpertModel("qwen3-30b-a3b", 2, (8, 32),
+                "the catalog's Qwen/Qwen3-30B-A3B config (48 layers, 128 experts of 2048 x 768, 8 per token), "
+                "2 of its layers (every expert in fp32: 2.4 GB a layer)"),
 )
 
 
