@@ -253,9 +253,13 @@ def share_differences(reduced: Series, full: Series) -> dict[str, dict[str, floa
     return out
 
 
-def _per_token(s: Series, category: str, tokens: int) -> float | None:
-    values = s.categories.get(category)
-    return math.fsum(values) / s.n / tokens if values and s.n and tokens else None
+def _per_token(s: Series, category: str, median: Any, tokens: int) -> float | None:
+    """A category's milliseconds per token: its share of the attributed iterations times the
+    unprofiled median (what reportgen attributes to it), over the tokens of a forward."""
+    values, total = s.categories.get(category), math.fsum(s.iteration_ms)
+    if not values or total <= 0 or not tokens or not isinstance(median, (int, float)):
+        return None
+    return math.fsum(values) / total * float(median) / tokens
 
 
 def _within(values: Sequence[float], bound: float) -> bool:
@@ -292,8 +296,8 @@ def comparison_row(full: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[
         "worst_share_low": diffs[worst]["diff_low"] if worst else None,
         "worst_share_high": diffs[worst]["diff_high"] if worst else None,
         "share_diffs": {c: d["diff"] for c, d in diffs.items()}, "shares": diffs,
-        "experts_ms_per_token": _per_token(s_reduced, "moe.experts", tokens),
-        "full_experts_ms_per_token": _per_token(s_full, "moe.experts", tokens),
+        "experts_ms_per_token": _per_token(s_reduced, "moe.experts", fields.get(reduced, "timing.median"), tokens),
+        "full_experts_ms_per_token": _per_token(s_full, "moe.experts", fields.get(full, "timing.median"), tokens),
         "unstable": unstable_reason(reduced), "full_unstable": unstable_reason(full),
         "latency_ok": latency_ok, "shares_ok": shares_ok,
         "verdict": "pass" if latency_ok and shares_ok else "fail",
