@@ -143,6 +143,14 @@ def test_a_count_not_measured_fails_the_figure_and_says_why() -> None:
     assert fig["status"] == "fail" and len(fig["rows"]) == 1
     assert f"{MODEL} with 16 experts: not measured beside the model with every expert" in fig["notes"]
     assert any(n.startswith("Failed: ") and "out of memory" in n for n in fig["notes"])
+    # the model asked for with every expert but built with fewer (it did not fit): no reference
+    squeezed = record(100.0, shares=shares)
+    squeezed["depth"] = {"layers": 4, "full_layers": 24, "reason": "did not fit",
+                         "experts": {"measured": 16, "full": 32, "top_k": 8}}
+    fig = E.summarise([squeezed, record(100.0, experts=8, shares=shares)], plan)
+    assert fig["rows"] == [] and fig["status"] == "not measured"
+    assert f"{squeezed['id']}: built with 16 of 32 experts by the pre-flight (did not fit), so it is no " \
+           "measurement with every expert" in fig["notes"]
     nothing = E.summarise([record(100.0, experts=8)], plan)
     assert nothing["status"] == "not measured" and nothing["rows"] == []
 

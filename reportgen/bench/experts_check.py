@@ -311,7 +311,8 @@ def rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         return (fields.get(r, "combination.model"), fields.get(r, "combination.layers"),
                 fields.get(r, "combination.scale"), fields.get(r, "combination.seq_len"))
 
-    fulls = {key(r): r for r in records if fields.get(r, "combination.experts") is None and is_ok(r)}
+    fulls = {key(r): r for r in records if fields.get(r, "combination.experts") is None and is_ok(r)
+             and not _reduced_by_preflight(r)}
     reduced = sorted((r for r in records if fields.get(r, "combination.experts") is not None and is_ok(r)),
                      key=lambda r: (str(fields.get(r, "combination.model")),
                                     int(fields.get(r, "combination.experts") or 0)))
@@ -322,6 +323,17 @@ def rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if row is not None:
             out.append(row)
     return out
+
+
+def _reduced_by_preflight(record: Mapping[str, Any]) -> str | None:
+    """Why a record asked for with every expert was built with fewer (the pre-flight's
+    reduction where the model did not fit), or None where it was built with all of them."""
+    counts = fields.get(record, "depth.experts")
+    if not isinstance(counts, Mapping) or counts.get("measured") == counts.get("full"):
+        return None
+    return (f"{fields.get(record, 'id')}: built with {counts.get('measured')} of {counts.get('full')} experts by the "
+            f"pre-flight ({fields.get(record, 'depth.reason') or 'it did not fit'}), so it is no measurement "
+            "with every expert")
 
 
 def _pct(x: float | None) -> str:
@@ -348,6 +360,8 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
     """The figure from the suite run's records (pure)."""
     table = rows(records)
     failed = _failures(records)
+    squeezed = [reason for r in records if fields.get(r, "combination.experts") is None
+                for reason in [_reduced_by_preflight(r)] if reason]
     missing = [f"{m.model} with {n} experts" for m in plan.models for n in m.counts
                if not any(r["model"] == m.model and r["experts"] == n for r in table)]
     method_notes = [
@@ -373,8 +387,8 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
     if not table:
         return figure(TITLE, QUESTION, value=None, unit="ratio", goal=GOAL, goal_spec=None,
                       status="not measured", duration_s=duration_s, extra=extra,
-                      notes=[*method_notes, *notes, *(failed or ["no reduced record with its model measured "
-                                                                 "with every expert"])])
+                      notes=[*method_notes, *notes, *squeezed,
+                             *(failed or ["no reduced record with its model measured with every expert"])])
     worst = max(table, key=lambda r: max(abs(r["ratio_low"] - 1.0), abs(r["ratio_high"] - 1.0)))
     passed = all(r["verdict"] == "pass" for r in table) and not missing
     contended = [str(fields.get(r, "id")) for r in records if is_ok(r) and unstable_reason(r)]
@@ -388,6 +402,7 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
           for r in table if r["verdict"] != "pass"],
         *_time_notes(table),
         *[f"{m}: not measured beside the model with every expert" for m in missing],
+        *squeezed,
         *([f"Measured under contention (too few clean rounds, or a contended profiled pass; each row's "
            f"`unstable` says why): {len(contended)} of {len(records)} combinations: " + ", ".join(contended) + "."]
           if contended else []),
