@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -384,3 +385,29 @@ def test_rounds_measured_with_another_reduction_are_never_pooled() -> None:
     # all rounds alike: nothing set aside
     same = {i: payload(i, two, 10.0, profiled=i == 0) for i in range(3)}
     assert same_reduction(same)[1] == [] and "rounds_set_aside" not in combination_outcome(same)[0].execution
+
+
+@pytest.mark.slow
+def test_every_page_showing_a_model_built_with_fewer_experts_says_how_many(committed_project: Path) -> None:
+    """The committed runs' models built with fewer routed experts (their id ends in --Ne):
+    every line of the home page's table and of the time-against-FLOPs finding that shows one
+    of their figures says "N of M experts", as their own pages do."""
+    from reportgen.records.load import load_runs
+    from reportgen.records.schema import current_runs
+    from reportgen.render import analysis
+    from reportgen.render.flop_shares import PATH
+
+    frame = analysis.combinations_frame(current_runs(load_runs(Path(__file__).resolve().parents[1] / "runs")))
+    fewer = frame[frame["combo_id"].str.contains(r"--\d+e$", regex=True)]
+    assert not fewer.empty
+    docs = committed_project / "docs"
+    home = (docs / "index.md").read_text(encoding="utf-8").splitlines()
+    findings = (docs / PATH).read_text(encoding="utf-8").splitlines()
+    for model, part in fewer.groupby("model"):
+        words = {m.group(0) for d in part["depth"] for m in [re.search(r"\d+ of \d+ experts", str(d))] if m}
+        assert words, part["depth"].tolist()
+        rows = [line for line in home if line.startswith(f"| [{model}]")]
+        settings = [line for line in findings if line.startswith(("prefill,", "decode,", "forward,"))
+                    and f"All combinations of {model} " in line]
+        assert rows and settings
+        assert all(any(w in line for w in words) for line in rows + settings), (model, words)

@@ -2,7 +2,8 @@
 
 Order: the suite run first (its records feed the profiler-overhead, FLOPs, trace and
 efficiency figures), then the interleaved comparisons, the architecture sweep, the
-ablation, the training step's figures, the depth-reduced measurement and render scaling.
+ablation, the training step's figures, the depth- and expert-reduced measurements and render
+scaling.
 The results file is rewritten (atomically) after each figure, so an interrupted bench
 leaves what it finished.
 """
@@ -29,7 +30,7 @@ from reportgen.records.stamps import utc_now
 REPO = Path(__file__).resolve().parents[2]
 SCRATCH = REPO / ".bench"
 FIGURE_GROUPS: tuple[str, ...] = ("suite", "coverage", "effort", "isolation", "latency", "instrumentation",
-                                  "architectures", "ablation", "training", "depth", "render")
+                                  "architectures", "ablation", "training", "depth", "experts", "render")
 
 
 @dataclass(frozen=True)
@@ -310,6 +311,14 @@ def main(argv: list[str] | None = None) -> int:
         # and a hybrid model (quick: the dense one at 32 tokens)
         step("depth", lambda: {depth_check.NAME: depth_check.run(
             depth_check.QUICK if p.quick else depth_check.Plan(), SCRATCH / "depth", log=log, stop=stop)})
+    if "experts" in only:
+        from reportgen.bench import experts_check
+
+        # --experts N against the same model built with every expert, at the same depth, its
+        # rounds paired in time (quick: the tiny granitemoe at 32 tokens)
+        step("experts", lambda: {experts_check.NAME: experts_check.run(
+            experts_check.QUICK if p.quick else experts_check.Plan(), SCRATCH / "experts", log=log, stop=stop,
+            command=command)})
     if "render" in only:
         from reportgen.bench import render_scaling
 

@@ -44,6 +44,7 @@ FIGURES: tuple[str, ...] = (
     "training_latency_agreement",
     "training_ablation",
     "depth_extrapolation",
+    "expert_reduction",
     "attribution_remainder",
     "flops_agreement",
     "trace_agreement",

@@ -130,7 +130,9 @@ def page(b: Builder) -> list[Page]:
         shown = set(shown_categories([row.to_dict()]))
         rows = [r for r in rows if r["category"] in shown]
         setting = (f"{row['mode']}, {row['dtype']}, {row['attn']}, batch {int(row['batch'])}"
-                   + (f", compile {row['compile']}" if row["compile"] != "none" else ""))
+                   + (f", compile {row['compile']}" if row["compile"] != "none" else "")
+                   # a model measured with fewer layers or experts says so (depth.record_label)
+                   + (f" ({row['depth']})" if row.get("depth") else ""))
         method = str(row["headline_method"])
         section = sections.setdefault(hw, {"hardware": b.hw_labels.get(hw, hw), "entries": [], "gaps": []})
         gaps = exceeding(rows)

@@ -496,7 +496,7 @@ class SiteBuilder(Builder):
             if s is not None:
                 longest = s["longest"]
                 entry["summary"] = {"seq": longest["seq"], "sequence": longest["sequence"],
-                                    "label": s["label"],
+                                    "label": s["label"], "depth": str(longest.get("depth") or ""),
                                     "attention_share": longest["attention_share"],
                                     "longest": longest}
             breakdown.append(entry)
