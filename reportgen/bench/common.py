@@ -218,3 +218,22 @@ def wait_until_quiet(limit: float, max_wait_s: float, log: Callable[[str], None]
         time.sleep(5.0)
         busy = other_cpu_busy()
     return busy
+
+
+def failures(records: Sequence[Any]) -> list[str]:
+    """One line per record of a suite run that did not end ok: its id, status and reason."""
+    from reportgen.records import fields
+    from reportgen.records.status import is_ok
+
+    return [f"{fields.get(r, 'id')}: {fields.get(r, 'status')}: {fields.get(r, 'reason')}"
+            for r in records if not is_ok(r)]
+
+
+def run_finished(runs: Path) -> bool:
+    """Whether the runs tree ``runs`` holds a run its runner finished (not one it was
+    stopped in)."""
+    from reportgen.records import fields
+    from reportgen.records.schema import iter_runs
+
+    found = list(iter_runs(runs)) if runs.is_dir() else []
+    return bool(found) and all(fields.run_get(r.record, "status") == "complete" for r in found)

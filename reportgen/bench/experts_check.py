@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reportgen import depth, shares, stats
-from reportgen.bench.depth_check import _failures, _finished
+from reportgen.bench.common import failures, run_finished
 from reportgen.bench.results import figure
 from reportgen.intervals import unstable_reason
 from reportgen.records import fields
@@ -359,7 +359,7 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
               notes: Sequence[str] = ()) -> dict[str, Any]:
     """The figure from the suite run's records (pure)."""
     table = rows(records)
-    failed = _failures(records)
+    failed = failures(records)
     squeezed = [reason for r in records if fields.get(r, "combination.experts") is None
                 for reason in [_reduced_by_preflight(r)] if reason]
     missing = [f"{m.model} with {n} experts" for m in plan.models for n in m.counts
@@ -432,7 +432,7 @@ def run(plan: Plan, scratch: Path, *, log: Callable[[str], None] = print,
         return summarise([], plan, notes=["time limit reached before the figure started"])
     t0 = time.perf_counter()
     runs = scratch / "runs"
-    if _finished(runs):
+    if run_finished(runs):
         shutil.rmtree(runs)
     scratch.mkdir(parents=True, exist_ok=True)
     path = scratch / "expert-check.toml"
