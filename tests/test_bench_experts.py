@@ -185,3 +185,19 @@ def test_the_bench_runs_the_figure_and_the_page_shows_it() -> None:
     assert "moe.experts took 503 µs per token" in page
     spec = chart_specs(doc)[E.NAME]
     assert [v["ratio"] for v in spec["data"]["values"]] == pytest.approx([0.92])
+
+
+@pytest.mark.slow
+def test_the_tiny_granite_measured_with_every_expert_and_with_half(tmp_path: Path) -> None:
+    """Through the suite runner: the rows read the records' rounds and attributed iterations
+    as the runner writes them."""
+    plan = E.Plan(models=E.QUICK.models, seq_len=16, scale="tiny", budget_s=0.4, rounds=2, min_rounds=2)
+    fig = E.run(plan, tmp_path / "experts", log=lambda _: None)
+    (row,) = fig["rows"]
+    assert (row["experts"], row["full_experts"], row["top_k"]) == (2, 4, 2), fig["notes"]
+    assert row["rounds"] >= 2 and row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
+    assert row["router_factor"] > 1.0  # the router scored half the experts: its time counts twice
+    assert abs(sum(s["reduced"] for s in row["shares"].values()) - 1.0) < 1e-6
+    assert abs(sum(s["full"] for s in row["shares"].values()) - 1.0) < 1e-6
+    assert row["experts_ms_per_token"] > 0 and row["full_experts_ms_per_token"] > 0
+    assert fig["status"] in ("pass", "fail")
