@@ -93,11 +93,13 @@ def earlier_method(name: str, fig: Mapping[str, Any]) -> str | None:
     if not rows:
         return None
     if name == "instrumentation_overhead" and not any("labelled" in r for r in rows):
-        return ("measured with a clock at every module of the model (up to "
-                f"{max(int(r.get('modules') or 0) for r in rows)} a forward), before the hooks "
-                "moved to the boundaries where a category starts or ends; its miss is the cost "
-                "of those per-module clocks in short decode steps, a cost today's hooks no "
-                "longer place. Not measured again on this host since.")
+        most = max(int(r.get("modules") or 0) for r in rows)
+        return ("measured with a clock at every module of the model"
+                + (f" (up to {most} a forward)" if most else "")
+                + ", before the hooks moved to the boundaries where a category starts or ends"
+                + ("; its miss is the cost of those per-module clocks in short decode steps, "
+                   "a cost today's hooks no longer place" if fig.get("status") == "fail" else "")
+                + ". Not measured again on this host since.")
     if name in ("attribution_ablation", "training_ablation") and not all(
             r.get("own_process") for r in rows):
         return ("measured when each round's combinations shared one process (a model "
