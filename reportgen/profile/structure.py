@@ -218,8 +218,10 @@ def classify(model: nn.Module, calls: Calls | None = None) -> dict[str, ModuleRo
         return "block", "other"
 
     def handed_streams(fqn: str, module: nn.Module) -> bool:
+        """Handed the streams to mix or collapse them: not positions with them (a rotary
+        embedding handed the streams for their dtype computes from the positions)."""
         return (calls is not None and not _is_list(module) and calls.in_shapes.get(fqn) in streams
-                and not attention(fqn, module))
+                and fqn not in calls.integer_in and not attention(fqn, module))
 
     def linear_attention(fqn: str, module: nn.Module) -> bool:
         return (calls is not None and is_attention(module) and calls.called(fqn)
