@@ -55,10 +55,10 @@ DESCRIPTIONS: dict[str, str] = {
     "moe.shared": "the shared experts of a mixture-of-experts layer, which every token goes through",
     "norm": "layer and RMS norms",
     "residual": ("the mixing of several residual streams a layer keeps side by side "
-                 "(hyper-connections, DeepSeek-V4): computing the mixing weights, collapsing the "
-                 "streams into the one its attention or MLP reads, expanding and adding its output "
-                 "back, and collapsing them at the end (their norms stay norm; a single stream's "
-                 "residual adds stay other)"),
+                 "(DeepSeek-V4's hyper-connections, Gemma 3n's alternating updates): computing "
+                 "the mixing weights, collapsing the streams into the one its attention or MLP "
+                 "reads, expanding and adding its output back, and collapsing them at the end "
+                 "(their norms stay norm; a single stream's residual adds stay other)"),
     "head": "output embeddings, poolers and task heads",
     "optimizer": ("the optimizer's step in a training step (AdamW: its moment updates and the "
                   "parameter update) and clearing the gradients; only in mode train"),

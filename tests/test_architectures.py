@@ -42,8 +42,9 @@ HYBRID = ("qwen3_next", "falcon_h1", "nemotron_h", "zamba2", "jamba", "kimi_line
 # linear attention in a module named for attention (minimax's lightning attention) or in a
 # layer named for it (olmo_hybrid's)
 NAMED_LIKE_ATTENTION = ("minimax", "olmo_hybrid")
-# several residual streams mixed by hyper-connections (residual)
-HYPER_CONNECTIONS = ("deepseek_v4",)
+# several residual streams: mixed by hyper-connections (DeepSeek-V4), or predicted and
+# corrected by Gemma 3n's alternating updates (residual)
+HYPER_CONNECTIONS = ("deepseek_v4", "gemma3n_text")
 # dense families of today (lfm2's default config has no convolution layer)
 DENSE = ("olmo3", "lfm2", "youtu", "apertus1p5_text")
 OTHER_LIMIT = 0.35  # at tiny scale the model's own glue (masks, residual adds) is large

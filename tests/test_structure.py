@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from support.tiny_models import LAYERS, TINY, build, toy
+from support.tiny_models import LAYERS, TINY, TinyStep, build, toy
 from torch import nn
 
 from reportgen.categories import CATEGORIES
@@ -368,3 +368,92 @@ def test_the_computed_categories_take_their_time() -> None:
     for category in ("attention.indexer", "mixer", "moe.experts", "moe.shared", "moe.router", "attention.core"):
         assert categories[category]["ms"] > 0, category
     assert set(categories) == set(CATEGORIES)
+
+
+# --- several residual streams (hyper-connections) -----------------------------------------
+
+STREAMS = 3
+
+
+class StreamsPooler(nn.Module):
+    """Named for a pooler, computes how the residual streams are weighted, from the
+    streams themselves, and collapses them into the one stream a layer's parts read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fn = nn.Parameter(torch.randn(2 * STREAMS, STREAMS * 8) * 0.1)
+
+    def forward(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weights = torch.sigmoid(streams.flatten(2) @ self.fn.T)  # (b, t, 2 * streams)
+        pre, post = weights.split(STREAMS, dim=-1)
+        return post, (pre.unsqueeze(-1) * streams).sum(dim=2)
+
+
+class StreamsAttention(_Heads):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.split(x)
+        return self.merge(torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1), v))
+
+
+class StreamsBlock(nn.Module):
+    """A layer that keeps several residual streams: collapses them for its attention,
+    adds the output back to each stream by its weight (its own ops)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mix = StreamsPooler()
+        self.norm = nn.LayerNorm(8)
+        self.attn = StreamsAttention()
+
+    def forward(self, streams: torch.Tensor) -> torch.Tensor:
+        post, x = self.mix(streams)
+        return streams + post.unsqueeze(-1) * self.attn(self.norm(x)).unsqueeze(-2)
+
+
+class StreamsModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.layers = nn.ModuleList([StreamsBlock(), StreamsBlock()])
+        self.collapse = StreamsPooler()
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        streams = self.emb(input_ids).unsqueeze(2).expand(-1, -1, STREAMS, -1)
+        for layer in self.layers:
+            streams = layer(streams)
+        return self.norm(self.collapse(streams)[1])
+
+
+def test_several_residual_streams_are_found_by_their_shape() -> None:
+    from reportgen.profile import regions
+
+    torch.manual_seed(0)
+    model = StreamsModel().eval()
+    step = TinyStep(model, {"input_ids": torch.arange(6).unsqueeze(0)})
+    # from names alone nothing says streams: the layer is a block, the mixing a head
+    assert classify(model)["layers.0"].role == "block" and classify(model)["collapse"].role == "head"
+    structure = derive(model, step)
+    roles = {fqn: (info.role, structure.categories[fqn]) for fqn, info in structure.roles.items()}
+    assert roles["layers.0"] == ("streams", "residual")       # its own ops mix the streams
+    assert roles["layers.0.mix"] == ("residual", "residual")  # handed the streams
+    assert roles["collapse"] == ("residual", "residual")      # the last collapse, named a pooler
+    assert roles["layers.0.norm"] == ("norm", "norm") and roles["norm"] == ("norm", "norm")
+    assert roles["layers.0.attn"] == ("attn", "attention.core")
+    section = regions.hooks_method(model, step, structure, min_iterations=2, max_iterations=2, budget_s=0.0)
+    assert section["categories"]["residual"]["ms"] > 0
+    assert len(section["per_layer"]) == 2  # a layer of several streams is a layer
+
+
+def test_one_stream_of_hidden_states_is_no_streams() -> None:
+    from reportgen.profile.calls import Calls
+
+    calls = Calls(in_shapes={"layer": (1, 6, 3, 8), "layer.norm": (1, 6, 8), "flat": (1, 6, 8, 3),
+                             "one": (1, 6, 8), "one.norm": (1, 6, 8), "batch": (2, 6, 8), "expert": (6, 8)})
+    assert calls.streams("layer", ["layer.norm"]) == (1, 6, 3, 8)
+    # the width is never the streams' dimension, a size of 1 none, and three dimensions
+    # are one stream's hidden states (an expert handed as many tokens as a sequence has)
+    assert calls.streams("flat", ["layer.norm"]) is None
+    assert calls.streams("one", ["one.norm"]) is None
+    assert calls.streams("batch", ["expert"]) is None
+    assert calls.streams("layer", []) is None and calls.streams("missing", ["layer.norm"]) is None

@@ -7,7 +7,7 @@ attention's indexer returns the positions each query reads (an integer tensor), 
 mixture of experts hands its routed experts the experts each token goes to (integers)
 while its shared experts see only the hidden states, and a layer that keeps several
 residual streams (hyper-connections) is handed them stacked, one dimension more than the
-hidden states its norms and projections read. ``record`` runs the step once under
+hidden states its norms read. ``record`` runs the step once under
 module hooks and a torch-function mode and keeps, per module (by its first name): its
 first call's span on one clock, the ops it ran as the innermost module of a call
 (the ones that tell a token mixer's kind), whether integer tensors went in or came
@@ -37,6 +37,9 @@ SCORES_DIMS = 4
 # Ops that mix tokens by products of sequences: what a linear attention or a recurrence
 # runs in place of a softmax.
 MIXING_MARKERS = ("matmul", "bmm", "einsum", "cumsum", "cumprod")
+# Several residual streams of tokens: batch, sequence, streams and width (one stream's
+# hidden states have three dimensions).
+STREAMS_DIMS = 4
 
 
 def _is_integer(value: Any) -> bool:
@@ -115,16 +118,18 @@ class Calls:
 
     def streams(self, layer: str, readers: Iterable[str]) -> tuple[int, ...] | None:
         """The shape of the residual streams ``layer`` keeps, or None: where the layer was
-        handed a tensor with one dimension (of at least two) more than one that any of
-        ``readers`` (its norms and projections) was handed, the hidden states, it keeps
-        that many residual streams side by side and hands its parts one of them."""
+        handed a tensor of four or more dimensions that is, but for one dimension of at
+        least two that is not the width (the last), what any of ``readers`` (its norms)
+        was handed, the hidden states, it keeps that many residual streams side by side
+        and hands its parts one of them. (Hidden states of tokens have three dimensions:
+        batch, sequence, width; a layer of one stream is handed those.)"""
         outer = self.in_shapes.get(layer)
-        if outer is None:
+        if outer is None or len(outer) < STREAMS_DIMS:
             return None
         for reader in readers:
             inner = self.in_shapes.get(reader)
-            if inner is not None and any(
-                    size >= 2 and outer[:i] + outer[i + 1:] == inner for i, size in enumerate(outer)):
+            if inner is not None and any(size >= 2 and outer[:i] + outer[i + 1:] == inner
+                                         for i, size in enumerate(outer[:-1])):
                 return outer
         return None
 

@@ -218,8 +218,10 @@ def classify(model: nn.Module, calls: Calls | None = None) -> dict[str, ModuleRo
         return "block", "other"
 
     def handed_streams(fqn: str, module: nn.Module) -> bool:
+        """Handed the streams to mix or collapse them: not positions with them (a rotary
+        embedding handed the streams for their dtype computes from the positions)."""
         return (calls is not None and not _is_list(module) and calls.in_shapes.get(fqn) in streams
-                and not attention(fqn, module))
+                and fqn not in calls.integer_in and not attention(fqn, module))
 
     def linear_attention(fqn: str, module: nn.Module) -> bool:
         return (calls is not None and is_attention(module) and calls.called(fqn)
@@ -325,16 +327,16 @@ def classify(model: nn.Module, calls: Calls | None = None) -> dict[str, ModuleRo
 
 def _stream_shapes(model: nn.Module, calls: Calls) -> frozenset[tuple[int, ...]]:
     """The shapes of the residual streams the model's layers keep (`Calls.streams`):
-    a list item handed a tensor with one dimension more than its own norms and
-    projections read. Empty for a model of one stream of hidden states."""
+    a list item handed a tensor with one dimension more than its own norms read (never
+    an expert's projection, whose tokens are any number). Empty for a model of one
+    stream of hidden states."""
     shapes: set[tuple[int, ...]] = set()
     for fqn, module in model.named_modules():
         if not isinstance(module, nn.ModuleList):
             continue
         for name, item in module.named_children():
             layer = f"{fqn}.{name}" if fqn else name
-            readers = [f"{layer}.{n}" for n, m in item.named_modules()
-                       if m is not item and (is_projection(m) or _is_norm(m))]
+            readers = [f"{layer}.{n}" for n, m in item.named_modules() if m is not item and _is_norm(m)]
             shape = calls.streams(layer, readers)
             if shape is not None:
                 shapes.add(shape)
