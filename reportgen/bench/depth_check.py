@@ -21,9 +21,10 @@ count's factor g (whole-model time over the reduced forward's), and:
   build's hooks pass measured (one attribution method on both sides: the module-boundary
   clocks the extrapolation scales by); the estimate is the Hodges-Lehmann centre of the
   rounds' differences.
-* **Linearity**: per cycle, the line latency = a + b x layers through its reduced
-  forwards at the model's full depth, against its whole forward (the extrapolation
-  assumes each missing layer costs what a measured one did).
+* **Linearity**: per round, the line latency = a + b x layers through the reduced
+  builds' medians over its cycles, at the model's full depth, against the whole build's
+  median (the extrapolation assumes each missing layer costs what a measured one did);
+  the estimate is the Hodges-Lehmann centre of the rounds' log ratios.
 
 Each interval is a 95% two-level percentile bootstrap (``stats.bootstrap.two_level``):
 rounds drawn with replacement, then within each drawn round its cycles (shares: rounds
@@ -193,14 +194,18 @@ class Block:
     diffs: Mapping[int, Mapping[str, Sequence[float]]]
 
     def logs(self, i: int, rows: NDArray[Any]) -> dict[Any, NDArray[Any]]:
-        """Round ``i``'s per-cycle log ratios of the given cycles: each count's extrapolated
-        time over the whole's, and the whole's over the line (``line``)."""
+        """Round ``i``'s log ratios from the given cycles: per cycle, each count's
+        extrapolated time over the whole's; and once for the round (``line``), the whole's
+        median over the line through the reduced builds' medians (a line through one
+        cycle's forwards, extrapolated to several times the layers it was fitted on,
+        would carry each forward's noise as many times over)."""
         import numpy as np
 
         t = self.times[i][rows]
         out: dict[Any, NDArray[Any]] = {n: np.log(self.factors[n][i] * t[:, j + 1] / t[:, 0])
                                         for j, n in enumerate(self.counts)}
-        out["line"] = np.asarray([line_log(self.full_layers, self.counts, list(row[1:]), float(row[0])) for row in t])
+        medians = np.median(t, axis=0)
+        out["line"] = np.asarray([line_log(self.full_layers, self.counts, list(medians[1:]), float(medians[0]))])
         return out
 
     def estimates(self, picked: Sequence[int], rows: Sequence[NDArray[Any]]) -> dict[Any, Any]:
@@ -466,9 +471,9 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
         "Paired by cycle: each cycle's reduced forward times its round's extrapolation factor, over the whole "
         "model's forward of the same cycle; the estimate is the Hodges-Lehmann centre of the cycles' log ratios. "
         "Shares paired by round: each category's extrapolated share less the whole model's of the same round, "
-        "the estimate the Hodges-Lehmann centre of the rounds' differences. The line: per cycle, through the "
-        "cycle's times at fewer layers, at full depth, against its whole forward. Intervals: a 95% two-level "
-        "bootstrap (rounds, then the cycles within each).",
+        "the estimate the Hodges-Lehmann centre of the rounds' differences. The line: per round, through the "
+        "medians of its cycles at fewer layers, at full depth, against the whole build's median. Intervals: a "
+        "95% two-level bootstrap (rounds, then the cycles within each).",
         f"A row passes when its latency estimate and interval lie within ±{LATENCY_TOLERANCE:.0%} and every "
         f"category's share difference and interval within ±{SHARE_TOLERANCE * 100:.0f} points; a line when its "
         f"estimate and interval lie within ±{LINE_TOLERANCE:.0%}; each needs {MIN_ROUNDS} paired rounds. "

@@ -225,7 +225,7 @@ EXTRA_TABLES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "depth_extrapolation": (
         "fits", "Latency = intercept + slope x layers through each model's medians at fewer layers "
         "(slope in ms per layer, with its 95% interval; R²; each count's residual in ms), and the "
-        "whole model against the line at full depth (paired by cycle, with its 95% interval)",
+        "whole model against the line at full depth (paired by round, with its 95% interval)",
         ("model", "layers", "slope_ms", "slope_low_ms", "slope_high_ms", "intercept_ms", "r2",
          "residuals_ms", "full_layers", "predicted_full_ms", "measured_full_ms", "line_rel_diff", "line_rel_low",
          "line_rel_high", "on_line")),
