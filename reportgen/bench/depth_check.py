@@ -366,7 +366,7 @@ def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts:
             "measured_ms": whole_ms[0], "measured_low_ms": whole_ms[1], "measured_high_ms": whole_ms[2],
             "ratio": 1.0 + rel, "rel_diff": rel, "rel_diff_low": rel_low, "rel_diff_high": rel_high,
             "round_rel_diffs": [math.exp(_hl(b.logs(i, every[i])[n])) - 1.0 for i in range(k)],
-            # the pooled medians' ratio, as a comparison of two medians at different moments reads it
+            # each side's median over every round's cycles, divided: the pairing left out
             "unpaired_rel_diff": extrapolated[0] / whole_ms[0] - 1.0,
             "inside": low <= whole_ms[0] <= high,
             "worst_share_category": worst,
@@ -478,8 +478,8 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
         f"category's share difference and interval within ±{SHARE_TOLERANCE * 100:.0f} points; a line when its "
         f"estimate and interval lie within ±{LINE_TOLERANCE:.0%}; each needs {MIN_ROUNDS} paired rounds. "
         "`inside` says whether the whole median lies in the extrapolation's own interval (the pooled rounds' "
-        "times the bootstrap over the measured layers); `unpaired_rel_diff` is the pooled medians' ratio, "
-        "as a comparison at different moments reads it.",
+        "times the bootstrap over the measured layers); `unpaired_rel_diff` divides each side's median over "
+        "every round's cycles, the pairing left out.",
     ]
     if not table:
         return figure(TITLE, QUESTION, value=None, unit="fraction", goal=GOAL, goal_spec=None,
