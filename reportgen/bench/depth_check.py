@@ -205,7 +205,9 @@ class Block:
         out: dict[Any, NDArray[Any]] = {n: np.log(self.factors[n][i] * t[:, j + 1] / t[:, 0])
                                         for j, n in enumerate(self.counts)}
         medians = np.median(t, axis=0)
-        out["line"] = np.asarray([line_log(self.full_layers, self.counts, list(medians[1:]), float(medians[0]))])
+        fitted = len(set(self.counts)) >= stats.MIN_FIT_POINTS  # fewer: no line is judged (``_fit``)
+        out["line"] = np.asarray([line_log(self.full_layers, self.counts, list(medians[1:]), float(medians[0]))
+                                  if fitted else math.nan])
         return out
 
     def estimates(self, picked: Sequence[int], rows: Sequence[NDArray[Any]]) -> dict[Any, Any]:
