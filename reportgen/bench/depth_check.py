@@ -507,7 +507,7 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
     return figure(
         TITLE, QUESTION, value=worst["rel_diff"], unit="fraction",
         interval=[worst["rel_diff_low"], worst["rel_diff_high"]],
-        interval_kind=("95% two-level bootstrap over paired rounds (then the forwards within each) of the row "
+        interval_kind=("95% two-level bootstrap over rounds (then the paired cycles within each) of the row "
                        "whose interval reaches furthest from agreement"),
         goal=GOAL, goal_spec={"kind": "rel_within", "target": LATENCY_TOLERANCE},
         status="pass" if passed else "fail",
