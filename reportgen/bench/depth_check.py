@@ -119,8 +119,10 @@ class Plan:
     rounds: int = 6
     budget_s: float = 6.0
     min_cycles: int = 3
+    # five clocked forwards of each build a round: one burst of a busy host in a pass of
+    # three moved a 2-layer build's first layer to several times its second's
     hooks_budget_s: float = 1.0
-    hooks_iterations: int = 3
+    hooks_iterations: int = 5
     # one unit at most (a model of a billion parameters built, timed and clocked on a
     # busy 2-core host)
     timeout_s: float = 1800.0

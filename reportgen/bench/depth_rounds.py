@@ -127,8 +127,10 @@ def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale
             out["contention"] = reading.get("reason")
             for name, one in built.items():
                 structure = derive(one.model, one.step)
+                # the hooks' own cost read against this build's cycle forwards: no bare ones
                 hooks = regions.hooks_method(one.model, one.step, structure, budget_s=hooks_budget_s,
-                                             min_iterations=hooks_iterations)
+                                             min_iterations=hooks_iterations,
+                                             bare_ms=[row[name] for row in out["cycles"]])
                 # what reportgen.depth reads of the method: its forward, categories and layers
                 out["builds"][name]["hooks"] = {
                     "forward_ms": hooks["forward_ms"], "per_layer": hooks["per_layer"],
