@@ -171,9 +171,17 @@ def test_a_model_not_measured_fails_the_figure_and_contention_is_said() -> None:
     plan = D.Plan(models=(*PLAN.models, D.DepthModel("moe", "e", "a synthetic mixture")))
     found = units()
     found[2]["contended"], found[2]["contention"] = True, "another process used 80% of the CPU"
+    found[2]["cycles"] = [{k: v * (3.0 if k == "2" else 1.0) for k, v in row.items()} for row in found[2]["cycles"]]
     fig = figure(found, plan)
     assert fig["status"] == "fail" and any("e: not measured" in n for n in fig["notes"])
-    assert all(r["unstable"] == "1 of 6 rounds contended (another process used 80% of the CPU)" for r in fig["rows"])
+    # five clean rounds remain: the contended one is left out, its 2-layer forwards with it
+    assert any(n == "m: rounds 3 left out (contended)" for n in fig["notes"])
+    assert all(r["rounds"] == 5 and r["unstable"] is None and r["latency_ok"] for r in fig["rows"])
+    for r in range(3, 6):
+        found[r]["contended"], found[r]["contention"] = True, "another process used 80% of the CPU"
+    fig = figure(found, plan)
+    assert all(r["rounds"] == 6 and r["unstable"] == "4 of 6 rounds contended (another process used 80% of the "
+               "CPU, ...)" for r in fig["rows"])
     nothing = figure([], plan)
     assert nothing["status"] == "not measured" and nothing["value"] is None
 

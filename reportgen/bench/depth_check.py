@@ -322,12 +322,20 @@ def kept_layers(reduced: Mapping[str, Any], whole: Mapping[str, Any]) -> float |
 def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts: Sequence[int], *,
                   reps: int = REPLICATES, seed: int = SEED) -> tuple[list[dict[str, Any]], dict[str, Any] | None,
                                                                       list[str]]:
-    """One model's rows (one per count), its line, and notes, from its units (pure)."""
+    """One model's rows (one per count), its line, and notes, from its units (pure). Rounds
+    whose cycles ran while another process took the cores are left out where at least
+    ``MIN_ROUNDS`` others remain (every round is used otherwise, and each row says so)."""
     import numpy as np
 
+    clean = [u for u in units if not u.get("contended")]
+    notes = []
+    if len(clean) < len(units) and len(clean) >= MIN_ROUNDS:
+        left = sorted(int(u["round"]) + 1 for u in units if u.get("contended"))
+        notes.append(f"{model.model}: rounds {', '.join(map(str, left))} left out (contended)")
+        units = clean
     found_block, found, dropped = block(units, counts)
-    notes = [f"{model.model}: rounds {', '.join(str(r + 1) for r in dropped)} left out (a build of the round not "
-             "timed or not extrapolated)"] if dropped else []
+    notes += [f"{model.model}: rounds {', '.join(str(r + 1) for r in dropped)} left out (a build of the round not "
+              "timed or not extrapolated)"] if dropped else []
     if found_block is None:
         return [], None, notes
     b = found_block
@@ -480,7 +488,8 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
         "95% two-level bootstrap (rounds, then the cycles within each).",
         f"A row passes when its latency estimate and interval lie within ±{LATENCY_TOLERANCE:.0%} and every "
         f"category's share difference and interval within ±{SHARE_TOLERANCE * 100:.0f} points; a line when its "
-        f"estimate and interval lie within ±{LINE_TOLERANCE:.0%}; each needs {MIN_ROUNDS} paired rounds. "
+        f"estimate and interval lie within ±{LINE_TOLERANCE:.0%}; each needs {MIN_ROUNDS} paired rounds. A round "
+        f"whose cycles ran while another process took the cores is left out where {MIN_ROUNDS} others remain. "
         "`inside` says whether the whole median lies in the extrapolation's own interval (the pooled rounds' "
         "times the bootstrap over the measured layers); `unpaired_rel_diff` divides each side's median over "
         "every round's cycles, the pairing left out.",
