@@ -299,6 +299,9 @@ def test_what_does_not_scale_with_depth_is_read_and_said() -> None:
     assert fig["rows"][0]["kept_layers_rel_diff"] > 0
     assert any(n.startswith("m: the busiest expert's tokens over the mean, averaged over the layers: 2.03 whole, "
                             "2 layers 1.42, 4 layers 1.44, 8 layers 1.48") for n in fig["notes"])
+    # each reduced build's layers ran at 20 ms, the whole build's mean layer at 250/12
+    assert fig["rows"][0]["layer_rel_diff"] == pytest.approx(20.0 / (250.0 / 12) - 1.0)
+    assert any("a reduced build's mean layer against the whole build's: 2 layers -4.0%" in n for n in fig["notes"])
 
 
 def test_a_recorded_unit_is_read_as_the_figure_expects() -> None:

@@ -319,6 +319,19 @@ def kept_layers(reduced: Mapping[str, Any], whole: Mapping[str, Any]) -> float |
     return (sum(layers[i] for i in kept) / len(kept)) / (sum(layers) / len(layers)) - 1.0
 
 
+def layer_cost(reduced: Mapping[str, Any], whole: Mapping[str, Any]) -> float | None:
+    """A reduced build's mean layer time over the whole build's mean layer time, less 1,
+    each from its own hooks pass of the round: what the extrapolation assumes is 0 (each
+    missing layer costs what a kept one did); None without per-layer times."""
+    def mean(build: Mapping[str, Any]) -> float | None:
+        rows = (build.get("hooks") or {}).get("per_layer") or []
+        total = sum(sum(float(v) for v in (r.get("categories") or {}).values()) for r in rows)
+        return total / len(rows) if rows and total > 0 else None
+
+    kept, full = mean(reduced), mean(whole)
+    return kept / full - 1.0 if kept is not None and full is not None else None
+
+
 def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts: Sequence[int], *,
                   reps: int = REPLICATES, seed: int = SEED) -> tuple[list[dict[str, Any]], dict[str, Any] | None,
                                                                       list[str]]:
@@ -388,6 +401,7 @@ def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts:
             "share_diffs": {c: s["diff"] for c, s in shares.items()}, "shares": shares, "share_method": "hooks",
             "routing_max_over_mean": {"reduced": _routing(kept, str(n)), "whole": _routing(kept, WHOLE)},
             "kept_layers_rel_diff": _centre([kept_layers(u["builds"][str(n)], u["builds"][WHOLE]) for u in kept]),
+            "layer_rel_diff": _centre([layer_cost(u["builds"][str(n)], u["builds"][WHOLE]) for u in kept]),
             "extrapolation_notes": list(dict.fromkeys(x for f in found[n] for x in f["notes"])),
             "unstable": _unstable(kept),
             "latency_ok": latency_ok, "shares_ok": shares_ok,
@@ -448,10 +462,15 @@ def _routing_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
                             if x.get("reduced") is not None)
         kept = ", ".join(f"{r['layers']} layers {r['kept_layers_rel_diff']:+.1%}" for r in rows
                          if r.get("kept_layers_rel_diff") is not None)
+        cost = ", ".join(f"{r['layers']} layers {r['layer_rel_diff']:+.1%}" for r in rows
+                         if r.get("layer_rel_diff") is not None)
         out.append(f"{model}: the busiest expert's tokens over the mean, averaged over the layers: "
                    f"{routing[0]['whole']:.2f} whole, {reduced} (random-weight routers spread tokens less evenly "
-                   "the more layers precede them); the kept layers' time in the whole build against its mean "
-                   f"layer: {kept or 'not read'}.")
+                   "the more layers precede them, and a reduced build's layers have fewer before them); a reduced "
+                   f"build's mean layer against the whole build's: {cost or 'not read'}; of which the layers kept, "
+                   f"timed in the whole build: {kept or 'not read'}. What the routing adds does not vanish with more "
+                   "layers measured and is not corrected: the extrapolation assumes each missing layer costs what "
+                   "a kept one did.")
     return out
 
 

@@ -214,7 +214,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
                             "extrapolated_low_ms", "extrapolated_high_ms", "measured_ms", "measured_low_ms",
                             "measured_high_ms", "rel_diff", "rel_diff_low", "rel_diff_high", "unpaired_rel_diff",
                             "inside", "worst_share_category", "worst_share_diff", "worst_share_low",
-                            "worst_share_high", "share_diffs", "share_method", "kept_layers_rel_diff",
+                            "worst_share_high", "share_diffs", "share_method", "layer_rel_diff", "kept_layers_rel_diff",
                             "profiler_worst_share_category", "profiler_worst_share_diff", "profiled_ratio", "unstable",
                             "verdict"),
 }
