@@ -104,7 +104,7 @@ MODELS: tuple[DepthModel, ...] = (
 class Plan:
     """What the figure measures and how long: ``rounds`` rounds, in each every model built
     whole and at each of ``counts`` layers, their forwards in cycles for ``budget_s`` (at
-    least ``min_cycles``; each build warmed up for up to half that first), then each build
+    least ``min_cycles``; each build warmed up for up to a third of that first), then each build
     clocked by the hooks method (at least ``hooks_iterations`` forwards, ``hooks_budget_s``)."""
 
     models: tuple[DepthModel, ...] = MODELS
