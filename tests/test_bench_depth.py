@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from reportgen import stats
 from reportgen.bench import depth_check as D
 from reportgen.bench import depth_rounds
 from reportgen.bench import results as R
@@ -170,9 +171,17 @@ def test_a_model_not_measured_fails_the_figure_and_contention_is_said() -> None:
     plan = D.Plan(models=(*PLAN.models, D.DepthModel("moe", "e", "a synthetic mixture")))
     found = units()
     found[2]["contended"], found[2]["contention"] = True, "another process used 80% of the CPU"
+    found[2]["cycles"] = [{k: v * (3.0 if k == "2" else 1.0) for k, v in row.items()} for row in found[2]["cycles"]]
     fig = figure(found, plan)
     assert fig["status"] == "fail" and any("e: not measured" in n for n in fig["notes"])
-    assert all(r["unstable"] == "1 of 6 rounds contended (another process used 80% of the CPU)" for r in fig["rows"])
+    # five clean rounds remain: the contended one is left out, its 2-layer forwards with it
+    assert any(n == "m: rounds 3 left out (contended)" for n in fig["notes"])
+    assert all(r["rounds"] == 5 and r["unstable"] is None and r["latency_ok"] for r in fig["rows"])
+    for r in range(3, 6):
+        found[r]["contended"], found[r]["contention"] = True, "another process used 80% of the CPU"
+    fig = figure(found, plan)
+    assert all(r["rounds"] == 6 and r["unstable"] == "4 of 6 rounds contended (another process used 80% of the "
+               "CPU, ...)" for r in fig["rows"])
     nothing = figure([], plan)
     assert nothing["status"] == "not measured" and nothing["value"] is None
 
@@ -290,3 +299,33 @@ def test_what_does_not_scale_with_depth_is_read_and_said() -> None:
     assert fig["rows"][0]["kept_layers_rel_diff"] > 0
     assert any(n.startswith("m: the busiest expert's tokens over the mean, averaged over the layers: 2.03 whole, "
                             "2 layers 1.42, 4 layers 1.44, 8 layers 1.48") for n in fig["notes"])
+    # each reduced build's layers ran at 20 ms, the whole build's mean layer at 250/12
+    assert fig["rows"][0]["layer_rel_diff"] == pytest.approx(20.0 / (250.0 / 12) - 1.0)
+    assert any("a reduced build's mean layer against the whole build's: 2 layers -4.0%" in n for n in fig["notes"])
+
+
+def test_a_recorded_unit_is_read_as_the_figure_expects() -> None:
+    """One round of granite-3.0-1b-a400m at 2 of its 24 layers and whole, as ``depth_unit``
+    returned it (on a busy host: its times are no measurement of the model, its shape is
+    the contract between the measuring loop and the figure)."""
+    unit = json.loads((Path(__file__).parent / "data" / "depth_unit_granite.json").read_text())
+    reduced, whole = unit["builds"]["2"], unit["builds"]["whole"]
+    assert [m["index"] for m in reduced["depth"]["measured_layers"]] == [0, 12]  # spread over the depth
+    found = D.extrapolation(reduced, 100.0)
+    assert found is not None and found["attribution_method"] == "hooks"
+    busy = sum(v["ms"] for c, v in reduced["hooks"]["categories"].items() if c != "overhead")
+    layer = sum(sum(r["categories"].values()) for r in reduced["hooks"]["per_layer"]) / 2
+    assert found["factor"] == pytest.approx((busy + 22 * layer) / busy)
+    per_layer = [sum(r["categories"].values()) for r in whole["hooks"]["per_layer"]]
+    assert len(per_layer) == 24
+    mean = sum(per_layer) / 24
+    assert D.kept_layers(reduced, whole) == pytest.approx((per_layer[0] + per_layer[12]) / 2 / mean - 1)
+    rounds = [{**unit, "round": r} for r in range(D.MIN_ROUNDS)]
+    plan = D.Plan(models=(D.DepthModel("moe", unit["model"], "recorded"),), counts=(2,))
+    fig = D.summarise(rounds, plan)
+    (row,) = fig["rows"]
+    logs = [math.log(found["factor"] * c["2"] / c["whole"]) for c in unit["cycles"]]
+    assert row["rel_diff"] == pytest.approx(math.exp(stats.hodges_lehmann(logs * D.MIN_ROUNDS)) - 1)
+    assert row["routing_max_over_mean"] == {"reduced": pytest.approx(1.42, abs=0.01),
+                                            "whole": pytest.approx(2.03, abs=0.01)}
+    assert fig["fits"] == []  # one count: no line

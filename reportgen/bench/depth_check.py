@@ -21,9 +21,10 @@ count's factor g (whole-model time over the reduced forward's), and:
   build's hooks pass measured (one attribution method on both sides: the module-boundary
   clocks the extrapolation scales by); the estimate is the Hodges-Lehmann centre of the
   rounds' differences.
-* **Linearity**: per cycle, the line latency = a + b x layers through its reduced
-  forwards at the model's full depth, against its whole forward (the extrapolation
-  assumes each missing layer costs what a measured one did).
+* **Linearity**: per round, the line latency = a + b x layers through the reduced
+  builds' medians over its cycles, at the model's full depth, against the whole build's
+  median (the extrapolation assumes each missing layer costs what a measured one did);
+  the estimate is the Hodges-Lehmann centre of the rounds' log ratios.
 
 Each interval is a 95% two-level percentile bootstrap (``stats.bootstrap.two_level``):
 rounds drawn with replacement, then within each drawn round its cycles (shares: rounds
@@ -103,7 +104,7 @@ MODELS: tuple[DepthModel, ...] = (
 class Plan:
     """What the figure measures and how long: ``rounds`` rounds, in each every model built
     whole and at each of ``counts`` layers, their forwards in cycles for ``budget_s`` (at
-    least ``min_cycles``; each build warmed up for up to half that first), then each build
+    least ``min_cycles``; each build warmed up for up to a third of that first), then each build
     clocked by the hooks method (at least ``hooks_iterations`` forwards, ``hooks_budget_s``)."""
 
     models: tuple[DepthModel, ...] = MODELS
@@ -118,8 +119,10 @@ class Plan:
     rounds: int = 6
     budget_s: float = 6.0
     min_cycles: int = 3
+    # five clocked forwards of each build a round: one burst of a busy host in a pass of
+    # three moved a 2-layer build's first layer to several times its second's
     hooks_budget_s: float = 1.0
-    hooks_iterations: int = 3
+    hooks_iterations: int = 5
     # one unit at most (a model of a billion parameters built, timed and clocked on a
     # busy 2-core host)
     timeout_s: float = 1800.0
@@ -193,14 +196,20 @@ class Block:
     diffs: Mapping[int, Mapping[str, Sequence[float]]]
 
     def logs(self, i: int, rows: NDArray[Any]) -> dict[Any, NDArray[Any]]:
-        """Round ``i``'s per-cycle log ratios of the given cycles: each count's extrapolated
-        time over the whole's, and the whole's over the line (``line``)."""
+        """Round ``i``'s log ratios from the given cycles: per cycle, each count's
+        extrapolated time over the whole's; and once for the round (``line``), the whole's
+        median over the line through the reduced builds' medians (a line through one
+        cycle's forwards, extrapolated to several times the layers it was fitted on,
+        would carry each forward's noise as many times over)."""
         import numpy as np
 
         t = self.times[i][rows]
         out: dict[Any, NDArray[Any]] = {n: np.log(self.factors[n][i] * t[:, j + 1] / t[:, 0])
                                         for j, n in enumerate(self.counts)}
-        out["line"] = np.asarray([line_log(self.full_layers, self.counts, list(row[1:]), float(row[0])) for row in t])
+        medians = np.median(t, axis=0)
+        fitted = len(set(self.counts)) >= stats.MIN_FIT_POINTS  # fewer: no line is judged (``_fit``)
+        out["line"] = np.asarray([line_log(self.full_layers, self.counts, list(medians[1:]), float(medians[0]))
+                                  if fitted else math.nan])
         return out
 
     def estimates(self, picked: Sequence[int], rows: Sequence[NDArray[Any]]) -> dict[Any, Any]:
@@ -310,15 +319,36 @@ def kept_layers(reduced: Mapping[str, Any], whole: Mapping[str, Any]) -> float |
     return (sum(layers[i] for i in kept) / len(kept)) / (sum(layers) / len(layers)) - 1.0
 
 
+def layer_cost(reduced: Mapping[str, Any], whole: Mapping[str, Any]) -> float | None:
+    """A reduced build's mean layer time over the whole build's mean layer time, less 1,
+    each from its own hooks pass of the round: what the extrapolation assumes is 0 (each
+    missing layer costs what a kept one did); None without per-layer times."""
+    def mean(build: Mapping[str, Any]) -> float | None:
+        rows = (build.get("hooks") or {}).get("per_layer") or []
+        total = sum(sum(float(v) for v in (r.get("categories") or {}).values()) for r in rows)
+        return total / len(rows) if rows and total > 0 else None
+
+    kept, full = mean(reduced), mean(whole)
+    return kept / full - 1.0 if kept is not None and full is not None else None
+
+
 def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts: Sequence[int], *,
                   reps: int = REPLICATES, seed: int = SEED) -> tuple[list[dict[str, Any]], dict[str, Any] | None,
                                                                       list[str]]:
-    """One model's rows (one per count), its line, and notes, from its units (pure)."""
+    """One model's rows (one per count), its line, and notes, from its units (pure). Rounds
+    whose cycles ran while another process took the cores are left out where at least
+    ``MIN_ROUNDS`` others remain (every round is used otherwise, and each row says so)."""
     import numpy as np
 
+    clean = [u for u in units if not u.get("contended")]
+    notes = []
+    if len(clean) < len(units) and len(clean) >= MIN_ROUNDS:
+        left = sorted(int(u["round"]) + 1 for u in units if u.get("contended"))
+        notes.append(f"{model.model}: rounds {', '.join(map(str, left))} left out (contended)")
+        units = clean
     found_block, found, dropped = block(units, counts)
-    notes = [f"{model.model}: rounds {', '.join(str(r + 1) for r in dropped)} left out (a build of the round not "
-             "timed or not extrapolated)"] if dropped else []
+    notes += [f"{model.model}: rounds {', '.join(str(r + 1) for r in dropped)} left out (a build of the round not "
+              "timed or not extrapolated)"] if dropped else []
     if found_block is None:
         return [], None, notes
     b = found_block
@@ -361,7 +391,7 @@ def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts:
             "measured_ms": whole_ms[0], "measured_low_ms": whole_ms[1], "measured_high_ms": whole_ms[2],
             "ratio": 1.0 + rel, "rel_diff": rel, "rel_diff_low": rel_low, "rel_diff_high": rel_high,
             "round_rel_diffs": [math.exp(_hl(b.logs(i, every[i])[n])) - 1.0 for i in range(k)],
-            # the pooled medians' ratio, as a comparison of two medians at different moments reads it
+            # each side's median over every round's cycles, divided: the pairing left out
             "unpaired_rel_diff": extrapolated[0] / whole_ms[0] - 1.0,
             "inside": low <= whole_ms[0] <= high,
             "worst_share_category": worst,
@@ -371,6 +401,7 @@ def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts:
             "share_diffs": {c: s["diff"] for c, s in shares.items()}, "shares": shares, "share_method": "hooks",
             "routing_max_over_mean": {"reduced": _routing(kept, str(n)), "whole": _routing(kept, WHOLE)},
             "kept_layers_rel_diff": _centre([kept_layers(u["builds"][str(n)], u["builds"][WHOLE]) for u in kept]),
+            "layer_rel_diff": _centre([layer_cost(u["builds"][str(n)], u["builds"][WHOLE]) for u in kept]),
             "extrapolation_notes": list(dict.fromkeys(x for f in found[n] for x in f["notes"])),
             "unstable": _unstable(kept),
             "latency_ok": latency_ok, "shares_ok": shares_ok,
@@ -431,10 +462,15 @@ def _routing_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
                             if x.get("reduced") is not None)
         kept = ", ".join(f"{r['layers']} layers {r['kept_layers_rel_diff']:+.1%}" for r in rows
                          if r.get("kept_layers_rel_diff") is not None)
+        cost = ", ".join(f"{r['layers']} layers {r['layer_rel_diff']:+.1%}" for r in rows
+                         if r.get("layer_rel_diff") is not None)
         out.append(f"{model}: the busiest expert's tokens over the mean, averaged over the layers: "
                    f"{routing[0]['whole']:.2f} whole, {reduced} (random-weight routers spread tokens less evenly "
-                   "the more layers precede them); the kept layers' time in the whole build against its mean "
-                   f"layer: {kept or 'not read'}.")
+                   "the more layers precede them, and a reduced build's layers have fewer before them); a reduced "
+                   f"build's mean layer against the whole build's: {cost or 'not read'}; of which the layers kept, "
+                   f"timed in the whole build: {kept or 'not read'}. What the routing adds does not vanish with more "
+                   "layers measured and is not corrected: the extrapolation assumes each missing layer costs what "
+                   "a kept one did.")
     return out
 
 
@@ -466,15 +502,16 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
         "Paired by cycle: each cycle's reduced forward times its round's extrapolation factor, over the whole "
         "model's forward of the same cycle; the estimate is the Hodges-Lehmann centre of the cycles' log ratios. "
         "Shares paired by round: each category's extrapolated share less the whole model's of the same round, "
-        "the estimate the Hodges-Lehmann centre of the rounds' differences. The line: per cycle, through the "
-        "cycle's times at fewer layers, at full depth, against its whole forward. Intervals: a 95% two-level "
-        "bootstrap (rounds, then the cycles within each).",
+        "the estimate the Hodges-Lehmann centre of the rounds' differences. The line: per round, through the "
+        "medians of its cycles at fewer layers, at full depth, against the whole build's median. Intervals: a "
+        "95% two-level bootstrap (rounds, then the cycles within each).",
         f"A row passes when its latency estimate and interval lie within ±{LATENCY_TOLERANCE:.0%} and every "
         f"category's share difference and interval within ±{SHARE_TOLERANCE * 100:.0f} points; a line when its "
-        f"estimate and interval lie within ±{LINE_TOLERANCE:.0%}; each needs {MIN_ROUNDS} paired rounds. "
+        f"estimate and interval lie within ±{LINE_TOLERANCE:.0%}; each needs {MIN_ROUNDS} paired rounds. A round "
+        f"whose cycles ran while another process took the cores is left out where {MIN_ROUNDS} others remain. "
         "`inside` says whether the whole median lies in the extrapolation's own interval (the pooled rounds' "
-        "times the bootstrap over the measured layers); `unpaired_rel_diff` is the pooled medians' ratio, "
-        "as a comparison at different moments reads it.",
+        "times the bootstrap over the measured layers); `unpaired_rel_diff` divides each side's median over "
+        "every round's cycles, the pairing left out.",
     ]
     if not table:
         return figure(TITLE, QUESTION, value=None, unit="fraction", goal=GOAL, goal_spec=None,
@@ -500,7 +537,7 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
     return figure(
         TITLE, QUESTION, value=worst["rel_diff"], unit="fraction",
         interval=[worst["rel_diff_low"], worst["rel_diff_high"]],
-        interval_kind=("95% two-level bootstrap over paired rounds (then the forwards within each) of the row "
+        interval_kind=("95% two-level bootstrap over rounds (then the paired cycles within each) of the row "
                        "whose interval reaches furthest from agreement"),
         goal=GOAL, goal_spec={"kind": "rel_within", "target": LATENCY_TOLERANCE},
         status="pass" if passed else "fail",

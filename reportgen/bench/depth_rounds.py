@@ -75,7 +75,7 @@ def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale
                min_cycles: int, hooks_budget_s: float, hooks_iterations: int, seed: str) -> dict[str, Any]:
     """One model's round, in the process it is called in (a fresh one: ``measure`` forks it):
     the model built whole and with each of ``counts`` layers, each warmed up (for up to
-    half of ``budget_s``); an untimed cycle, then cycles of one forward of each for
+    a third of ``budget_s``); an untimed cycle, then cycles of one forward of each for
     ``budget_s`` (at least ``min_cycles``); each build's hooks pass (at least
     ``hooks_iterations`` forwards, ``hooks_budget_s``) and, for a mixture of experts, its
     routing."""
@@ -105,7 +105,7 @@ def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale
                 combo = dataclasses.replace(base, layers=layers)
                 one = built[key(layers)] = build(combo)
                 timer = timing.default_timer(one.step)
-                warmup = timing.warm_up(one.step, timer, max_warmup_s=budget_s / 2)
+                warmup = timing.warm_up(one.step, timer, max_warmup_s=budget_s / 3)
                 section = depth_section(one.depth, combo) if one.depth is not None else None
                 out["builds"][key(layers)] = {
                     "layers": layers, "warmup_samples": warmup, "depth": section,
@@ -127,8 +127,10 @@ def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale
             out["contention"] = reading.get("reason")
             for name, one in built.items():
                 structure = derive(one.model, one.step)
+                # the hooks' own cost read against this build's cycle forwards: no bare ones
                 hooks = regions.hooks_method(one.model, one.step, structure, budget_s=hooks_budget_s,
-                                             min_iterations=hooks_iterations)
+                                             min_iterations=hooks_iterations,
+                                             bare_ms=[row[name] for row in out["cycles"]])
                 # what reportgen.depth reads of the method: its forward, categories and layers
                 out["builds"][name]["hooks"] = {
                     "forward_ms": hooks["forward_ms"], "per_layer": hooks["per_layer"],

@@ -240,7 +240,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
                             "extrapolated_low_ms", "extrapolated_high_ms", "measured_ms", "measured_low_ms",
                             "measured_high_ms", "rel_diff", "rel_diff_low", "rel_diff_high", "unpaired_rel_diff",
                             "inside", "worst_share_category", "worst_share_diff", "worst_share_low",
-                            "worst_share_high", "share_diffs", "share_method", "kept_layers_rel_diff",
+                            "worst_share_high", "share_diffs", "share_method", "layer_rel_diff", "kept_layers_rel_diff",
                             "profiler_worst_share_category", "profiler_worst_share_diff", "profiled_ratio", "unstable",
                             "verdict"),
     "expert_reduction": ("combination", "experts", "full_experts", "reduced_ms", "full_ms", "router_factor",
@@ -256,7 +256,7 @@ EXTRA_TABLES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "depth_extrapolation": (
         "fits", "Latency = intercept + slope x layers through each model's medians at fewer layers "
         "(slope in ms per layer, with its 95% interval; R²; each count's residual in ms), and the "
-        "whole model against the line at full depth (paired by cycle, with its 95% interval)",
+        "whole model against the line at full depth (paired by round, with its 95% interval)",
         ("model", "layers", "slope_ms", "slope_low_ms", "slope_high_ms", "intercept_ms", "r2",
          "residuals_ms", "full_layers", "predicted_full_ms", "measured_full_ms", "line_rel_diff", "line_rel_low",
          "line_rel_high", "on_line")),
