@@ -58,8 +58,9 @@ from reportgen.execute.fresh import (
 )
 
 POLL_S = 0.5
-# always imported: what every CPU worker needs before its first combination
-BASE_MODULES = ("torch", "transformers", "transformers.modeling_utils")
+# always imported: what every CPU worker needs before its first combination (its task's
+# combination is a reportgen.suite object)
+BASE_MODULES = ("torch", "transformers", "transformers.modeling_utils", "reportgen.suite")
 
 
 __all__ = ["ForkServer", "ForkServerError", "ForkedProcess", "modeling_modules", "preload_for"]
@@ -157,7 +158,12 @@ def _reap(codes: dict[int, int]) -> None:
 
 
 def serve(conn: Connection, parent: int, preload: Mapping[str, Any]) -> int:
-    failed = _import_all([*BASE_MODULES, *(preload.get("modules") or [])])
+    modules = [*BASE_MODULES, *(preload.get("modules") or [])]
+    failed = _import_all(modules)
+    # what the measuring functions import only when they run (a module's WORKER_IMPORTS):
+    # imported here once, not again in every round's worker
+    failed += _import_all([name for module in modules
+                           for name in getattr(sys.modules.get(module), "WORKER_IMPORTS", ())])
     try:
         failed += _import_all(modeling_modules(_model_types(preload.get("models") or [])))
     except Exception as exc:  # noqa: BLE001 - workers then import their models themselves
