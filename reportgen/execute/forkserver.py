@@ -416,4 +416,9 @@ class ForkedProcess:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # out without the interpreter's teardown, which with torch and transformers imported
+    # takes about a second the closing run would wait for (`ForkServer.close`)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
