@@ -140,3 +140,23 @@ def test_a_relative_scratch_reaches_the_peer_as_an_absolute_path(tmp_path: Path,
     effort.run(Path(".bench"), lambda m: None)
     assert seen and all(p.is_absolute() for p in seen), seen
     assert seen[0] == tmp_path.resolve() / ".bench" / "effort-tiny"
+
+
+def test_reportgen_is_timed_with_its_bytecode_compiled_as_installed(tmp_path: Path, monkeypatch: Any) -> None:
+    """The bytecode is written before the clock starts, untimed, as pip writes it when it
+    installs the package; then the profile command runs in a fresh interpreter."""
+    import subprocess
+
+    import reportgen
+
+    calls: list[list[str]] = []
+
+    def fake_run(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        calls.append([str(a) for a in argv])
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(effort.subprocess, "run", fake_run)
+    measured = effort.profile_run(effort.reference_suite(), tmp_path)
+    assert calls[0][1:4] == ["-m", "compileall", "-q"] and calls[0][4] == str(Path(reportgen.__file__).parent)
+    assert calls[1][1:4] == ["-m", "reportgen", "profile"] and len(calls) == 2
+    assert measured.records == [] and measured.returncode == 0

@@ -111,6 +111,15 @@ def test_each_worker_is_a_fresh_process_forked_from_one_server(
     assert "not preloaded" not in server_log
 
 
+def test_a_forked_process_collects_garbage_though_the_server_does_not(server: forkserver.ForkServer) -> None:
+    """The server imports with the collector off; what it forks has it on, as any process."""
+    from reportgen.execute import fresh
+
+    got = fresh.run("gc:isenabled", forkserver=server, timeout_s=60)
+    assert got.ok and got.forked and got.value is True
+    assert fresh.run("gc:get_freeze_count", forkserver=server, timeout_s=60).value > 10000
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("what", "reason"), [("kill", "worker killed by SIGKILL (9)"),
                                               ("segfault", "worker killed by SIGSEGV (11)")])

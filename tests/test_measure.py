@@ -262,9 +262,9 @@ def test_other_errors_propagate_and_model_is_freed(tmp_path: Path, monkeypatch: 
     freed: list[Any] = []
     real_free = building.free
 
-    def free(result: Any) -> None:
+    def free(result: Any, **kw: Any) -> None:
         freed.append(result)
-        real_free(result)
+        real_free(result, **kw)
 
     def broken_time_step(*_: Any, **__: Any) -> Any:
         raise ValueError("boom")
@@ -274,6 +274,72 @@ def test_other_errors_propagate_and_model_is_freed(tmp_path: Path, monkeypatch: 
     with pytest.raises(ValueError, match="boom"):
         measure(combo("gpt2"), run_dir=tmp_path, combo_id="x", budget_s=0.1)
     assert len(freed) == 1 and freed[0] is not None and freed[0].model is None
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The models instantiated (each a fresh build), with nothing kept before or after."""
+    made: list[Any] = []
+    real = building._instantiate
+
+    def instantiate(*args: Any, **kwargs: Any) -> Any:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    building._drop_kept()
+    monkeypatch.setattr(building, "_instantiate", instantiate)
+    yield made
+    building._drop_kept()
+
+
+def test_a_worker_takes_the_model_it_kept_for_the_same_model_only(tmp_path: Path, builds: list[Any]) -> None:
+    """BERT at 16 and 32 tokens is one model: the second combination takes the first's
+    (its own step, inputs and trial iteration); another model drops it and is built."""
+    first = measure(combo("bert", seq_len=16), run_dir=tmp_path, combo_id="a", budget_s=0.1, keep_model=True)
+    assert len(builds) == 1 and building.kept_model() is builds[0]
+    second = measure(combo("bert", seq_len=32), run_dir=tmp_path, combo_id="b", budget_s=0.1,
+                     profiled=False, keep_model=True)
+    assert len(builds) == 1 and building.kept_model() is builds[0]
+    assert second["inputs"]["input_shape"] == [1, 32] and second["timing"]["warmup_samples"]
+    assert second["model"] == first["model"]
+    # another attention implementation is another model: built, and the kept one dropped
+    measure(combo("bert", impl="eager"), run_dir=tmp_path, combo_id="c", budget_s=0.1, profiled=False,
+            keep_model=True)
+    assert len(builds) == 2 and building.kept_model() is builds[1]
+    measure(combo("gpt2"), run_dir=tmp_path, combo_id="d", budget_s=0.1, profiled=False, keep_model=True)
+    assert len(builds) == 3 and building.kept_model() is builds[2]
+
+
+def test_only_a_model_as_built_is_taken(builds: list[Any]) -> None:
+    built = building.build(combo("bert"), reuse=True)
+    handle = built.model.encoder.register_forward_hook(lambda *_: None)
+    building.free(built, keep=True)
+    again = building.build(combo("bert"), reuse=True)
+    assert again.model is builds[1] and len(builds) == 2  # a hook left on it: built afresh
+    handle.remove()
+    building.free(again)
+    assert building.kept_model() is None
+
+
+@pytest.mark.parametrize(("keep", "c"), [
+    (False, combo("bert")),  # measure's default: nothing stays in the caller's process
+    (True, combo("gpt2", mode="train")),  # a training step changes its weights
+])
+def test_nothing_is_kept_unless_asked_for_a_model_left_as_built(tmp_path: Path, builds: list[Any], keep: bool,
+                                                                  c: Any) -> None:
+    measure(c, run_dir=tmp_path, combo_id="x", budget_s=0.1, profiled=False, keep_model=keep)
+    assert len(builds) == 1 and building.kept_model() is None
+
+
+def test_a_failed_measurement_keeps_nothing(tmp_path: Path, builds: list[Any],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_time_step(*_: Any, **__: Any) -> Any:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(measure_mod, "time_step", broken_time_step)
+    with pytest.raises(ValueError, match="boom"):
+        measure(combo("bert"), run_dir=tmp_path, combo_id="x", budget_s=0.1, keep_model=True)
+    assert len(builds) == 1 and building.kept_model() is None
 
 
 @pytest.mark.parametrize(("impl", "mode", "expected"), [

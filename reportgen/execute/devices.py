@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from reportgen.errors import UserError
 from reportgen.execute.worker import WorkerSpec
 
-MEASURE = "reportgen.profile.measure:measure"
+MEASURE = "reportgen.profile.measure:measure_in_worker"
 PREFLIGHT = "reportgen.profile.preflight:check"
 
 

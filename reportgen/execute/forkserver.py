@@ -58,8 +58,9 @@ from reportgen.execute.fresh import (
 )
 
 POLL_S = 0.5
-# always imported: what every CPU worker needs before its first combination
-BASE_MODULES = ("torch", "transformers", "transformers.modeling_utils")
+# always imported: what every CPU worker needs before its first combination (its task's
+# combination is a reportgen.suite object)
+BASE_MODULES = ("torch", "transformers", "transformers.modeling_utils", "reportgen.suite")
 
 
 __all__ = ["ForkServer", "ForkServerError", "ForkedProcess", "modeling_modules", "preload_for"]
@@ -126,6 +127,7 @@ def _child(fd: int, entry: str, arg: str, log_path: str | None, memory_bytes: in
     """The forked child: its own log, then what a spawned one runs (``fresh.enter``)."""
     code = 1
     try:
+        gc.enable()  # the server's imports ran without it (`serve`); a worker collects as any process does
         control.close()  # the server's channel to its client is not the child's
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a child ends on SIGTERM, as a spawned one does
         if log_path is not None:
@@ -157,7 +159,17 @@ def _reap(codes: dict[int, int]) -> None:
 
 
 def serve(conn: Connection, parent: int, preload: Mapping[str, Any]) -> int:
-    failed = _import_all([*BASE_MODULES, *(preload.get("modules") or [])])
+    # no collection while the server imports (the first fork freezes what it imported):
+    # the collector's passes over torch and transformers' growing heap were about a sixth
+    # of their import time on a 2-core host, which every run waits for; each forked child
+    # turns it back on
+    gc.disable()
+    modules = [*BASE_MODULES, *(preload.get("modules") or [])]
+    failed = _import_all(modules)
+    # what the measuring functions import only when they run (a module's WORKER_IMPORTS):
+    # imported here once, not again in every round's worker
+    failed += _import_all([name for module in modules
+                           for name in getattr(sys.modules.get(module), "WORKER_IMPORTS", ())])
     try:
         failed += _import_all(modeling_modules(_model_types(preload.get("models") or [])))
     except Exception as exc:  # noqa: BLE001 - workers then import their models themselves
@@ -190,8 +202,11 @@ def serve(conn: Connection, parent: int, preload: Mapping[str, Any]) -> int:
             fd = recv_handle(conn)
             sys.stdout.flush()
             sys.stderr.flush()
-            gc.collect()
-            gc.freeze()  # imported objects stay untouched by the workers' collections (fewer copied pages)
+            # imported objects stay untouched by the workers' collections (fewer copied
+            # pages); frozen without a collection first, which on torch and transformers'
+            # few hundred thousand objects takes a quarter of a second on a 2-core host and
+            # finds a few dozen garbage objects (the first fork waits for it)
+            gc.freeze()
             try:
                 pid = os.fork()
             except OSError as exc:
@@ -410,4 +425,9 @@ class ForkedProcess:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # out without the interpreter's teardown, which with torch and transformers imported
+    # takes about a second the closing run would wait for (`ForkServer.close`)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -92,6 +92,10 @@ class BuiltModel:
     trial_ms: float | None = None
     # --layers: `depth_facts`
     depth: dict[str, Any] | None = None
+    # what a later build must ask for to reuse this model (`free` with ``keep``; None:
+    # never reused), and its modules' hooks as built (`_wiring`)
+    key: tuple[Any, ...] | None = None
+    wiring: tuple[Any, ...] = ()
 
 
 def _json_safe(value: Any) -> Any:
@@ -278,10 +282,14 @@ def _trial(step: StepLike) -> float:
     return elapsed
 
 
-def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0) -> BuiltModel:
+def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0,
+          reuse: bool = False) -> BuiltModel:
     """Build ``combo``'s model with random weights on ``device`` (default combo.device),
-    its info dict and its Step. Raises Skip for combinations that cannot run here."""
+    its info dict and its Step. Raises Skip for combinations that cannot run here.
+    ``reuse``: take the model `free` kept (``keep``) where it is the very model this
+    combination builds; a kept model that is not is dropped before anything is built."""
     if combo.model == MICRO:
+        _drop_kept()
         from reportgen.profile import (
             micro,  # written alongside; imported only when asked for
         )
@@ -295,7 +303,7 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     impl, backend = attn_backend(combo.attn_implementation, dev, dtype)
     scale = getattr(combo, "scale", "reference")
     try:
-        return _build(combo, spec, dev, dtype, impl, backend, seed, scale)
+        return _build(combo, spec, dev, dtype, impl, backend, seed, scale, reuse=reuse)
     except (Skip, UserError, torch.OutOfMemoryError):
         raise
     except Exception as exc:
@@ -326,7 +334,7 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
 
 
 def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, impl: str,
-           backend: Any, seed: int, scale: str) -> BuiltModel:
+           backend: Any, seed: int, scale: str, *, reuse: bool = False) -> BuiltModel:
     needed = positions_needed(combo.mode, combo.seq_len)
     if scale == "tiny-depth":
         config = spec.make_config("reference")
@@ -341,12 +349,17 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
     main = main_input(config, arch)
     if main != "input_ids":
         fit_sequence(config, spec.name, main, combo.seq_len)
-    # the seed fixes the random weights too (without touching the caller's RNG state), so
-    # a rerun computes on the same numbers
-    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-        torch.manual_seed(seed)
-        model = _instantiate(config, arch, impl, dtype, dev, seed, remote_code=spec.remote_code,
-                             mode=combo.mode)
+    key = _model_key(config, arch, impl, dtype, dev, seed, spec.remote_code, combo.mode) \
+        if reuse and plan is None else None
+    model, wiring = _take_kept(key)
+    if model is None:
+        # the seed fixes the random weights too (without touching the caller's RNG state),
+        # so a rerun computes on the same numbers
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+            torch.manual_seed(seed)
+            model = _instantiate(config, arch, impl, dtype, dev, seed, remote_code=spec.remote_code,
+                                 mode=combo.mode)
+        wiring = _wiring(model) if key is not None else ()
     main = getattr(model, "main_input_name", main)
     info = model_info(spec.name, model, arch)
     if spec.hub is not None:
@@ -368,16 +381,21 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
     except BaseException:
         free(BuiltModel(model, info, built_step))
         raise
-    return BuiltModel(model, info, built_step, trial_ms, depth)
+    return BuiltModel(model, info, built_step, trial_ms, depth, key, wiring)
 
 
-def free(result: BuiltModel | None) -> None:
-    """Drop the model, its inputs and any KV cache, then return cached CUDA blocks."""
+def free(result: BuiltModel | None, *, keep: bool = False) -> None:
+    """Drop the model, its inputs and any KV cache, then return cached CUDA blocks.
+    ``keep``: the model itself (one built with ``reuse``) stays for the next `build` that
+    asks for the same one; its inputs, step and cache go."""
     if result is not None:
         step = result.step
         for attr in ("model", "compiled", "kwargs", "cache", "prefill_kwargs", "optimizer"):
             with contextlib.suppress(AttributeError):
                 delattr(step, attr)
+        if keep and result.key is not None and result.model is not None:
+            _drop_kept()
+            _kept.append(_Kept(result.key, result.model, result.wiring))
         result.model = None  # type: ignore[assignment]
         result.step = None  # type: ignore[assignment]
     import gc
@@ -385,3 +403,74 @@ def free(result: BuiltModel | None) -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+# --- one model kept between the combinations a worker measures in a row ----------------
+# A worker measures a round's combinations one after another; BERT-base at 128 and at 512
+# tokens is one model (one config, dtype, attention, device and seed), built and filled
+# with the same weights twice. The measuring process keeps the model of the combination it
+# just measured (`free` with ``keep``) and the next build that would make the very same
+# model takes it (``reuse``): its step, inputs, trial iteration and warm-up are its own.
+# Only a model left as it was built is taken (no hook, no forward replaced on a module); a
+# training step's or a compiled one's is never kept (`measure` decides), nor a model cut
+# to fewer layers or experts. At most one model is kept, and only in the process that asked.
+
+
+@dataclass
+class _Kept:
+    key: tuple[Any, ...]
+    model: nn.Module
+    wiring: tuple[Any, ...]
+
+
+_kept: list[_Kept] = []
+
+
+def _wiring(model: nn.Module) -> tuple[Any, ...]:
+    """Each module's hooks and instance ``forward``: what a measurement may add to a model
+    and must take away again."""
+    return tuple((len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks),
+                  len(m._backward_pre_hooks), "forward" in vars(m)) for m in model.modules())
+
+
+def _model_key(config: Any, arch: str, impl: str, dtype: torch.dtype, dev: torch.device, seed: int,
+               remote_code: bool, mode: str) -> tuple[Any, ...] | None:
+    """What makes two builds the same model; None where the config cannot say."""
+    try:
+        text = config.to_json_string(use_diff=False)
+        cls = auto_class(config, arch, mode)
+    except Exception:  # noqa: BLE001 - a config that cannot be written out is simply built
+        return None
+    return (text, arch, impl, str(dtype), str(dev), seed, remote_code, f"{cls.__module__}.{cls.__qualname__}")
+
+
+def _take_kept(key: tuple[Any, ...] | None) -> tuple[nn.Module | None, tuple[Any, ...]]:
+    """(the kept model, its wiring as built) when it is ``key``'s and still wired as it was
+    built; otherwise the kept model (if any) is dropped, before anything new is allocated,
+    and (None, ())."""
+    if _kept and key is not None and _kept[0].key == key and _wiring(_kept[0].model) == _kept[0].wiring:
+        kept = _kept.pop()
+        return kept.model, kept.wiring
+    _drop_kept()
+    return None, ()
+
+
+def _drop_kept() -> None:
+    import gc
+    import weakref
+
+    if not _kept:
+        return
+    gone = weakref.ref(_kept.pop().model)
+    gc.collect()
+    if gone() is not None:
+        # frozen by the worker between its combinations (`worker.release_memory`): only a
+        # full collection of the frozen objects frees what refers to itself
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+
+
+def kept_model() -> nn.Module | None:
+    """The model kept for the next build, if any."""
+    return _kept[0].model if _kept else None

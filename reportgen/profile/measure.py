@@ -26,7 +26,12 @@ from reportgen.profile.timing import time_step
 from reportgen.records.paths import trace_file
 from reportgen.vocabulary import COMPILE_NONE, TRAIN_MODES
 
-__all__ = ["OutOfMemory", "attention_activation_bytes", "measure"]
+__all__ = ["WORKER_IMPORTS", "OutOfMemory", "attention_activation_bytes", "measure", "measure_in_worker"]
+
+# imported inside `measure` (a caller that only builds or times does without them): a
+# worker's fork server imports them once beforehand (``execute.forkserver``)
+WORKER_IMPORTS = ("reportgen.profile.contention", "reportgen.profile.profiling", "reportgen.profile.regions",
+                  "reportgen.profile.routing", "torch.profiler", "torch.utils.flop_counter")
 
 
 
@@ -161,7 +166,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
              profile_iterations: int, holder: list[building.BuiltModel], profiled: bool = True,
              studies: Sequence[str] = (), study_budget_s: float | None = None,
              converge: bool = True, target_rel_halfwidth: float | None = None,
-             gpu_index: int | None = None) -> dict[str, Any]:
+             gpu_index: int | None = None, reuse: bool = False) -> dict[str, Any]:
     from reportgen.profile.contention import PassSampler
     from reportgen.profile.profiling import profile_step
     from reportgen.profile.regions import attribute
@@ -172,7 +177,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         raise Skip(f"{combo.mode} is measured eagerly only: a compiled training step's backward "
                    "keeps no module boundaries and is not attributed yet")
     steady_heap = heap.steady()  # before the build: the model's own blocks too
-    built = building.build(combo, device, seed=seed)
+    built = building.build(combo, device, seed=seed, reuse=reuse)
     holder.append(built)
     compiled: dict[str, Any] | None = None
     if compile_mode != COMPILE_NONE:
@@ -271,7 +276,8 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
 def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int = 0,
             profile_iterations: int = 3, profiled: bool = True, studies: Sequence[str] = (),
             study_budget_s: float | None = None, converge: bool = True,
-            target_rel_halfwidth: float | None = None, gpu_index: int | None = None) -> dict[str, Any]:
+            target_rel_halfwidth: float | None = None, gpu_index: int | None = None,
+            keep_model: bool = False) -> dict[str, Any]:
     """Measure one combination; see the module docstring. Out-of-memory becomes
     `OutOfMemory` ("out of memory: ..."), raised after the model is freed. With
     ``profiled`` False only the unprofiled timing pass runs (``model``, ``inputs`` and
@@ -281,20 +287,38 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
     ``converge`` False the timing pass spends its whole budget (one round of several:
     ``reportgen.profile.timing.time_step``); ``target_rel_halfwidth`` replaces its default
     target. ``gpu_index`` (the GPU's NVML index) lets each pass read the device's side of
-    contention (``reportgen.profile.contention``)."""
+    contention (``reportgen.profile.contention``). ``keep_model``: the model stays in this
+    process after a clean measurement, for the next combination of the same model to take
+    instead of building it again (`building.free`; on the CPU only, and never a training
+    step's, a compiled one's or one that ran studies)."""
     holder: list[building.BuiltModel] = []
     oom: str | None = None
+    compiled = getattr(combo, "compile", COMPILE_NONE) != COMPILE_NONE
+    # a training step changes its weights, a compiled one is its compiler's, and a study
+    # may replace modules: their models are not the one a build makes. On the CPU only: the
+    # pre-flight counts a worker's kept heap as available to it, not a GPU's kept memory
+    reuse = (keep_model and not compiled and combo.mode not in TRAIN_MODES and not studies
+             and torch.device(combo.device).type == "cpu")
+    done = False
     try:
-        return _measure(combo, run_dir=run_dir, combo_id=combo_id, budget_s=budget_s, seed=seed,
-                        profile_iterations=profile_iterations, holder=holder, profiled=profiled,
-                        studies=studies, study_budget_s=study_budget_s, converge=converge,
-                        target_rel_halfwidth=target_rel_halfwidth, gpu_index=gpu_index)
+        result = _measure(combo, run_dir=run_dir, combo_id=combo_id, budget_s=budget_s, seed=seed,
+                          profile_iterations=profile_iterations, holder=holder, profiled=profiled,
+                          studies=studies, study_budget_s=study_budget_s, converge=converge,
+                          target_rel_halfwidth=target_rel_halfwidth, gpu_index=gpu_index, reuse=reuse)
+        done = True
+        return result
     except torch.OutOfMemoryError as exc:
         # only the message leaves this block: the traceback's frames pin the tensors
         oom = "out of memory: " + (str(exc).strip().splitlines() or ["(no message)"])[0]
     finally:
-        compiled = getattr(combo, "compile", COMPILE_NONE) != COMPILE_NONE
-        building.free(holder.pop() if holder else None)
+        building.free(holder.pop() if holder else None, keep=reuse and done)
         if compiled:
             compiling.release()
     raise OutOfMemory(oom)
+
+
+def measure_in_worker(combo: Any, **options: Any) -> dict[str, Any]:
+    """`measure` as a worker process runs it (``execute.devices.MEASURE``): the model of
+    one combination is kept for the next one of the same model this process measures,
+    which takes it instead of building and filling it again (``keep_model``)."""
+    return measure(combo, keep_model=True, **options)

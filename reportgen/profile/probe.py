@@ -40,7 +40,9 @@ def _copy_seconds(n_elements: int, repeats: int, deadline: float) -> list[float]
     """Timed copies between two fp32 tensors, freed on return."""
     import torch
 
-    src = torch.rand(n_elements, dtype=torch.float32)
+    # a copy moves the same bytes whatever they hold: a constant source is written in a
+    # fraction of the time a random draw of 128 MiB takes (the probe delays the first worker)
+    src = torch.full((n_elements,), 1.0, dtype=torch.float32)
     dst = torch.empty_like(src)
     return _best(lambda: dst.copy_(src), repeats, deadline)
 
