@@ -212,6 +212,39 @@ def expert_ratio(depth: Mapping[str, Any]) -> float:
     return float(experts["full"]) / float(experts["measured"])
 
 
+def experts_reached(record: Mapping[str, Any]) -> float | None:
+    """How many distinct routed experts a layer of the whole model is expected to run in
+    one step of ``record``'s combination, where the record was built with fewer experts
+    than the model has: the tokens the step routes (batch x sequence; batch alone in
+    decode), each to ``top_k`` of the model's experts drawn evenly,
+    ``E (1 - (1 - k/E)^tokens)``. None where the build kept every expert or the record does
+    not say."""
+    experts = fields.get(record, "depth.experts")
+    if not isinstance(experts, Mapping):
+        return None
+    built, full, top_k = experts.get("measured"), experts.get("full"), experts.get("top_k")
+    if not (isinstance(built, int) and isinstance(full, int) and isinstance(top_k, int)) \
+            or min(built, full, top_k) <= 0 or built >= full:
+        return None
+    batch = fields.get(record, "combination.batch_size") or 1
+    mode = str(fields.get(record, "combination.mode") or "")
+    tokens = int(batch) * (1 if mode.startswith("decode") else int(fields.get(record, "combination.seq_len") or 1))
+    return float(full) * (1.0 - (1.0 - top_k / full) ** tokens)
+
+
+def experts_understated(record: Mapping[str, Any]) -> str:
+    """The words a figure of an expert-reduced build carries where its step reaches more
+    experts in the whole model than the build has ("" where it does not): the tokens then
+    share fewer experts' weights, and the experts' time reads low (the expert-reduction
+    figure on the Validation page measures by how much)."""
+    reached = experts_reached(record)
+    built = fields.get(record, "depth.experts.measured")
+    if reached is None or not isinstance(built, int) or reached <= built + 0.5:
+        return ""
+    return (f"the experts' time is understated: a step of the whole model reaches about "
+            f"{reached:.0f} of its experts a layer, this build has {built}")
+
+
 def record_label(record: Mapping[str, Any]) -> str:
     """What a record's figures are of, where that is not the whole model: the ``depth``
     section's layers ("measured 4 of 48 layers; whole-model figures extrapolated", or
@@ -223,8 +256,10 @@ def record_label(record: Mapping[str, Any]) -> str:
         experts = section.get("experts")
         counts = ((int(experts["measured"]), int(experts["full"]))
                   if isinstance(experts, Mapping) and experts.get("measured") != experts.get("full") else None)
-        return label(int(section["layers"]), int(section["full_layers"]),
-                     extrapolated=section.get("whole") is not None, experts=counts)
+        words = label(int(section["layers"]), int(section["full_layers"]),
+                      extrapolated=section.get("whole") is not None, experts=counts)
+        caveat = experts_understated(record)
+        return f"{words}; {caveat}" if caveat else words
     model = str(fields.get(record, "combination.model") or "")
     full = PRESET_FULL_LAYERS.get(model)
     layers = fields.get(record, "model.num_layers")

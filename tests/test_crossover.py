@@ -79,21 +79,24 @@ def test_an_interval_end_outside_the_range_is_said_to_be_outside() -> None:
 
 def test_beyond_the_range_the_fits_are_extrapolated_and_marked_so() -> None:
     """Attention quadratic, the MLP linear, attention still behind at 1,024: the fits
-    cross at 10 x 1,024; the interval widens with the per-length intervals."""
-    seqs, att, mlp = [256, 512, 1024], [1.0, 4.0, 16.0], [40.0, 80.0, 160.0]
+    cross at 4 x 1,024; the interval widens with the per-length intervals. Fits that cross
+    only past ``HORIZON`` times the longest length are not read there."""
+    far = crossover.attention_crossover(_rows([256, 512, 1024], [1.0, 4.0, 16.0], [40.0, 80.0, 160.0], width=0.02))
+    assert crossover.HORIZON < 10 and far["status"] == "not-within-range" and not far["extrapolated"]
+    seqs, att, mlp = [256, 512, 1024], [1.0, 4.0, 16.0], [16.0, 32.0, 64.0]
     tight = crossover.attention_crossover(_rows(seqs, att, mlp, width=0.02))
     wide = crossover.attention_crossover(_rows(seqs, att, mlp, width=0.2))
     for out in (tight, wide):
         assert out["status"] == "not-within-range" and out["extrapolated"] and out["fitted"]
-        assert out["seq"] == pytest.approx(10240.0)
+        assert out["seq"] == pytest.approx(4096.0)
         assert 1024 <= out["seq_low"] < out["seq"] < out["seq_high"]
     assert wide["seq_high"] - wide["seq_low"] > tight["seq_high"] - tight["seq_low"]
     text = _text(tight)
-    assert "Beyond 1,024: about **10,240 tokens** [" in text and "*extrapolated*" in text
+    assert "Beyond 1,024: about **4,096 tokens** [" in text and "*extrapolated*" in text
     assert "extrapolated from the fits" in _text(tight, "crossover_short")
     # the fits' uncertainty counts too: scattered ratios give a wider interval than exact ones
     noisy = crossover.attention_crossover(_rows([256, 512, 1024, 2048], [1.0, 5.0, 14.0, 70.0],
-                                                [80.0, 160.0, 320.0, 640.0], width=0.02))
+                                                [20.0, 40.0, 80.0, 160.0], width=0.02))
     assert noisy["extrapolated"] and (noisy["seq_high"] is None
                                       or noisy["seq_high"] / noisy["seq_low"] > tight["seq_high"] / tight["seq_low"])
 

@@ -333,3 +333,25 @@ def test_check_against_the_whole_model_measured() -> None:
     outside = {"timing": {"median": whole_section["ci_high_ms"] * 2}}
     assert depth.check(outside, reduced)["within"] is False  # type: ignore[index]
     assert depth.check(inside, {"depth": {"whole": None}}) is None
+
+
+def test_an_expert_reduced_step_that_reaches_more_experts_than_built_says_its_experts_read_low() -> None:
+    """A prefill of 128 tokens, each routed to 8 of 256 experts, reaches nearly all 256 in
+    the whole model; a build with 8 runs them all on the same 8, so its experts' time reads
+    low and its figures say so. A decode step of one token reaches 8, which the build has:
+    no words. A build with every expert: no words."""
+    from reportgen import depth
+
+    def record(mode: str, seq: int, built: int, batch: int = 1) -> dict[str, object]:
+        return {"combination": {"model": "m", "mode": mode, "seq_len": seq, "batch_size": batch},
+                "depth": {"layers": 2, "full_layers": 61, "whole": {"median_ms": 1.0},
+                          "experts": {"measured": built, "full": 256, "top_k": 8}}}
+
+    prefill = record("prefill", 128, 8)
+    assert depth.experts_reached(prefill) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 128))
+    assert "experts' time is understated" in depth.record_label(prefill)
+    assert "about 252 of its experts a layer, this build has 8" in depth.record_label(prefill)
+    assert depth.experts_understated(record("decode", 128, 8)) == ""
+    assert "understated" in depth.experts_understated(record("decode", 128, 8, batch=64))
+    assert depth.experts_understated(record("prefill", 128, 256)) == ""
+    assert depth.experts_reached({"combination": {"mode": "prefill"}}) is None

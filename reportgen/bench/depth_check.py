@@ -113,12 +113,13 @@ class Plan:
     seq_len: int = SEQ_LEN
     scale: str = "reference"
     # six rounds, the fewest whose bootstrap over rounds states 95%; in each, cycles of one
-    # forward of every build for 6 s, at least three (a cycle of the two larger models
+    # forward of every build for 6 s, at least six (a cycle of the two larger models
     # takes about 1.8 s on a quiet 2-core host: a second whole, the rest its 2, 4 and 8
-    # layers), about 20 paired cycles a model in all
+    # layers): with three, the resampling within a round left granite's paired latency
+    # interval about 9 points wide while llama-small's 15 cycles gave 3
     rounds: int = 6
     budget_s: float = 6.0
-    min_cycles: int = 3
+    min_cycles: int = 6
     # five clocked forwards of each build a round: one burst of a busy host in a pass of
     # three moved a 2-layer build's first layer to several times its second's
     hooks_budget_s: float = 1.0

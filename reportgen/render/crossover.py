@@ -32,9 +32,10 @@ LEVEL = CONFIDENCE
 confidence bands (Student's t at ``stats.t95``) the crossover's interval is read from."""
 assert LEVEL == 0.95, "the fits' bands are drawn at 95% (stats.t95)"
 
-HORIZON = 1000.0
+HORIZON = 8.0
 """How far past the longest measured length an extrapolated crossing is looked for (a
-factor on the length): beyond it the fits are not read at all."""
+factor on the length): three doublings, about as far as the measured range itself spans;
+power laws fitted over a few lengths say nothing about a length a thousand times longer."""
 
 _GRID = 4000  # steps of the log-spaced search for where a confidence band reaches zero
 
