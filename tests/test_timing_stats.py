@@ -118,6 +118,16 @@ def test_loglog_fit_recovers_power_law() -> None:
         stats.loglog_fit([1.0, 2.0], [0.0, 3.0])
 
 
+def test_a_fitted_lines_mean_band_is_narrowest_at_its_mean_and_zero_for_exact_points() -> None:
+    xs, ys = [1.0, 2.0, 3.0, 4.0], [1.1, 1.9, 3.2, 3.8]
+    fit = stats.linear_fit_stats(xs, ys)
+    sd = math.sqrt(sum(r * r for r in fit["residuals"]) / (len(xs) - 2))
+    assert stats.mean_band(fit, 2.5) == pytest.approx(stats.t95(2) * sd / math.sqrt(4))
+    assert stats.mean_band(fit, 10.0) > stats.mean_band(fit, 4.0) > stats.mean_band(fit, 2.5)
+    exact = stats.linear_fit_stats(xs, [2 * x + 1 for x in xs])
+    assert stats.mean_band(exact, 7.0) == pytest.approx(0.0, abs=1e-9)
+
+
 # --- timing with fakes ---------------------------------------------------------------
 
 

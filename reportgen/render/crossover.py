@@ -117,17 +117,11 @@ def _band_crossing(pts: Points, start: float, side: float) -> float | None:
     """Where the straight line fitted through ``pts`` (ln length against log ratio), at the
     top (``side`` +1) or bottom (-1) of its ``LEVEL`` confidence band, first reaches zero
     past ``start`` (ln length), within ``HORIZON``; None where it does not."""
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    slope, intercept = stats.linear_fit(xs, ys)
-    n = len(xs)
-    mx = math.fsum(xs) / n
-    sxx = math.fsum((x - mx) ** 2 for x in xs)
-    ss_res = math.fsum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
-    scale = stats.t95(n - 2) * math.sqrt(ss_res / (n - 2)) if n > 2 else 0.0
+    fit = stats.linear_fit_stats([p[0] for p in pts], [p[1] for p in pts])
     end = start + math.log(HORIZON)
     for i in range(_GRID + 1):
         x = start + (end - start) * i / _GRID
-        band = intercept + slope * x + side * scale * math.sqrt(1 / n + (x - mx) ** 2 / sxx)
+        band = fit["intercept"] + fit["slope"] * x + side * stats.mean_band(fit, x)
         if band >= 0:
             return math.exp(x)
     return None

@@ -35,6 +35,7 @@ from reportgen.stats.fit import (
     linear_fit_stats,
     loglog_fit,
     loglog_fit_stats,
+    mean_band,
     t95,
 )
 from reportgen.stats.hl import MAX_PAIR_SIDE, hodges_lehmann, ratio_ci
@@ -51,6 +52,7 @@ __all__ = [
     "ALPHA", "CI_METHOD", "EXACT_MAX_N", "MAX_PAIR_SIDE", "MIN_EXACT_N", "MIN_FIT_POINTS", "Difference",
     "bootstrap_median", "bootstrap_medians", "bootstrap_ratio", "coverage", "difference",
     "hodges_lehmann", "linear_fit", "linear_fit_stats", "loglog_fit", "loglog_fit_stats", "mann_whitney_u",
+    "mean_band",
     "median", "median_ci", "median_ci_exact", "min_p_value", "order_statistic_rank", "percentiles", "quantile",
     "ratio_ci", "ratio_of_sums", "rel_halfwidth", "share_interval", "summarize", "t95",
     "two_sample_intervals",

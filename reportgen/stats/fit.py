@@ -4,7 +4,7 @@ log-log (a power law's exponent), with their goodness of fit."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -67,7 +67,16 @@ def _fit_stats(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float]:
     df = len(xs) - 2
     half = t95(df) * math.sqrt(ss_res / df / sxx)
     return {"slope": slope, "intercept": intercept, "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0,
-            "ci_low": slope - half, "ci_high": slope + half, "points": float(len(xs))}
+            "ci_low": slope - half, "ci_high": slope + half, "points": float(len(xs)),
+            "x_mean": mx, "sxx": sxx, "residual_sd": math.sqrt(ss_res / df)}
+
+
+def mean_band(fit: Mapping[str, float], x: float) -> float:
+    """The half-width at ``x`` of the 95% confidence band of a fitted line's mean (a fit
+    from :func:`linear_fit_stats` or :func:`loglog_fit_stats`, on the axes it was fitted on;
+    Student's t on n - 2 degrees of freedom)."""
+    n = int(fit["points"])
+    return t95(n - 2) * fit["residual_sd"] * math.sqrt(1 / n + (x - fit["x_mean"]) ** 2 / fit["sxx"])
 
 
 def linear_fit_stats(xs: Sequence[float], ys: Sequence[float]) -> dict[str, Any]:
