@@ -32,10 +32,16 @@ the whole model are counted exactly (built on the meta device), not extrapolated
 A mixture of experts built with fewer routed experts per layer (``--experts``, or the
 pre-flight's reduction; the section's ``experts``: ``measured`` of ``full``) keeps each
 token's work: the same top-k experts of the same size, the shared experts, the router's
-input width. Its time and FLOPs per token therefore stand as measured, except the
-router's own matmul, which scores every expert: ``moe.router`` is scaled by full /
-measured. Parameters and weight memory are the whole model's with every expert resident
-(the meta-device count of the whole config).
+input width. Its FLOPs per token therefore stand as measured, and its time too except in
+two parts: the router's own matmul scores every expert, so ``moe.router`` is scaled by
+full / measured; and the routed experts share the step's tokens among fewer experts than
+the whole model's (larger products over fewer weights, which run faster per token where
+each of the whole model's experts would get only a few tokens), so ``moe.experts`` is
+scaled by the factor the build measured by calling its experts with the whole model's
+routing and with its own (``reportgen.profile.expertcost``; its interval comes into the
+bootstrap, the pairs it was measured in drawn with the layers). Parameters and weight
+memory are the whole model's with every expert resident (the meta-device count of the
+whole config).
 
 Pure: both sides import it (the executor finishes a record's ``depth`` section here once
 its timing is final; the render side only reads it).
@@ -48,11 +54,12 @@ from typing import Any
 
 from reportgen.presets import PRESET_FULL_LAYERS, PRESETS
 from reportgen.records import fields
-from reportgen.stats.basic import percentiles
+from reportgen.stats.basic import median as median_of, percentiles
 from reportgen.stats.bootstrap import CONFIDENCE, SHARE_REPLICATES, draws
 
 OVERHEAD = "overhead"
 ROUTER = "moe.router"
+EXPERTS = "moe.experts"
 PROFILER_SLOWDOWN = 1.5  # a profiled pass slower than this many unprofiled forwards is noted
 SEED = 0
 PROFILER = "profiler"
@@ -138,18 +145,24 @@ def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
     scale = float(median) / float(forward)  # the method's milliseconds -> the timed forward's
     kinds = sorted(rows)
     router = expert_ratio(depth)
+    cost = experts_cost(depth)
+    ratios = [float(r) for r in (cost or {}).get("ratios") or []] or ([float(cost["factor"])] if cost else [])
 
-    def figures(picks: Mapping[str, Sequence[int]]) -> tuple[float, dict[str, float]]:
+    def figures(picks: Mapping[str, Sequence[int]], chosen: Sequence[int] = ()) -> tuple[float, dict[str, float]]:
         extra = _extra(rows, missing, picks)
-        if router != 1.0 and ROUTER in categories:
-            # the router scores every expert: the whole model's, measured and missing layers alike
-            extra[ROUTER] = (categories[ROUTER] + extra.get(ROUTER, 0.0)) * router - categories[ROUTER]
+        for name, times in ((ROUTER, router), (EXPERTS, median_of([ratios[i] for i in chosen]) if chosen else
+                                                (float(cost["factor"]) if cost else 1.0))):
+            if times != 1.0 and name in categories:
+                # the router scores every expert, and the experts run the whole model's
+                # routing (``experts_cost``): measured and missing layers alike
+                extra[name] = (categories[name] + extra.get(name, 0.0)) * times - categories[name]
         g = (busy + sum(extra.values())) / busy
         whole = {c: (ms + extra.get(c, 0.0)) if c != OVERHEAD else ms * g for c, ms in categories.items()}
         return g, whole
 
     g, whole = figures({k: range(len(rows[k])) for k in kinds})
-    reps = draws(lambda *idx: figures(dict(zip(kinds, idx))), [len(rows[k]) for k in kinds],
+    reps = draws(lambda *idx: figures(dict(zip(kinds, idx)), idx[len(kinds)] if ratios else ()),
+                 [len(rows[k]) for k in kinds] + ([len(ratios)] if ratios else []),
                  reps=SHARE_REPLICATES, seed=SEED)
     g_low, g_high = percentiles([d[0] for d in reps], CONFIDENCE)
     low = float(timing.get("ci_low") or median) if timing else float(median)
@@ -166,8 +179,15 @@ def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
     single = [k for k in kinds if len(rows[k]) == 1 and missing[k] > 0]
     notes = [f"{k}: one layer measured, so its layer-to-layer spread is not in the intervals" for k in single]
     if router != 1.0:
-        notes.append(f"moe.router scaled by {router:.4g} (the router scores every expert); the routed "
-                     "experts' time per token is the measured one (each token runs as many, of the same size)")
+        notes.append(f"moe.router scaled by {router:.4g} (the router scores every expert)")
+    if cost and EXPERTS in categories:
+        spread = (cost["tokens_per_expert"]["whole"], cost["tokens_per_expert"]["build"])
+        notes.append(f"moe.experts scaled by {float(cost['factor']):.3g} [{float(cost['factor_low']):.3g}, "
+                     f"{float(cost['factor_high']):.3g}]: the build's experts run with the whole model's routing "
+                     f"(about {spread[0]:.3g} tokens an expert, against {spread[1]:.3g} in the build) took that "
+                     "much their time with the build's")
+    elif router != 1.0:
+        notes.append("the routed experts' time is the build's own: not scaled to the whole model's routing")
     return {
         "method": METHOD,
         "attribution_method": method,
@@ -212,6 +232,17 @@ def expert_ratio(depth: Mapping[str, Any]) -> float:
     return float(experts["full"]) / float(experts["measured"])
 
 
+def experts_cost(depth: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The experts' correction a build with fewer routed experts measured
+    (``reportgen.profile.expertcost``: its experts' time with the whole model's routing
+    over their time with the build's), or None where it has none."""
+    experts = depth.get("experts")
+    cost = experts.get("cost") if isinstance(experts, Mapping) else None
+    if not isinstance(cost, Mapping) or not isinstance(cost.get("factor"), (int, float)):
+        return None
+    return cost
+
+
 def experts_reached(record: Mapping[str, Any]) -> float | None:
     """How many distinct routed experts a layer of the whole model is expected to run in
     one step of ``record``'s combination, where the record was built with fewer experts
@@ -235,12 +266,19 @@ def experts_reached(record: Mapping[str, Any]) -> float | None:
 def experts_understated(record: Mapping[str, Any]) -> str:
     """The words a figure of an expert-reduced build carries where its step reaches more
     experts in the whole model than the build has ("" where it does not): the tokens then
-    share fewer experts' weights, and the experts' time reads low (the expert-reduction
-    figure on the Validation page measures by how much)."""
+    share fewer experts' weights, and the experts' time as measured reads low. Where the
+    build measured its experts' correction (``experts_cost``) and the whole-model figures
+    carry it, the words say by what factor they were scaled; else that the time is
+    understated (the expert-reduction figure on the Validation page measures both)."""
     reached = experts_reached(record)
     built = fields.get(record, "depth.experts.measured")
     if reached is None or not isinstance(built, int) or reached <= built + 0.5:
         return ""
+    section = fields.get(record, "depth")
+    cost = experts_cost(section) if isinstance(section, Mapping) else None
+    if cost is not None and section.get("whole") is not None:
+        return (f"the experts' time scaled by {float(cost['factor']):.2f} to the whole model's routing "
+                f"(about {reached:.0f} of its experts reached a layer, this build has {built})")
     return (f"the experts' time is understated: a step of the whole model reaches about "
             f"{reached:.0f} of its experts a layer, this build has {built}")
 

@@ -158,7 +158,12 @@ def test_the_record_says_so_and_the_whole_model_counts_every_expert(tmp_path: Pa
         extra={"preflight": result["preflight"]})
     section = record["depth"]
     assert section["reason"] == reduced["reason"]
+    cost = section["experts"].pop("cost")  # what the build's experts take with the whole model's routing
     assert section["experts"] == {"measured": 8, "full": 16, "top_k": 2}
+    assert cost["factor_low"] <= cost["factor"] <= cost["factor_high"] and len(cost["ratios"]) >= 5
+    assert cost["tokens_per_expert"] == {"whole": pytest.approx(cost["tokens"] * 2 / 16),
+                                         "build": pytest.approx(cost["tokens"] * 2 / 8)}
+    section["experts"]["cost"] = cost
     assert section["layers"] == 2 and section["full_layers"] == 6
     assert sections["model"]["num_layers"] == 2
     assert record["moe"]["experts"] == 8  # the routing read from the model measured
@@ -170,10 +175,11 @@ def test_the_record_says_so_and_the_whole_model_counts_every_expert(tmp_path: Pa
     tokens = record["combination"]["batch_size"] * record["combination"]["seq_len"]
     reached = 16 * (1 - (1 - 2 / 16) ** tokens)  # the whole model's experts a step reaches
     assert depth.record_label(record) == ("measured 2 of 6 layers; measured with 8 of 16 experts; "
-                                          "whole-model figures extrapolated; the experts' time is "
-                                          f"understated: a step of the whole model reaches about {reached:.0f} "
-                                          "of its experts a layer, this build has 8")
+                                          f"whole-model figures extrapolated; the experts' time scaled by "
+                                          f"{cost['factor']:.2f} to the whole model's routing (about "
+                                          f"{reached:.0f} of its experts reached a layer, this build has 8)")
     assert any("moe.router scaled by 2" in note for note in section["whole"]["notes"])
+    assert any(note.startswith(f"moe.experts scaled by {cost['factor']:.3g}") for note in section["whole"]["notes"])
     jsonschema.Draft202012Validator(json_schema(COMBINATION_KIND)).validate(json.loads(json.dumps(record)))
 
 
@@ -203,8 +209,8 @@ def test_per_token_work_is_the_same_but_the_routers() -> None:
 
 
 def test_extrapolation_scales_the_router_alone() -> None:
-    """The same measured layers read with and without fewer experts: only moe.router's
-    whole-model time differs, by the experts' ratio."""
+    """The same measured layers read with and without fewer experts, no experts'
+    correction measured: only moe.router's whole-model time differs, by the experts' ratio."""
     cats = {"embeddings": 1.0, "attention.core": 2.0, "moe.router": 1.0, "moe.experts": 4.0, "head": 1.0,
             "overhead": 1.0}
     layer = {"attention.core": 2.0, "moe.router": 1.0, "moe.experts": 4.0}
@@ -222,6 +228,66 @@ def test_extrapolation_scales_the_router_alone() -> None:
     assert fewer["categories"]["moe.router"]["ms"] == pytest.approx(4 * 3 * 1.0 * scale)
     for cat in ("embeddings", "attention.core", "moe.experts", "head"):
         assert fewer["categories"][cat]["ms"] == pytest.approx(plain["categories"][cat]["ms"])
+
+
+def test_a_measured_experts_correction_scales_the_experts_with_its_interval() -> None:
+    """With the build's experts' correction (2.5, from pairs 2, 2.5 and 3), moe.experts of
+    every layer, measured and missing, is that many times its measured time; the other
+    categories stand; the whole median's interval widens by the correction's spread."""
+    cats = {"embeddings": 1.0, "attention.core": 2.0, "moe.router": 1.0, "moe.experts": 4.0, "head": 1.0,
+            "overhead": 1.0}
+    layer = {"attention.core": 2.0, "moe.router": 1.0, "moe.experts": 4.0}
+    base = {"layers": 1, "full_layers": 3, "measured": {"moe": 1}, "full": {"moe": 3},
+            "measured_layers": [{"index": 0, "kind": "moe", "layer": "l0"}],
+            "experts": {"measured": 4, "full": 16, "top_k": 2}}
+    timing = {"median": 20.0, "ci_low": 19.0, "ci_high": 21.0}
+    attribution = {"per_layer": [{"layer": "l0", "categories": layer}],
+                   "methods": {"profiler": {"forward_ms": sum(cats.values()),
+                                            "categories": {c: {"ms": v} for c, v in cats.items()}}}}
+    cost = {"factor": 2.5, "factor_low": 2.0, "factor_high": 3.0, "ratios": [2.0, 2.5, 3.0], "tokens": 64,
+            "tokens_per_expert": {"whole": 8.0, "build": 32.0}}
+    plain = depth.extrapolate(base, timing, attribution)
+    scaled = depth.extrapolate({**base, "experts": {**base["experts"], "cost": cost}}, timing, attribution)
+    assert plain is not None and scaled is not None
+    for cat in ("embeddings", "attention.core", "moe.router", "head"):
+        assert scaled["categories"][cat]["ms"] == pytest.approx(plain["categories"][cat]["ms"])
+    assert scaled["categories"]["moe.experts"]["ms"] == pytest.approx(2.5 * plain["categories"]["moe.experts"]["ms"])
+    experts = scaled["categories"]["moe.experts"]
+    assert experts["ms_low"] < 2.5 * plain["categories"]["moe.experts"]["ms_low"]
+    assert experts["ms_high"] > 2.5 * plain["categories"]["moe.experts"]["ms_high"]
+    assert scaled["median_ms"] > plain["median_ms"]
+    assert any(n.startswith("moe.experts scaled by 2.5 [2, 3]") for n in scaled["notes"])
+    assert not any("moe.experts" in n for n in plain["notes"])
+
+
+def test_the_probe_calls_the_experts_with_each_routed_token_a_row_of_its_own() -> None:
+    """The rows the probe hands a transformers experts module reach each expert as the
+    drawn routing says: every token to top_k distinct experts, loads summing to tokens x k;
+    and the module computes on them (an output row per input row)."""
+    import torch
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+    from reportgen.profile import expertcost
+
+    generator = torch.Generator().manual_seed(0)
+    loads = expertcost.routing_loads(16, 10, 4, generator)
+    assert len(loads) == 16 and int(loads.sum()) == 40 and int(loads.max()) <= 10
+    module = Qwen3MoeExperts(Qwen3MoeConfig(hidden_size=8, moe_intermediate_size=4, num_experts=4,
+                                            num_experts_per_tok=2)).eval()
+    for p in module.parameters():
+        torch.nn.init.normal_(p)
+    hidden, index = torch.randn(3, 8), torch.tensor([[0, 1], [1, 2], [2, 3]])
+    call = expertcost._Call(module, (hidden, index, torch.rand(3, 2)), {}, experts=4)
+    reached: list[int] = []
+    handle = module.register_forward_pre_hook(lambda _m, args: reached.extend(args[1].reshape(-1).tolist()))
+    rows = expertcost._rows(torch.tensor([2, 0, 3, 1]), hidden.device)
+    with torch.no_grad():
+        out = call.with_rows(rows, torch.randn(6, 8))()
+    handle.remove()
+    assert sorted(reached) == [0, 0, 2, 2, 2, 3] and out.shape == (6, 8)
+    with pytest.raises(LookupError):  # no expert index among the arguments: nothing to probe
+        expertcost._Call(module, (hidden,), {}, experts=4)
 
 
 # --- the flag and the suite field -------------------------------------------------------------

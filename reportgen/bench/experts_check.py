@@ -190,39 +190,44 @@ def paired_ratio(reduced: Mapping[int, Sequence[float]], full: Mapping[int, Sequ
 @dataclass(frozen=True)
 class Series:
     """A record's headline attribution per iteration: each category's ms and the iteration's,
-    the router's time scaled by ``router`` (full / measured experts; 1 with every expert)."""
+    with the categories reportgen scales in a reduced build scaled by ``scales`` (the
+    router's by full / measured experts, the experts' by the build's measured correction,
+    ``depth.experts_cost``; none with every expert)."""
 
     method: str
     categories: dict[str, list[float]]
     iteration_ms: list[float]
-    router: float
+    scales: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def n(self) -> int:
         return len(self.iteration_ms)
 
-    def category(self, name: str, idx: Sequence[int]) -> float:
+    def category(self, name: str, idx: Sequence[int], scales: Mapping[str, float] | None = None) -> float:
         values = self.categories.get(name)
         if values is None:
             return 0.0
-        return math.fsum(values[i] for i in idx) * (self.router if name == depth.ROUTER else 1.0)
+        return math.fsum(values[i] for i in idx) * (self.scales if scales is None else scales).get(name, 1.0)
 
-    def forward(self, idx: Sequence[int]) -> float:
-        return math.fsum(self.iteration_ms[i] for i in idx) + self.category(depth.ROUTER, idx) * (
-            1.0 - 1.0 / self.router)
+    def forward(self, idx: Sequence[int], scales: Mapping[str, float] | None = None) -> float:
+        chosen = self.scales if scales is None else scales
+        return math.fsum(self.iteration_ms[i] for i in idx) + math.fsum(
+            self.category(c, idx, chosen) * (1.0 - 1.0 / s) for c, s in chosen.items() if s)
 
     def share(self, name: str, idx: Sequence[int]) -> float:
         total = self.forward(idx)
         return self.category(name, idx) / total if total > 0 else 0.0
 
-    def factor(self) -> float:
-        """What scaling the router's time does to the forward: the reduced median's factor."""
+    def factor(self, scales: Mapping[str, float] | None = None) -> float:
+        """What the scaling does to the forward: the reduced median's factor."""
         total = math.fsum(self.iteration_ms)
-        return self.forward(range(self.n)) / total if total > 0 else 1.0
+        return self.forward(range(self.n), scales) / total if total > 0 else 1.0
 
 
-def series(record: Mapping[str, Any]) -> Series | None:
-    """``Series`` of a record's headline method; None where it stores no per-iteration times."""
+def series(record: Mapping[str, Any], end: str = "factor") -> Series | None:
+    """``Series`` of a record's headline method; None where it stores no per-iteration times.
+    ``end``: which of the experts' correction's figures scales them (``factor``,
+    ``factor_low`` or ``factor_high``)."""
     section = shares.headline_section(fields.get(record, "attribution"))
     if not isinstance(section, Mapping) or not section.get("iteration_ms"):
         return None
@@ -232,9 +237,14 @@ def series(record: Mapping[str, Any]) -> Series | None:
             if isinstance(e, Mapping) and isinstance(e.get("per_iteration_ms"), list)
             and len(e["per_iteration_ms"]) == len(walls)}
     section_depth = fields.get(record, "depth")
-    router = depth.expert_ratio(section_depth) if isinstance(section_depth, Mapping) else 1.0
+    scales: dict[str, float] = {}
+    if isinstance(section_depth, Mapping):
+        scales[depth.ROUTER] = depth.expert_ratio(section_depth)
+        cost = depth.experts_cost(section_depth)
+        if cost is not None:
+            scales[depth.EXPERTS] = float(cost[end])
     method = str((fields.get(record, "attribution") or {}).get("headline_method") or depth.PROFILER)
-    return Series(method, cats, walls, router)
+    return Series(method, cats, walls, {c: v for c, v in scales.items() if v != 1.0})
 
 
 def share_differences(reduced: Series, full: Series) -> dict[str, dict[str, float]]:
@@ -278,7 +288,11 @@ def comparison_row(full: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[
         return None
     raw, raw_low, raw_high, per_round = paired
     factor = s_reduced.factor()
-    ratio, low, high = raw * factor, raw_low * factor, raw_high * factor
+    # the interval's ends take the experts' correction's ends too
+    ends = [series(reduced, end) for end in ("factor_low", "factor_high")]
+    ratio = raw * factor
+    low = raw_low * (ends[0].factor() if ends[0] else factor)
+    high = raw_high * (ends[1].factor() if ends[1] else factor)
     diffs = share_differences(s_reduced, s_full)
     worst = max(diffs, key=lambda c: max(abs(diffs[c]["diff_low"]), abs(diffs[c]["diff_high"])), default=None)
     latency_ok = _within([ratio - 1.0, low - 1.0, high - 1.0], LATENCY_TOLERANCE)
@@ -291,7 +305,7 @@ def comparison_row(full: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[
         "layers": fields.get(reduced, "combination.layers"),
         "experts": counts.get("measured"), "full_experts": counts.get("full"), "top_k": counts.get("top_k"),
         "reduced_ms": fields.get(reduced, "timing.median"), "full_ms": fields.get(full, "timing.median"),
-        "router_factor": factor, "ratio": ratio, "ratio_low": low, "ratio_high": high,
+        "router_factor": factor, "experts_factor": s_reduced.scales.get(depth.EXPERTS), "ratio": ratio, "ratio_low": low, "ratio_high": high,
         "rounds": len(per_round), "round_ratios": {str(r): v * factor for r, v in per_round.items()},
         "share_method": s_reduced.method,
         "worst_share_category": worst,

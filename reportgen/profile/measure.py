@@ -264,6 +264,15 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         load = expert_load(built.model, built.step, structure)
         if load is not None:
             result["moe"] = load
+        counts = (result.get("depth") or {}).get("experts")
+        if isinstance(counts, dict) and counts["measured"] < counts["full"] and combo.mode not in TRAIN_MODES:
+            from reportgen.profile.expertcost import probe
+
+            # fewer experts than the model: what its experts would take with all of them
+            cost = probe(built.model, built.step, structure, full=int(counts["full"]), top_k=int(counts["top_k"]),
+                         tokens=int(built.step.inputs_info.get("tokens") or 0), budget_s=budget_s / 2, seed=seed)
+            if cost is not None:
+                counts["cost"] = cost
     if studies:
         from reportgen.profile.studies import run_studies
 
