@@ -54,7 +54,8 @@ from typing import Any
 
 from reportgen.presets import PRESET_FULL_LAYERS, PRESETS
 from reportgen.records import fields
-from reportgen.stats.basic import median as median_of, percentiles
+from reportgen.stats.basic import median as median_of
+from reportgen.stats.basic import percentiles
 from reportgen.stats.bootstrap import CONFIDENCE, SHARE_REPLICATES, draws
 
 OVERHEAD = "overhead"

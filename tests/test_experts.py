@@ -260,34 +260,40 @@ def test_a_measured_experts_correction_scales_the_experts_with_its_interval() ->
     assert not any("moe.experts" in n for n in plain["notes"])
 
 
-def test_the_probe_calls_the_experts_with_each_routed_token_a_row_of_its_own() -> None:
-    """The rows the probe hands a transformers experts module reach each expert as the
-    drawn routing says: every token to top_k distinct experts, loads summing to tokens x k;
-    and the module computes on them (an output row per input row)."""
+def test_the_probe_widens_a_copy_of_the_experts_and_routes_the_steps_tokens_over_it() -> None:
+    """The widened copy holds the model's experts in memory of its own (the build's
+    weights repeated), counts them everywhere it counts experts, and runs as the original
+    would with that many: its output for a routing over the first experts equals the
+    original's; the original keeps its own weights. Where the copy cannot hold every
+    expert the tokens split over calls of as many as fit."""
     import torch
     from transformers import Qwen3MoeConfig
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
 
     from reportgen.profile import expertcost
 
-    generator = torch.Generator().manual_seed(0)
-    loads = expertcost.routing_loads(16, 10, 4, generator)
-    assert len(loads) == 16 and int(loads.sum()) == 40 and int(loads.max()) <= 10
-    module = Qwen3MoeExperts(Qwen3MoeConfig(hidden_size=8, moe_intermediate_size=4, num_experts=4,
-                                            num_experts_per_tok=2)).eval()
+    config = Qwen3MoeConfig(hidden_size=8, moe_intermediate_size=4, num_experts=4, num_experts_per_tok=2)
+    module = Qwen3MoeExperts(config).eval()
+    module.config = config
     for p in module.parameters():
         torch.nn.init.normal_(p)
-    hidden, index = torch.randn(3, 8), torch.tensor([[0, 1], [1, 2], [2, 3]])
-    call = expertcost._Call(module, (hidden, index, torch.rand(3, 2)), {}, experts=4)
-    reached: list[int] = []
-    handle = module.register_forward_pre_hook(lambda _m, args: reached.extend(args[1].reshape(-1).tolist()))
-    rows = expertcost._rows(torch.tensor([2, 0, 3, 1]), hidden.device)
+    wide = expertcost.widened(module, 4, 10)
+    assert wide.num_experts == 10 and module.num_experts == 4
+    assert wide.gate_up_proj.shape[0] == 10 and module.gate_up_proj.shape[0] == 4
+    assert wide.gate_up_proj.data_ptr() != module.gate_up_proj.data_ptr()
+    assert torch.equal(wide.down_proj[7], module.down_proj[3])
+    assert expertcost.expert_bytes(module, 4) == 4 * (8 * 8 + 8 * 4)
+    hidden, index, weights = torch.randn(3, 8), torch.tensor([[0, 1], [1, 2], [2, 3]]), torch.rand(3, 2)
+    call = expertcost._Call((hidden, index, weights), {}, experts=4)
     with torch.no_grad():
-        out = call.with_rows(rows, torch.randn(6, 8))()
-    handle.remove()
-    assert sorted(reached) == [0, 0, 2, 2, 2, 3] and out.shape == (6, 8)
+        assert torch.allclose(call.routed(wide.forward, index)(), module(hidden, index, weights))
+        assert call.routed(wide.forward, torch.tensor([[8, 9]]))().shape == (1, 8)
     with pytest.raises(LookupError):  # no expert index among the arguments: nothing to probe
-        expertcost._Call(module, (hidden,), {}, experts=4)
+        expertcost._Call((hidden,), {}, experts=4)
+    assert expertcost.plan(full=128, built=8, tokens=128, top_k=8, fits=1000) == (128, 1)
+    assert expertcost.plan(full=256, built=8, tokens=128, top_k=8, fits=45) == (43, 6)
+    assert expertcost.plan(full=256, built=8, tokens=1, top_k=8, fits=45) == (45, 1)  # one token: one call
+    assert expertcost.plan(full=256, built=8, tokens=128, top_k=8, fits=2) == (8, 32)  # never below the build
 
 
 # --- the flag and the suite field -------------------------------------------------------------

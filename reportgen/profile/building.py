@@ -26,6 +26,7 @@ from reportgen.profile.layers import first as _first
 from reportgen.profile.layers import layer_stack
 from reportgen.profile.modelspec import MICRO, DepthPlan, ModelSpec, spec_of
 from reportgen.profile.modes import train_step
+from reportgen.profile.routing import even_routing
 from reportgen.profile.shrink import (
     FF_NAMES,
     HEAD_DIM_NAMES,
@@ -359,6 +360,9 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
             torch.manual_seed(seed)
             model = _instantiate(config, arch, impl, dtype, dev, seed, remote_code=spec.remote_code,
                                  mode=combo.mode)
+        # a random router does not spread tokens as a trained one: the experts run an even
+        # draw (reportgen.profile.routing), part of the model as built (kept with it)
+        even_routing(model, seed)
         wiring = _wiring(model) if key is not None else ()
     main = getattr(model, "main_input_name", main)
     info = model_info(spec.name, model, arch)

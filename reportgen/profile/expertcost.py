@@ -5,67 +5,67 @@ every expert of the model: the correction factor the whole-model figures scale t
 A step that routes T tokens, each to k of the model's E experts, gives each expert about
 T k / E of them; a build with N < E experts gives each T k / N. Where T k / E is small
 (a prefill, a decode of a large batch) the whole model runs many small products, each
-reading its expert's weights, and the build runs few large ones over the same tokens:
-measured as it runs, the build's experts read low by up to half (the expert-reduction
-figure on the Validation page).
+reading its own expert's weights, and the build runs few large ones over the same tokens:
+measured as it runs, the build's experts read low (by 46% in Qwen3-30B-A3B's prefill of
+128 tokens with 8 of its 128 experts, on this project's 2-core host).
 
-The probe calls the build's own experts module (its implementation, weights, dtype and
-device) outside the forward, with each routed token as a row of its own (index shape
-``[rows, 1]``):
+The probe times the build's first experts module two ways, alternately, ``reps`` times
+after one warm-up of each:
 
-* **whole**: a routing of T tokens over E experts drawn as a router spreads them (each
-  token to k distinct experts, evenly at random); the experts it reaches, in groups of N,
-  each group's rows one call of the module, so every group runs the products the whole
-  model's experts would, on N experts' weights (each group's N experts were read N
-  experts earlier, as in the whole layer: no weights stay in a cache the layer's would not);
-* **build**: a routing of T tokens over the build's N experts, drawn the same way, in one
+* **build**: its call in the measured step, replayed with the same arguments (the step's
+  tokens, routed as every step routes them, ``reportgen.profile.routing``);
+* **whole**: a copy of the module widened to M experts, the build's weights repeated into
+  M experts' memory of their own, called with the step's tokens routed over M experts the
+  same way. M is E where E experts' weights fit in half the memory the device has free
+  (one layer's experts: the whole model's call, the same implementation, shapes and
+  layout); where they do not, M is the most that fit and the tokens are split into C =
+  E / M calls of T / C tokens each (each expert still gets T k / E tokens on average;
+  the C - 1 extra calls' fixed cost, a few tensors allocated and indexed, is then in the
+  figure). A step whose tokens reach no more experts than M (a decode of one token) is one
   call.
 
-Both are timed alternately, each with a fresh routing, ``reps`` times after one warm-up
-of each; the factor is the median of whole / build over the pairs, its interval a
-percentile bootstrap over them. Each group is a call of its own where the whole layer
-makes one: the extra calls' fixed cost (a few tensors allocated and indexed) is in
-``whole``, small beside the products wherever there are several groups (a step that
-reaches no more experts than the build has makes one call, and its factor is about 1).
-
-Only a module of stacked experts called with the tokens, the router's integer expert
-indices and their weights (transformers' experts modules) can be probed; for any other
-(a list of expert modules the layer calls one by one) ``probe`` returns None and the
-figures keep saying the experts' time is understated.
+The factor is the median of whole / build over the pairs, its interval a percentile
+bootstrap over them. Only a module of stacked experts called with the tokens, the
+router's integer expert indices and their weights (transformers' experts modules) can be
+probed; for any other (a list of expert modules the layer calls one by one) ``probe``
+returns None and the figures keep saying the experts' time is understated.
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from reportgen.profile.routing import _index_tensor, _stacked_count
+from reportgen.profile.routing import _index_tensor, _stacked_count, draw
 from reportgen.profile.step import StepLike, run_hooked
 from reportgen.profile.structure import Structure, is_experts
 from reportgen.stats.basic import percentiles
 from reportgen.stats.bootstrap import CONFIDENCE, draws
 
-METHOD = ("the build's experts module called outside the forward, each routed token a row of its own: the whole "
-          "model's routing of the step's tokens (each to top_k of every expert, evenly at random) in groups of the "
-          "build's experts, against the build's own routing in one call, alternately; factor: the median of "
+METHOD = ("the build's experts module timed in its call of the measured step (replayed) against a copy widened "
+          "to the model's experts (or as many as fit in half the free memory, the tokens split over the calls that "
+          "makes) called with the step's tokens routed over them the same way, alternately; factor: the median of "
           "their ratio over the pairs")
 MIN_REPS = 5
 MAX_REPS = 9
 SEED = 0
 REPLICATES = 2000
+ROOM = 0.5  # of the device's free memory, for the widened copy's weights
 
 
 class _Call:
     """One captured call of an experts module: where its tokens, indices and weights sit
     among the arguments, to call it again with other routings."""
 
-    def __init__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], experts: int) -> None:
-        self.module, self.args, self.kwargs = module, list(args), dict(kwargs)
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any], experts: int) -> None:
+        self.args, self.kwargs = list(args), dict(kwargs)
         index = _index_tensor(args, kwargs, experts)
         if index is None or index.dim() != 2:
             raise LookupError("no [tokens, k] expert index among the experts' arguments")
@@ -80,35 +80,75 @@ class _Call:
                 return value
         raise LookupError("the experts' arguments hold no tokens and weights beside the index")
 
-    def with_rows(self, experts_of_rows: torch.Tensor, hidden: torch.Tensor) -> Callable[[], Any]:
-        """The module called on ``len(experts_of_rows)`` rows, row i routed to that expert."""
-        rows = int(experts_of_rows.numel())
-        swap = {id(self.index): experts_of_rows.view(rows, 1).to(self.index.dtype),
-                id(self.hidden): hidden[:rows],
-                id(self.weights): torch.ones(rows, 1, dtype=self.weights.dtype, device=self.weights.device)}
+    def routed(self, forward: Callable[..., Any], index: torch.Tensor) -> Callable[[], Any]:
+        """``forward`` called on the first ``len(index)`` tokens, routed by ``index``
+        ([tokens, k] expert numbers)."""
+        rows = int(index.shape[0])
+        swap = {id(self.index): index.to(device=self.index.device, dtype=self.index.dtype),
+                id(self.hidden): self.hidden[:rows], id(self.weights): self.weights[:rows]}
         args = [swap.get(id(a), a) if isinstance(a, torch.Tensor) else a for a in self.args]
         kwargs = {k: swap.get(id(v), v) if isinstance(v, torch.Tensor) else v for k, v in self.kwargs.items()}
-        return lambda: self.module(*args, **kwargs)
+        return lambda: forward(*args, **kwargs)
 
 
-def routing_loads(experts: int, tokens: int, top_k: int, generator: torch.Generator) -> torch.Tensor:
-    """Tokens per expert when ``tokens`` tokens each go to ``top_k`` distinct experts of
-    ``experts``, drawn evenly at random."""
-    picks = torch.rand(tokens, experts, generator=generator).topk(top_k, dim=1).indices
-    return torch.bincount(picks.reshape(-1), minlength=experts)
+def widened(module: nn.Module, built: int, width: int) -> nn.Module:
+    """A copy of a stacked experts ``module`` (``built`` experts) holding ``width``: each
+    per-expert parameter repeated into memory of its own, each attribute that counts the
+    experts set to ``width``; no hooks. The original is untouched."""
+    wide = copy.copy(module)
+    for hooks in ("_forward_pre_hooks", "_forward_hooks", "_forward_pre_hooks_with_kwargs",
+                  "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_hooks",
+                  "_backward_pre_hooks"):
+        if hasattr(module, hooks):
+            object.__setattr__(wide, hooks, OrderedDict())
+    object.__setattr__(wide, "_parameters", dict(module._parameters))
+    picks = torch.arange(width) % built
+    for name, param in module._parameters.items():
+        if param is not None and param.dim() >= 2 and int(param.shape[0]) == built:
+            grown = param.detach().index_select(0, picks.to(param.device))
+            wide._parameters[name] = nn.Parameter(grown, requires_grad=False)
+    for name, value in vars(module).items():
+        if type(value) is int and value == built:
+            object.__setattr__(wide, name, width)
+    return wide
 
 
-def _rows(loads: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Each row's expert, for ``loads`` tokens per expert (experts numbered from 0)."""
-    return torch.repeat_interleave(torch.arange(len(loads)), loads).to(device)
+def expert_bytes(module: nn.Module, built: int) -> int:
+    """One expert's weights in ``module``, in bytes."""
+    return sum(p.numel() * p.element_size() for p in module.parameters(recurse=False)
+               if p.dim() >= 2 and int(p.shape[0]) == built) // built
+
+
+def room(device: torch.device) -> int:
+    """Bytes the widened copy may take: ``ROOM`` of what the device has free."""
+    from reportgen.profile.preflight import available
+
+    try:
+        free, _where = available(str(device))
+    except RuntimeError:  # nothing says what is free: no copy wider than the build
+        return 0
+    return int(ROOM * free)
+
+
+def plan(full: int, built: int, tokens: int, top_k: int, fits: int) -> tuple[int, int]:
+    """(M, C): the experts the widened copy holds and the calls the step's tokens are
+    split into, with at most ``fits`` experts in memory (module docstring)."""
+    most = max(built, min(full, fits))
+    if most >= full:
+        return full, 1
+    reached = full * (1.0 - (1.0 - top_k / full) ** tokens)
+    calls = max(1, min(tokens, -(-full // most))) if reached > most else 1
+    width = max(built, min(most, -(-full // calls)))
+    return width, calls
 
 
 def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, top_k: int, tokens: int,
-          budget_s: float = 10.0, seed: int = SEED) -> dict[str, Any] | None:
+          budget_s: float = 10.0, seed: int = SEED, memory: int | None = None) -> dict[str, Any] | None:
     """The correction factor for a build with fewer routed experts than ``full``: the
-    first routed experts module's time with the whole model's routing of ``tokens`` over
-    its time with the build's (module docstring). None where the model has no stacked
-    experts module called with an expert index, or builds every expert."""
+    first routed experts module's time with the whole model's experts over its time in
+    the measured step (module docstring). ``memory``: bytes the widened copy may take
+    (default: ``room``). None where the model has no stacked experts module called with
+    an expert index, or builds every expert."""
     modules = dict(model.named_modules())
     target = next((modules[fqn] for fqn, info in structure.roles.items()
                    if info.role == "experts" and info.container == "moe" and fqn in modules
@@ -125,49 +165,47 @@ def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, 
         if not seen:
             seen.append((args, kwargs))
 
+    # registered after the step's own routing hook: it sees the indices the experts ran
     run_hooked(step, [target.register_forward_pre_hook(capture, with_kwargs=True)])
     if not seen:
         return None
     try:
-        call = _Call(target, *seen[0], experts=built)
+        call = _Call(*seen[0], experts=built)
     except LookupError:
         return None
-    device = call.hidden.device
+    steps = int(call.index.shape[0])
+    per_expert = max(1, expert_bytes(target, built))
+    space = room(call.hidden.device) if memory is None else memory
+    width, calls = plan(full, built, steps, top_k, space // per_expert)
+    wide = widened(target, built, width)
     generator = torch.Generator().manual_seed(seed)
-    most = max(tokens * top_k, 1)
-    hidden = torch.randn(most, call.hidden.shape[1], generator=generator).to(device=device, dtype=call.hidden.dtype)
-    scale = float(call.hidden.float().std()) if call.hidden.numel() > 1 else 1.0
-    hidden.mul_(scale if scale > 0 else 1.0)
-
-    def sync() -> None:
-        step.sync()
+    chunks = [len(c) for c in torch.arange(steps).tensor_split(calls)]
 
     def whole_calls() -> list[Callable[[], Any]]:
-        loads = routing_loads(full, tokens, top_k, generator)
-        hit = loads[loads > 0]  # the experts the step reaches, N to a call
-        padded = torch.cat([hit, hit.new_zeros(-len(hit) % built)]).view(-1, built)
-        return [call.with_rows(_rows(group, device), hidden) for group in padded]
+        return [call.routed(wide.forward, draw(n, width, top_k, generator)) for n in chunks if n]
 
-    def build_calls() -> list[Callable[[], Any]]:
-        return [call.with_rows(_rows(routing_loads(built, tokens, top_k, generator), device), hidden)]
+    build = [lambda: target(*call.args, **call.kwargs)]
 
-    def timed(calls: list[Callable[[], Any]]) -> float:
-        sync()
+    def timed(runs: list[Callable[[], Any]]) -> float:
+        step.sync()
         start = time.perf_counter()
         with torch.no_grad():
-            for run in calls:
+            for run in runs:
                 run()
-        sync()
+        step.sync()
         return (time.perf_counter() - start) * 1e3
 
     whole_ms: list[float] = []
     build_ms: list[float] = []
-    timed(whole_calls())  # warm-up, each side once
-    timed(build_calls())
-    began = time.perf_counter()
-    while len(whole_ms) < MAX_REPS and (len(whole_ms) < MIN_REPS or time.perf_counter() - began < budget_s):
-        whole_ms.append(timed(whole_calls()))
-        build_ms.append(timed(build_calls()))
+    try:
+        timed(whole_calls())  # warm-up, each side once
+        timed(build)
+        began = time.perf_counter()
+        while len(whole_ms) < MAX_REPS and (len(whole_ms) < MIN_REPS or time.perf_counter() - began < budget_s):
+            whole_ms.append(timed(whole_calls()))
+            build_ms.append(timed(build))
+    finally:
+        del wide
     ratios = [w / b for w, b in zip(whole_ms, build_ms)]
     factor = statistics.median(ratios)
     boot = draws(lambda idx: statistics.median([ratios[i] for i in idx]), [len(ratios)], reps=REPLICATES, seed=seed)
@@ -175,7 +213,8 @@ def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, 
     return {
         "factor": factor, "factor_low": min(low, factor), "factor_high": max(high, factor),
         "ratios": ratios, "whole_ms": statistics.median(whole_ms), "build_ms": statistics.median(build_ms),
-        "tokens": tokens, "reached": float(full * (1.0 - (1.0 - top_k / full) ** tokens)),
-        "tokens_per_expert": {"whole": tokens * top_k / full, "build": tokens * top_k / built},
+        "tokens": steps, "reached": float(full * (1.0 - (1.0 - top_k / full) ** steps)),
+        "widened_to": width, "calls": len([n for n in chunks if n]),
+        "tokens_per_expert": {"whole": steps * top_k / full, "build": steps * top_k / built},
         "method": METHOD,
     }
