@@ -17,7 +17,7 @@ from reportgen.stats import bootstrap_ratio
 from reportgen.suite import load_suite
 
 MODEL = "granitemoe-1b-a400m"
-PLAN = E.Plan(models=(E.ExpertModel(MODEL, 4, (8,), "a constructed model"),))
+PLAN = E.Plan(models=(E.ExpertModel(MODEL, 4, (8,), "a constructed model"),), modes=("prefill",))
 # the host's speed in each round: it wanders by tens of percent between rounds
 DRIFT = (1.0, 1.3, 0.8, 1.15, 0.9, 1.25)
 SHARES = {"attention.qkv": 0.10, "attention.core": 0.05, "moe.router": 0.01, "moe.experts": 0.70,
@@ -97,8 +97,9 @@ def test_a_slower_reduced_model_fails_and_says_what_the_experts_took_per_token()
     assert row["ratio"] == pytest.approx(0.92) and not row["latency_ok"] and row["shares_ok"]
     assert row["experts_ms_per_token"] == pytest.approx(0.92 * 70.0 / 128)
     assert row["full_experts_ms_per_token"] == pytest.approx(70.0 / 128)
-    assert any(n.startswith(f"{MODEL} with 8 of 32 experts: latency -8.0%") for n in fig["notes"])
-    assert any("moe.experts took 503 µs per token against 547 µs with all 32 (-8.0%)" in n for n in fig["notes"])
+    assert any(n.startswith(f"{MODEL} with 8 of 32 experts, prefill: latency -8.0%") for n in fig["notes"])
+    assert any("moe.experts took 503 µs per token as built, against 547 µs with all 32 (-8.0% as built)" in n
+               for n in fig["notes"])
 
 
 def test_an_interval_that_reaches_past_the_bound_fails() -> None:
@@ -135,13 +136,33 @@ def test_the_router_is_scaled_as_reportgen_scales_a_reduced_model() -> None:
     assert row["shares"]["moe.experts"]["reduced"] == pytest.approx(0.70 / 1.03)
 
 
+def test_the_experts_are_scaled_by_the_builds_measured_correction_with_its_spread() -> None:
+    # built with 8 of 32 experts, its experts read 70 ms of 100 as built; the build measured
+    # that they take 1.2x that with every expert (pairs 1.1 to 1.3): the reduced latency is
+    # 100 + 70 x 0.2 = 114, the experts' share 84 / 114, and the interval takes the pairs' spread
+    shares = no_router(SHARES)
+    reduced = record(100.0, experts=8, shares=shares)
+    reduced["depth"]["experts"]["cost"] = {"factor": 1.2, "factor_low": 1.1, "factor_high": 1.3,
+                                           "ratios": [1.1, 1.15, 1.2, 1.25, 1.3], "tokens": 128}
+    full = {**shares, "moe.experts": 0.84 / 1.14}
+    full = {c: (v if c == "moe.experts" else v / 1.14) for c, v in full.items()}
+    row = E.rows([record(114.0, shares=full), reduced])[0]
+    assert row["experts_factor"] == pytest.approx(1.2) and row["router_factor"] == pytest.approx(1.14)
+    assert row["ratio"] == pytest.approx(1.0)
+    assert row["shares"]["moe.experts"]["reduced"] == pytest.approx(0.84 / 1.14)
+    plain = E.rows([record(114.0, shares=full), {**reduced, "depth": {**reduced["depth"], "experts": {
+        k: v for k, v in reduced["depth"]["experts"].items() if k != "cost"}}}])[0]
+    assert plain["ratio"] == pytest.approx(100 / 114) and plain["experts_factor"] is None
+    assert row["ratio_high"] - row["ratio_low"] > (plain["ratio_high"] - plain["ratio_low"]) * 1.14 + 0.05
+
+
 def test_a_count_not_measured_fails_the_figure_and_says_why() -> None:
-    plan = E.Plan(models=(E.ExpertModel(MODEL, 4, (8, 16), "a constructed model"),))
+    plan = E.Plan(models=(E.ExpertModel(MODEL, 4, (8, 16), "a constructed model"),), modes=("prefill",))
     shares = no_router(SHARES)
     fig = E.summarise([record(100.0, shares=shares), record(100.0, experts=8, shares=shares),
                        record(100.0, experts=16, shares=shares, status="failed")], plan)
     assert fig["status"] == "fail" and len(fig["rows"]) == 1
-    assert f"{MODEL} with 16 experts: not measured beside the model with every expert" in fig["notes"]
+    assert f"{MODEL} with 16 experts, prefill: not measured beside the model with every expert" in fig["notes"]
     assert any(n.startswith("Failed: ") and "out of memory" in n for n in fig["notes"])
     # the model asked for with every expert but built with fewer (it did not fit): no reference
     squeezed = record(100.0, shares=shares)
@@ -162,9 +183,10 @@ def test_the_suite_measures_each_model_with_every_expert_and_each_count(tmp_path
     assert {(c.model, c.layers, c.experts) for c in suite.combinations()} == {
         (m.model, m.layers, n) for m in E.MODELS for n in (None, *m.counts)}
     assert {(c.mode, c.seq_len, c.batch_size, c.dtype, c.attn_implementation, c.scale)
-            for c in suite.combinations()} == {("prefill", 128, 1, "fp32", "sdpa", "reference")}
+            for c in suite.combinations()} == {(mode, 128, 1, "fp32", "sdpa", "reference")
+                                               for mode in ("prefill", "decode")}
     # every combination takes the same rounds, so each reduced round has its partner
-    assert suite.settings.rounds == suite.settings.min_rounds == E.Plan().rounds == 6
+    assert suite.settings.rounds == suite.settings.min_rounds == E.Plan().rounds == 10
     assert {m.model for m in E.MODELS} == {"granitemoe-1b-a400m", "qwen3-30b-a3b"}
 
 
@@ -182,7 +204,7 @@ def test_the_bench_runs_the_figure_and_the_page_shows_it() -> None:
     assert "Expert-reduced measurement" in page and "0.9200" in page
     assert "| combination | experts | full&#95;experts |" in page
     assert f"| {MODEL}--prefill--4l--8e | 8 | 32 |" in page
-    assert "moe.experts took 503 µs per token" in page
+    assert "moe.experts took 503 µs per token as built" in page
     spec = chart_specs(doc)[E.NAME]
     assert [v["ratio"] for v in spec["data"]["values"]] == pytest.approx([0.92])
 

@@ -2,28 +2,33 @@
 
 ``--experts N`` builds each mixture-of-experts layer with N of its routed experts (each
 token still routed to as many, of the same size, beside the same shared experts) and
-takes the forward's time per token and its category shares as the whole model's, the
-router's time scaled by full / measured (``reportgen.depth``). This figure checks that
-claim on a model that fits with all its experts: the same model, at the same reduced
-depth (the depth extrapolation is validated on its own, ``depth_check``), measured with
-all of them and with fewer, in one suite run (prefill, 128 tokens, batch 1, fp32; each
-combination in rounds, each round a fresh worker process; round r of every combination
-runs in one shuffled stretch of the suite, ``execute.rounds.order``).
+takes the forward's time, scaled where the build differs from the whole model, as the
+whole model's (``reportgen.depth``): the router's time by full / measured (it scores
+every expert), the experts' time by the correction the build measured
+(``reportgen.profile.expertcost``: its experts module widened to every expert, against its
+own call). This figure checks that claim on a model that fits with all its experts: the
+same model, at the same reduced depth (the depth extrapolation is validated on its own,
+``depth_check``), measured with all of them and with fewer, in one suite run (prefill at
+128 tokens, where the whole model's step reaches nearly every expert, and a decode step
+after them, where it reaches top-k; batch 1, fp32; each combination in rounds, each round
+a fresh worker process; round r of every combination runs in one shuffled stretch of the
+suite, ``execute.rounds.order``).
 
 Two families: Granite's 32 experts and Qwen3's 128 (8 per token in both), each also
 with as few experts as a reduction may keep (8) and with a count between.
 
 Two checks per reduced combination:
 
-* **Latency**: its median, scaled as reportgen scales a reduced model's (the router's time
-  times full / measured), over the median with every expert. The host's speed wanders by
-  tens of percent within minutes, so the ratio is taken per round (the two combinations'
-  round r ran minutes apart at most) and the interval is a two-level bootstrap over the
-  paired rounds, then the samples within each (``stats.two_level``), as the ablation pairs
-  its forwards.
-* **Shares**: each category's share by the headline attribution method (the router's
-  time scaled the same way) less its share with every expert, with a bootstrap interval
-  over both records' attributed iterations (``stats.two_sample_intervals``).
+* **Latency**: its median, scaled as reportgen scales a reduced model's, over the median
+  with every expert. The host's speed wanders by tens of percent within minutes, so the
+  ratio is taken per round (the two combinations' round r ran minutes apart at most) and
+  the interval is a two-level bootstrap over the paired rounds, then the samples within
+  each (``stats.two_level``), as the ablation pairs its forwards; each replicate takes a
+  resample of the correction's own pairs.
+* **Shares**: each category's share by the headline attribution method (the router's and
+  the experts' time scaled the same way) less its share with every expert, with a
+  bootstrap interval over both records' attributed iterations
+  (``stats.two_sample_intervals``).
 
 A row passes when the latency ratio and its whole interval lie within
 ``LATENCY_TOLERANCE`` of 1 and every share difference and its whole interval within
@@ -38,6 +43,7 @@ import dataclasses
 import json
 import math
 import shutil
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,7 +69,7 @@ QUESTION = (
     "with fewer of its routed experts (--experts N) those of the same model built with all of them?")
 LATENCY_TOLERANCE = 0.05  # reduced (router scaled) / all experts - 1
 SHARE_TOLERANCE = 0.02  # a share with fewer experts less its share with all, in absolute terms (2 points)
-MODE = "prefill"
+MODES = ("prefill", "decode")
 SEQ_LEN = 128
 SEED = 0
 REPLICATES = 2000
@@ -99,7 +105,7 @@ class Plan:
     """What the figure measures and how long (the suite's settings, as ``depth_check.Plan``)."""
 
     models: tuple[ExpertModel, ...] = MODELS
-    mode: str = MODE
+    modes: tuple[str, ...] = MODES
     seq_len: int = SEQ_LEN
     scale: str = "reference"
     # every combination takes exactly ``rounds`` rounds (min_rounds = rounds), so each round
@@ -107,9 +113,9 @@ class Plan:
     # 1.5 s of timing a round: Granite's 4 layers take about 0.2 s a forward at 128 tokens on
     # the 2-core host, Qwen3's 2 layers with all 128 experts about 0.6 s (the cpu-today run,
     # whose rounds of it took 15 s profiled and 3.5 s each after): about 3 minutes in all
-    budget_s: float = 9.0
-    rounds: int = 6
-    min_rounds: int = 6
+    budget_s: float = 15.0
+    rounds: int = 10
+    min_rounds: int = 10
     target: float = 0.05
     profile_iterations: int = 3
     timeout_s: float = 1800.0
@@ -117,7 +123,7 @@ class Plan:
 
 QUICK = Plan(models=(ExpertModel("granitemoe-1b-a400m", 2, (2,), "the granitemoe preset at tiny widths "
                                  "(4 experts, 2 per token)"),),
-             seq_len=32, scale="tiny", budget_s=0.6, rounds=2, min_rounds=2, timeout_s=600.0)
+             modes=("prefill",), seq_len=32, scale="tiny", budget_s=0.6, rounds=2, min_rounds=2, timeout_s=600.0)
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
@@ -129,7 +135,7 @@ def suite_text(plan: Plan, name: str = "expert-check") -> str:
     """The suite (TOML) that measures each model of ``plan`` with every expert and with each
     of its counts: one matrix entry per (model, count)."""
     def entry(m: ExpertModel, experts: int | None) -> str:
-        return (f"\n[[matrix]]\nmodels = [{json.dumps(m.model)}]\nmodes = [{json.dumps(plan.mode)}]\n"
+        return (f"\n[[matrix]]\nmodels = [{json.dumps(m.model)}]\nmodes = {json.dumps(list(plan.modes))}\n"
                 f"seq_lens = [{plan.seq_len}]\nattn = [\"sdpa\"]\n"
                 + (f"layers = {m.layers}\n" if m.layers is not None else "")
                 + (f"experts = {experts}\n" if experts is not None else ""))
@@ -162,12 +168,15 @@ def round_samples(record: Mapping[str, Any]) -> dict[int, list[float]]:
 
 
 def paired_ratio(reduced: Mapping[int, Sequence[float]], full: Mapping[int, Sequence[float]], *,
-                 reps: int = REPLICATES, seed: int = SEED, confidence: float = CONFIDENCE
+                 reps: int = REPLICATES, seed: int = SEED, confidence: float = CONFIDENCE,
+                 scale: Callable[[np.random.Generator], float] | None = None,
                  ) -> tuple[float, float, float, dict[int, float]] | None:
     """The reduced median over the full one, paired by round: the median over rounds of each
     round's median ratio, a two-level percentile bootstrap interval (the paired rounds drawn
     with replacement, then each side's samples within each drawn round), and the per-round
-    ratios. None without a round both sides have."""
+    ratios. None without a round both sides have. ``scale``: a factor each replicate is
+    multiplied by, drawn from the same generator (a correction's own resample; the point
+    and the per-round ratios are left unscaled)."""
     import numpy as np
 
     common = sorted(set(reduced) & set(full))
@@ -180,11 +189,11 @@ def paired_ratio(reduced: Mapping[int, Sequence[float]], full: Mapping[int, Sequ
     def replicate(rng: np.random.Generator, picked: NDArray[Any]) -> float:
         ratios = [np.median(a[g][rng.integers(0, len(a[g]), len(a[g]))])
                   / np.median(b[g][rng.integers(0, len(b[g]), len(b[g]))]) for g in picked]
-        return float(np.median(ratios))
+        return float(np.median(ratios)) * (scale(rng) if scale is not None else 1.0)
 
     low, high = stats.percentiles(two_level(len(common), replicate, reps=reps, seed=seed), confidence)
     point = float(np.median(list(per_round.values())))
-    return point, min(low, point), max(high, point), per_round
+    return point, low, high, per_round
 
 
 @dataclass(frozen=True)
@@ -224,10 +233,8 @@ class Series:
         return self.forward(range(self.n), scales) / total if total > 0 else 1.0
 
 
-def series(record: Mapping[str, Any], end: str = "factor") -> Series | None:
-    """``Series`` of a record's headline method; None where it stores no per-iteration times.
-    ``end``: which of the experts' correction's figures scales them (``factor``,
-    ``factor_low`` or ``factor_high``)."""
+def series(record: Mapping[str, Any]) -> Series | None:
+    """``Series`` of a record's headline method; None where it stores no per-iteration times."""
     section = shares.headline_section(fields.get(record, "attribution"))
     if not isinstance(section, Mapping) or not section.get("iteration_ms"):
         return None
@@ -242,7 +249,7 @@ def series(record: Mapping[str, Any], end: str = "factor") -> Series | None:
         scales[depth.ROUTER] = depth.expert_ratio(section_depth)
         cost = depth.experts_cost(section_depth)
         if cost is not None:
-            scales[depth.EXPERTS] = float(cost[end])
+            scales[depth.EXPERTS] = float(cost["factor"])
     method = str((fields.get(record, "attribution") or {}).get("headline_method") or depth.PROFILER)
     return Series(method, cats, walls, {c: v for c, v in scales.items() if v != 1.0})
 
@@ -282,17 +289,26 @@ def _within(values: Sequence[float], bound: float) -> bool:
 def comparison_row(full: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[str, Any] | None:
     """One reduced record against its model with every expert; None where either lacks the
     rounds or the per-iteration attribution the comparison reads."""
-    paired = paired_ratio(round_samples(reduced), round_samples(full))
     s_reduced, s_full = series(reduced), series(full)
-    if paired is None or s_reduced is None or s_full is None:
+    if s_reduced is None or s_full is None:
         return None
-    raw, raw_low, raw_high, per_round = paired
     factor = s_reduced.factor()
-    # the interval's ends take the experts' correction's ends too
-    ends = [series(reduced, end) for end in ("factor_low", "factor_high")]
+    # each replicate takes the correction's own resample (the pairs it was measured in)
+    section = fields.get(reduced, "depth")
+    cost = depth.experts_cost(section) if isinstance(section, Mapping) else None
+    pairs = [float(r) for r in (cost or {}).get("ratios") or []]
+
+    def scaled(rng: np.random.Generator) -> float:
+        picked = statistics.median(pairs[int(i)] for i in rng.integers(0, len(pairs), len(pairs)))
+        return s_reduced.factor({**s_reduced.scales, depth.EXPERTS: picked})
+
+    paired = paired_ratio(round_samples(reduced), round_samples(full), scale=scaled if pairs else
+                          (lambda _rng: factor))
+    if paired is None:
+        return None
+    raw, low, high, per_round = paired
     ratio = raw * factor
-    low = raw_low * (ends[0].factor() if ends[0] else factor)
-    high = raw_high * (ends[1].factor() if ends[1] else factor)
+    low, high = min(low, ratio), max(high, ratio)
     diffs = share_differences(s_reduced, s_full)
     worst = max(diffs, key=lambda c: max(abs(diffs[c]["diff_low"]), abs(diffs[c]["diff_high"])), default=None)
     latency_ok = _within([ratio - 1.0, low - 1.0, high - 1.0], LATENCY_TOLERANCE)
@@ -301,11 +317,13 @@ def comparison_row(full: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[
                                                                          or 1)
     counts = fields.get(reduced, "depth.experts") or {}
     return {
-        "model": fields.get(full, "combination.model"), "combination": fields.get(reduced, "id"),
+        "model": fields.get(full, "combination.model"), "mode": fields.get(reduced, "combination.mode"),
+        "combination": fields.get(reduced, "id"),
         "layers": fields.get(reduced, "combination.layers"),
         "experts": counts.get("measured"), "full_experts": counts.get("full"), "top_k": counts.get("top_k"),
         "reduced_ms": fields.get(reduced, "timing.median"), "full_ms": fields.get(full, "timing.median"),
-        "router_factor": factor, "experts_factor": s_reduced.scales.get(depth.EXPERTS), "ratio": ratio, "ratio_low": low, "ratio_high": high,
+        "router_factor": factor, "experts_factor": s_reduced.scales.get(depth.EXPERTS),
+        "ratio": ratio, "ratio_low": low, "ratio_high": high,
         "rounds": len(per_round), "round_ratios": {str(r): v * factor for r, v in per_round.items()},
         "share_method": s_reduced.method,
         "worst_share_category": worst,
@@ -325,13 +343,14 @@ def rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """A row per reduced record (``combination.experts`` set) whose model was measured at the
     same depth with every expert (both ``ok``)."""
     def key(r: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (fields.get(r, "combination.model"), fields.get(r, "combination.layers"),
-                fields.get(r, "combination.scale"), fields.get(r, "combination.seq_len"))
+        return (fields.get(r, "combination.model"), fields.get(r, "combination.mode"),
+                fields.get(r, "combination.layers"), fields.get(r, "combination.scale"),
+                fields.get(r, "combination.seq_len"))
 
     fulls = {key(r): r for r in records if fields.get(r, "combination.experts") is None and is_ok(r)
              and not _reduced_by_preflight(r)}
     reduced = sorted((r for r in records if fields.get(r, "combination.experts") is not None and is_ok(r)),
-                     key=lambda r: (str(fields.get(r, "combination.model")),
+                     key=lambda r: (str(fields.get(r, "combination.model")), str(fields.get(r, "combination.mode")),
                                     int(fields.get(r, "combination.experts") or 0)))
     out = []
     for record in reduced:
@@ -357,6 +376,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:+.1f}"
 
 
+def _label(row: Mapping[str, Any]) -> str:
+    return f"{row['model']} with {row['experts']} of {row['full_experts']} experts, {row.get('mode') or MODES[0]}"
+
+
 def _time_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
     """What the experts took per token with fewer and with every expert: the cause, where the
     latency differs (fewer, larger expert matrix products run at another speed)."""
@@ -365,9 +388,12 @@ def _time_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
         few, every = r.get("experts_ms_per_token"), r.get("full_experts_ms_per_token")
         if few is None or every is None:
             continue
-        out.append(f"{r['model']} with {r['experts']} of {r['full_experts']} experts: moe.experts took "
-                   f"{few * 1e3:.3g} µs per token against {every * 1e3:.3g} µs with all {r['full_experts']} "
-                   f"({few / every - 1.0:+.1%}); the forward {r['ratio'] - 1.0:+.1%} "
+        scaled = r.get("experts_factor")
+        corrected = (f", {few * scaled * 1e3:.3g} µs scaled by the build's correction ({scaled:.3g})"
+                     if isinstance(scaled, (int, float)) else "")
+        out.append(f"{_label(r)}: moe.experts took {few * 1e3:.3g} µs per token as built{corrected}, "
+                   f"against {every * 1e3:.3g} µs with all {r['full_experts']} "
+                   f"({few / every - 1.0:+.1%} as built); the forward {r['ratio'] - 1.0:+.1%} "
                    f"[{r['ratio_low'] - 1.0:+.1%}, {r['ratio_high'] - 1.0:+.1%}]")
     return out
 
@@ -379,23 +405,27 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
     failed = failures(records)
     squeezed = [reason for r in records if fields.get(r, "combination.experts") is None
                 for reason in [_reduced_by_preflight(r)] if reason]
-    missing = [f"{m.model} with {n} experts" for m in plan.models for n in m.counts
-               if not any(r["model"] == m.model and r["experts"] == n for r in table)]
+    missing = [f"{m.model} with {n} experts, {mode}" for m in plan.models for n in m.counts for mode in plan.modes
+               if not any(r["model"] == m.model and r["experts"] == n and r["mode"] == mode for r in table)]
     method_notes = [
-        f"{plan.mode}, {plan.seq_len} tokens, batch 1, fp32, SDPA, {plan.scale} widths; each model measured "
-        f"with every routed expert and with fewer, at the same depth, in one suite run: {plan.rounds} rounds "
-        f"of each combination ({plan.budget_s:g} s of timing split over them), each round a fresh worker "
-        "process, round r of every combination in one shuffled stretch of the run.",
+        f"{' and '.join(plan.modes)} at {plan.seq_len} tokens (decode: one token after them), batch 1, fp32, "
+        f"SDPA, {plan.scale} widths; each model measured with every routed expert and with fewer, at the same "
+        f"depth, in one suite run: {plan.rounds} rounds of each combination ({plan.budget_s:g} s of timing "
+        "split over them), each round a fresh worker process, round r of every combination in one shuffled "
+        "stretch of the run. Every step runs an even draw of its routing (reportgen.profile.routing).",
         "Models: " + "; ".join(
             f"`{m.model}`, {m.source}, with {', '.join(str(n) for n in m.counts)} experts beside all" for m in
             plan.models) + ".",
-        "Latency: the reduced median with the router's time scaled by full / measured experts (as reportgen "
-        "scales a reduced model, reportgen.depth; `router_factor`) over the median with every expert, the "
-        "median of the rounds' ratios (round r of both, minutes apart at most, so the host's drift cancels), "
-        "with a two-level 95% bootstrap over the paired rounds and the samples within each.",
-        "Shares: the headline attribution method's (`share_method`; the router's time scaled the same way), "
-        "each category's share with fewer experts less its share with every expert, with a 95% bootstrap "
-        "over both records' attributed iterations.",
+        "Latency: the reduced median scaled as reportgen scales a reduced model (reportgen.depth; "
+        "`router_factor`): the router's time by full / measured experts, the experts' time by the build's "
+        "measured correction (`experts_factor`: its experts module timed widened to every expert against its own "
+        "call, reportgen.profile.expertcost), over the median with every expert; the median of the rounds' "
+        "ratios (round r of both, minutes apart at most, so the host's drift cancels), with a two-level 95% "
+        "bootstrap over the paired rounds and the samples within each, each replicate scaled by a resample "
+        "of the correction's own pairs.",
+        "Shares: the headline attribution method's (`share_method`; the router's and the experts' time scaled "
+        "the same way), each category's share with fewer experts less its share with every expert, with a 95% "
+        "bootstrap over both records' attributed iterations.",
         f"A row passes when the latency ratio and its whole interval are within {LATENCY_TOLERANCE:.0%} of 1 "
         f"and every share difference and its whole interval within {SHARE_TOLERANCE * 100:.0f} points.",
     ]
@@ -412,7 +442,7 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
     summary = [
         f"{sum(r['verdict'] == 'pass' for r in table)} of {len(table)} expert-reduced combinations within "
         "both tolerances.",
-        *[f"{r['model']} with {r['experts']} of {r['full_experts']} experts: latency "
+        *[f"{_label(r)}: latency "
           f"{r['ratio'] - 1.0:+.1%} [{r['ratio_low'] - 1.0:+.1%}, {r['ratio_high'] - 1.0:+.1%}] of the latency "
           f"with every expert, worst share {r['worst_share_category']} {_pct(r['worst_share_diff'])} points "
           f"[{_pct(r['worst_share_low'])}, {_pct(r['worst_share_high'])}]"

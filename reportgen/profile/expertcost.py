@@ -53,8 +53,9 @@ METHOD = ("the build's experts module timed in its call of the measured step (re
           "to the model's experts (or as many as fit in half the free memory, the tokens split over the calls that "
           "makes) called with the step's tokens routed over them the same way, alternately; factor: the median of "
           "their ratio over the pairs")
-MIN_REPS = 5
-MAX_REPS = 9
+MIN_REPS = 7
+MAX_REPS = 15
+BUDGET_S = 6.0  # timing the pairs past MIN_REPS, up to MAX_REPS
 SEED = 0
 REPLICATES = 2000
 ROOM = 0.5  # of the device's free memory, for the widened copy's weights
@@ -143,7 +144,7 @@ def plan(full: int, built: int, tokens: int, top_k: int, fits: int) -> tuple[int
 
 
 def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, top_k: int, tokens: int,
-          budget_s: float = 10.0, seed: int = SEED, memory: int | None = None) -> dict[str, Any] | None:
+          budget_s: float = BUDGET_S, seed: int = SEED, memory: int | None = None) -> dict[str, Any] | None:
     """The correction factor for a build with fewer routed experts than ``full``: the
     first routed experts module's time with the whole model's experts over its time in
     the measured step (module docstring). ``memory``: bytes the widened copy may take
@@ -197,15 +198,12 @@ def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, 
 
     whole_ms: list[float] = []
     build_ms: list[float] = []
-    try:
-        timed(whole_calls())  # warm-up, each side once
-        timed(build)
-        began = time.perf_counter()
-        while len(whole_ms) < MAX_REPS and (len(whole_ms) < MIN_REPS or time.perf_counter() - began < budget_s):
-            whole_ms.append(timed(whole_calls()))
-            build_ms.append(timed(build))
-    finally:
-        del wide
+    timed(whole_calls())  # warm-up, each side once
+    timed(build)
+    began = time.perf_counter()
+    while len(whole_ms) < MAX_REPS and (len(whole_ms) < MIN_REPS or time.perf_counter() - began < budget_s):
+        whole_ms.append(timed(whole_calls()))
+        build_ms.append(timed(build))
     ratios = [w / b for w, b in zip(whole_ms, build_ms)]
     factor = statistics.median(ratios)
     boot = draws(lambda idx: statistics.median([ratios[i] for i in idx]), [len(ratios)], reps=REPLICATES, seed=seed)

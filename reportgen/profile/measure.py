@@ -270,7 +270,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
 
             # fewer experts than the model: what its experts would take with all of them
             cost = probe(built.model, built.step, structure, full=int(counts["full"]), top_k=int(counts["top_k"]),
-                         tokens=int(built.step.inputs_info.get("tokens") or 0), budget_s=budget_s / 2, seed=seed)
+                         tokens=int(built.step.inputs_info.get("tokens") or 0), seed=seed)
             if cost is not None:
                 counts["cost"] = cost
     if studies:
