@@ -146,25 +146,36 @@ def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
     scale = float(median) / float(forward)  # the method's milliseconds -> the timed forward's
     kinds = sorted(rows)
     router = expert_ratio(depth)
-    cost = experts_cost(depth)
+    cost, scoring = experts_cost(depth), router_cost(depth)
     ratios = [float(r) for r in (cost or {}).get("ratios") or []] or ([float(cost["factor"])] if cost else [])
+    deltas = [float(d) for d in (scoring or {}).get("deltas_ms") or []] or (
+        [float(scoring["delta_ms"])] if scoring else [])
+    # the whole model's mixture-of-experts layers: those of the kinds whose layers route
+    routed = sum(full[k] for k in kinds if any(r.get(ROUTER, 0.0) > 0 for r in rows[k]))
+    resampled = [n for n in (len(ratios), len(deltas)) if n]
 
-    def figures(picks: Mapping[str, Sequence[int]], chosen: Sequence[int] = ()) -> tuple[float, dict[str, float]]:
+    def figures(picks: Mapping[str, Sequence[int]], *chosen: Sequence[int]) -> tuple[float, dict[str, float]]:
         extra = _extra(rows, missing, picks)
-        for name, times in ((ROUTER, router), (EXPERTS, median_of([ratios[i] for i in chosen]) if chosen else
-                                                (float(cost["factor"]) if cost else 1.0))):
-            if times != 1.0 and name in categories:
-                # the router scores every expert, and the experts run the whole model's
-                # routing (``experts_cost``): measured and missing layers alike
-                extra[name] = (categories[name] + extra.get(name, 0.0)) * times - categories[name]
+        drawn = list(chosen)
+        times = (median_of([ratios[i] for i in drawn.pop(0)]) if chosen and ratios
+                 else float(cost["factor"]) if cost else 1.0)
+        if times != 1.0 and EXPERTS in categories:
+            # the experts run the whole model's routing (``experts_cost``): measured and
+            # missing layers alike
+            extra[EXPERTS] = (categories[EXPERTS] + extra.get(EXPERTS, 0.0)) * times - categories[EXPERTS]
+        if ROUTER in categories and scoring is not None:
+            # each of the whole model's routed layers scores every expert (``router_cost``)
+            add = median_of([deltas[i] for i in drawn.pop(0)]) if drawn else float(scoring["delta_ms"])
+            extra[ROUTER] = extra.get(ROUTER, 0.0) + routed * add
+        elif router != 1.0 and ROUTER in categories:
+            extra[ROUTER] = (categories[ROUTER] + extra.get(ROUTER, 0.0)) * router - categories[ROUTER]
         g = (busy + sum(extra.values())) / busy
         whole = {c: (ms + extra.get(c, 0.0)) if c != OVERHEAD else ms * g for c, ms in categories.items()}
         return g, whole
 
     g, whole = figures({k: range(len(rows[k])) for k in kinds})
-    reps = draws(lambda *idx: figures(dict(zip(kinds, idx)), idx[len(kinds)] if ratios else ()),
-                 [len(rows[k]) for k in kinds] + ([len(ratios)] if ratios else []),
-                 reps=SHARE_REPLICATES, seed=SEED)
+    reps = draws(lambda *idx: figures(dict(zip(kinds, idx)), *idx[len(kinds):]),
+                 [len(rows[k]) for k in kinds] + resampled, reps=SHARE_REPLICATES, seed=SEED)
     g_low, g_high = percentiles([d[0] for d in reps], CONFIDENCE)
     low = float(timing.get("ci_low") or median) if timing else float(median)
     high = float(timing.get("ci_high") or median) if timing else float(median)
@@ -179,16 +190,21 @@ def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
                             "share": ms / total if total else None, "share_low": share_low, "share_high": share_high}
     single = [k for k in kinds if len(rows[k]) == 1 and missing[k] > 0]
     notes = [f"{k}: one layer measured, so its layer-to-layer spread is not in the intervals" for k in single]
-    if router != 1.0:
+    if scoring is not None and ROUTER in categories:
+        notes.append(f"moe.router: {float(scoring['delta_ms']):.3g} ms [{float(scoring['delta_low_ms']):.3g}, "
+                     f"{float(scoring['delta_high_ms']):.3g}] added to each of the whole model's {routed} routed "
+                     "layers, what the build's router took more widened to every expert")
+    elif router != 1.0:
         notes.append(f"moe.router scaled by {router:.4g} (the router scores every expert)")
     if cost and EXPERTS in categories:
         spread = (cost["tokens_per_expert"]["whole"], cost["tokens_per_expert"]["build"])
         notes.append(f"moe.experts scaled by {float(cost['factor']):.3g} [{float(cost['factor_low']):.3g}, "
-                     f"{float(cost['factor_high']):.3g}]: the build's experts run with the whole model's routing "
-                     f"(about {spread[0]:.3g} tokens an expert, against {spread[1]:.3g} in the build) took that "
-                     "much their time with the build's")
+                     f"{float(cost['factor_high']):.3g}]: the build's experts widened to every expert (about "
+                     f"{spread[0]:.3g} tokens an expert, against {spread[1]:.3g} in the build) took that much "
+                     "their time in the build")
     elif router != 1.0:
-        notes.append("the routed experts' time is the build's own: not scaled to the whole model's routing")
+        notes.append("the routed experts' time is the build's own (the step reaches no more experts than "
+                     "the build has, or nothing was measured)")
     return {
         "method": METHOD,
         "attribution_method": method,
@@ -235,13 +251,27 @@ def expert_ratio(depth: Mapping[str, Any]) -> float:
 
 def experts_cost(depth: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The experts' correction a build with fewer routed experts measured
-    (``reportgen.profile.expertcost``: its experts' time with the whole model's routing
-    over their time with the build's), or None where it has none."""
+    (``reportgen.profile.expertcost``: its experts' time with the whole model's experts
+    over their time in the build), or None where it has none (the step reaches no more
+    experts than the build has, or nothing could be measured)."""
     experts = depth.get("experts")
     cost = experts.get("cost") if isinstance(experts, Mapping) else None
-    if not isinstance(cost, Mapping) or not isinstance(cost.get("factor"), (int, float)):
+    part = cost.get("experts") if isinstance(cost, Mapping) else None
+    if not isinstance(part, Mapping) or not isinstance(part.get("factor"), (int, float)):
         return None
-    return cost
+    return part
+
+
+def router_cost(depth: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The milliseconds a layer's router adds scoring every expert, as the build measured
+    it (``reportgen.profile.expertcost``), or None where it has none (its router's time
+    then scales by full / measured experts)."""
+    experts = depth.get("experts")
+    cost = experts.get("cost") if isinstance(experts, Mapping) else None
+    part = cost.get("router") if isinstance(cost, Mapping) else None
+    if not isinstance(part, Mapping) or not isinstance(part.get("delta_ms"), (int, float)):
+        return None
+    return part
 
 
 def experts_reached(record: Mapping[str, Any]) -> float | None:
@@ -278,8 +308,9 @@ def experts_understated(record: Mapping[str, Any]) -> str:
     section = fields.get(record, "depth")
     cost = experts_cost(section) if isinstance(section, Mapping) else None
     if cost is not None and section.get("whole") is not None:
-        return (f"the experts' time scaled by {float(cost['factor']):.2f} to the whole model's routing "
-                f"(about {reached:.0f} of its experts reached a layer, this build has {built})")
+        full = fields.get(record, "depth.experts.full")
+        return (f"the experts' time scaled by {float(cost['factor']):.2f}, measured widened to all {full} "
+                f"(a step reaches about {reached:.0f} of them a layer, this build has {built})")
     return (f"the experts' time is understated: a step of the whole model reaches about "
             f"{reached:.0f} of its experts a layer, this build has {built}")
 

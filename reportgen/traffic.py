@@ -105,6 +105,24 @@ def shapes(arch: str, mode: str, batch: int, length: int) -> dict[str, int]:
     return {"t": t, "lq": length, "lk": length, "head_tokens": batch if mode == "prefill" else t}
 
 
+def attention_activation_bytes(info: dict[str, Any], combo: Any) -> int:
+    """Bytes of attention scores live during one attention call, analytically.
+
+    eager / sdpa-math materialise scores and probabilities: B*H*Lq*Lk*bytes*2 (in-place
+    softmax: *1). Fused backends (sdpa flash/efficient/cudnn, flash_attention_2, and plain
+    sdpa, which picks a fused kernel where one applies) keep O(L) state per row and no
+    score matrix, counted here as 0.
+    """
+    copies = MATERIALISING.get(combo.attn_implementation, 0)
+    heads = info.get("num_heads")
+    if not copies or not heads:
+        return 0
+    # query and key lengths per mode: the same shapes the analytic FLOPs and bytes use
+    s = shapes(str(info.get("architecture") or "decoder"), str(combo.mode),
+                       int(combo.batch_size), int(combo.seq_len))
+    return int(combo.batch_size) * int(heads) * s["lq"] * s["lk"] * DTYPE_BYTES[combo.dtype] * copies
+
+
 def _zero() -> dict[str, dict[str, float]]:
     return {c: {p: 0.0 for p in PARTS} for c in BYTE_CATEGORIES}
 

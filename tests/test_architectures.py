@@ -113,7 +113,9 @@ def test_token_mixers_are_not_mlp(rows: dict[str, dict[str, Any]], model_type: s
     row = _settled(rows, model_type)
     assert row["status"] == "ok", architectures.line(row)
     shares = row["shares"]
-    assert shares["mixer"] > 0.1, architectures.line(row)
+    # a tiny model's mixer is a tenth of its forward measured alone, about half that beside
+    # the other pytest-xdist worker (6% seen); one counted as mlp would read 0
+    assert shares["mixer"] > 0.04, architectures.line(row)
     assert shares["other"] <= OTHER_LIMIT, architectures.line(row)
     if model_type in STATE_SPACE:
         assert shares["attention.core"] == 0, architectures.line(row)

@@ -142,8 +142,8 @@ def test_the_experts_are_scaled_by_the_builds_measured_correction_with_its_sprea
     # 100 + 70 x 0.2 = 114, the experts' share 84 / 114, and the interval takes the pairs' spread
     shares = no_router(SHARES)
     reduced = record(100.0, experts=8, shares=shares)
-    reduced["depth"]["experts"]["cost"] = {"factor": 1.2, "factor_low": 1.1, "factor_high": 1.3,
-                                           "ratios": [1.1, 1.15, 1.2, 1.25, 1.3], "tokens": 128}
+    reduced["depth"]["experts"]["cost"] = {"tokens": 128, "layers": 4, "experts": {
+        "factor": 1.2, "factor_low": 1.1, "factor_high": 1.3, "ratios": [1.1, 1.15, 1.2, 1.25, 1.3]}}
     full = {**shares, "moe.experts": 0.84 / 1.14}
     full = {c: (v if c == "moe.experts" else v / 1.14) for c, v in full.items()}
     row = E.rows([record(114.0, shares=full), reduced])[0]
@@ -154,6 +154,21 @@ def test_the_experts_are_scaled_by_the_builds_measured_correction_with_its_sprea
         k: v for k, v in reduced["depth"]["experts"].items() if k != "cost"}}}])[0]
     assert plain["ratio"] == pytest.approx(100 / 114) and plain["experts_factor"] is None
     assert row["ratio_high"] - row["ratio_low"] > (plain["ratio_high"] - plain["ratio_low"]) * 1.14 + 0.05
+
+
+def test_a_measured_router_correction_is_added_per_routed_layer_not_scaled() -> None:
+    # the router took 1 ms of 100 as built; widened to every expert it took 0.5 ms more in
+    # each of the 4 routed layers measured: +2 ms, where scaling by 32 / 8 would have said +3
+    shares = SHARES
+    reduced = record(100.0, experts=8, shares=shares)
+    reduced["depth"]["experts"]["cost"] = {"tokens": 1, "layers": 4, "router": {
+        "delta_ms": 0.5, "delta_low_ms": 0.5, "delta_high_ms": 0.5, "deltas_ms": [0.5, 0.5, 0.5]}}
+    row = E.rows([record(102.0, shares={c: (v + 0.02 if c == "moe.router" else v) / 1.02
+                                        for c, v in shares.items()}), reduced])[0]
+    assert row["router_factor"] == pytest.approx(1.02) and row["experts_factor"] is None
+    assert row["ratio"] == pytest.approx(1.0)
+    assert row["shares"]["moe.router"]["reduced"] == pytest.approx(0.03 / 1.02)
+    assert row["verdict"] == "pass"
 
 
 def test_a_count_not_measured_fails_the_figure_and_says_why() -> None:
@@ -213,7 +228,8 @@ def test_the_bench_runs_the_figure_and_the_page_shows_it() -> None:
 def test_the_tiny_granite_measured_with_every_expert_and_with_half(tmp_path: Path) -> None:
     """Through the suite runner: the rows read the records' rounds and attributed iterations
     as the runner writes them."""
-    plan = E.Plan(models=E.QUICK.models, seq_len=16, scale="tiny", budget_s=0.4, rounds=2, min_rounds=2)
+    plan = E.Plan(models=E.QUICK.models, modes=("prefill",), seq_len=16, scale="tiny", budget_s=0.4,
+                  rounds=2, min_rounds=2)
     fig = E.run(plan, tmp_path / "experts", log=lambda _: None)
     (row,) = fig["rows"]
     assert (row["experts"], row["full_experts"], row["top_k"]) == (2, 4, 2), fig["notes"]

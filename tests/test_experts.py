@@ -158,12 +158,16 @@ def test_the_record_says_so_and_the_whole_model_counts_every_expert(tmp_path: Pa
         extra={"preflight": result["preflight"]})
     section = record["depth"]
     assert section["reason"] == reduced["reason"]
-    cost = section["experts"].pop("cost")  # what the build's experts take with the whole model's routing
+    measured = section["experts"].pop("cost")  # what the build's experts and router take with every expert
     assert section["experts"] == {"measured": 8, "full": 16, "top_k": 2}
-    assert cost["factor_low"] <= cost["factor"] <= cost["factor_high"] and len(cost["ratios"]) >= 5
-    assert cost["tokens_per_expert"] == {"whole": pytest.approx(cost["tokens"] * 2 / 16),
-                                         "build": pytest.approx(cost["tokens"] * 2 / 8)}
-    section["experts"]["cost"] = cost
+    cost, scoring = measured["experts"], measured["router"]
+    assert cost["factor_low"] <= cost["factor"] <= cost["factor_high"] and len(cost["ratios"]) >= 7
+    assert cost["tokens_per_expert"] == {"whole": pytest.approx(measured["tokens"] * 2 / 16),
+                                         "build": pytest.approx(measured["tokens"] * 2 / 8)}
+    assert cost["widened_to"] == 16 and cost["calls"] == 1  # a tiny model: every expert fits
+    assert scoring["delta_low_ms"] <= scoring["delta_ms"] <= scoring["delta_high_ms"]
+    assert measured["layers"] == 1 and measured["built"] == 8 and measured["full"] == 16
+    section["experts"]["cost"] = measured
     assert section["layers"] == 2 and section["full_layers"] == 6
     assert sections["model"]["num_layers"] == 2
     assert record["moe"]["experts"] == 8  # the routing read from the model measured
@@ -176,9 +180,11 @@ def test_the_record_says_so_and_the_whole_model_counts_every_expert(tmp_path: Pa
     reached = 16 * (1 - (1 - 2 / 16) ** tokens)  # the whole model's experts a step reaches
     assert depth.record_label(record) == ("measured 2 of 6 layers; measured with 8 of 16 experts; "
                                           f"whole-model figures extrapolated; the experts' time scaled by "
-                                          f"{cost['factor']:.2f} to the whole model's routing (about "
-                                          f"{reached:.0f} of its experts reached a layer, this build has 8)")
-    assert any("moe.router scaled by 2" in note for note in section["whole"]["notes"])
+                                          f"{cost['factor']:.2f}, measured widened to all 16 (a step reaches "
+                                          f"about {reached:.0f} of them a layer, this build has 8)")
+    # the router: what it took more widened to every expert, in each of the model's 5 routed layers
+    assert any(note.startswith(f"moe.router: {scoring['delta_ms']:.3g} ms") and "the whole model's 5 routed" in note
+               for note in section["whole"]["notes"])
     assert any(note.startswith(f"moe.experts scaled by {cost['factor']:.3g}") for note in section["whole"]["notes"])
     jsonschema.Draft202012Validator(json_schema(COMBINATION_KIND)).validate(json.loads(json.dumps(record)))
 
@@ -244,14 +250,24 @@ def test_a_measured_experts_correction_scales_the_experts_with_its_interval() ->
     attribution = {"per_layer": [{"layer": "l0", "categories": layer}],
                    "methods": {"profiler": {"forward_ms": sum(cats.values()),
                                             "categories": {c: {"ms": v} for c, v in cats.items()}}}}
-    cost = {"factor": 2.5, "factor_low": 2.0, "factor_high": 3.0, "ratios": [2.0, 2.5, 3.0], "tokens": 64,
-            "tokens_per_expert": {"whole": 8.0, "build": 32.0}}
+    cost = {"tokens": 64, "layers": 1, "experts": {"factor": 2.5, "factor_low": 2.0, "factor_high": 3.0,
+                                                   "ratios": [2.0, 2.5, 3.0],
+                                                   "tokens_per_expert": {"whole": 8.0, "build": 32.0}}}
     plain = depth.extrapolate(base, timing, attribution)
     scaled = depth.extrapolate({**base, "experts": {**base["experts"], "cost": cost}}, timing, attribution)
     assert plain is not None and scaled is not None
     for cat in ("embeddings", "attention.core", "moe.router", "head"):
         assert scaled["categories"][cat]["ms"] == pytest.approx(plain["categories"][cat]["ms"])
     assert scaled["categories"]["moe.experts"]["ms"] == pytest.approx(2.5 * plain["categories"]["moe.experts"]["ms"])
+    # a measured router correction replaces the scaling by 16 / 4: 0.5 ms more in each of the 3 layers
+    timed = {**cost, "router": {"delta_ms": 0.5, "delta_low_ms": 0.4, "delta_high_ms": 0.6,
+                                "deltas_ms": [0.4, 0.5, 0.6]}}
+    both = depth.extrapolate({**base, "experts": {**base["experts"], "cost": timed}}, timing, attribution)
+    assert both is not None
+    per_ms = timing["median"] / sum(cats.values())
+    assert both["categories"]["moe.router"]["ms"] == pytest.approx((3 * 1.0 + 3 * 0.5) * per_ms)
+    assert any(n.startswith("moe.router: 0.5 ms [0.4, 0.6] added to each of the whole model's 3 routed")
+               for n in both["notes"])
     experts = scaled["categories"]["moe.experts"]
     assert experts["ms_low"] < 2.5 * plain["categories"]["moe.experts"]["ms_low"]
     assert experts["ms_high"] > 2.5 * plain["categories"]["moe.experts"]["ms_high"]

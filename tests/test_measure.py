@@ -18,8 +18,9 @@ from reportgen.categories import CATEGORIES
 from reportgen.errors import Skip
 from reportgen.profile import building
 from reportgen.profile import measure as measure_mod
-from reportgen.profile.measure import OutOfMemory, attention_activation_bytes, measure
+from reportgen.profile.measure import OutOfMemory, measure
 from reportgen.records.schema import COMBINATION_KIND, json_schema
+from reportgen.traffic import attention_activation_bytes
 
 SECTIONS = {"model", "inputs", "timing", "profile", "attribution", "ops", "memory", "flops"}
 

@@ -14,8 +14,9 @@ import torch
 from reportgen.categories import CATEGORIES
 from reportgen.errors import Skip
 from reportgen.profile import building, flops, preflight
-from reportgen.profile.measure import attention_activation_bytes, measure
+from reportgen.profile.measure import measure
 from reportgen.suite import Combination
+from reportgen.traffic import attention_activation_bytes
 from reportgen.vocabulary import MODES
 
 SEQ = 16

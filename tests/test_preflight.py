@@ -18,7 +18,7 @@ import torch
 
 from reportgen.errors import Skip
 from reportgen.profile import building, preflight, shrink
-from reportgen.profile.measure import attention_activation_bytes
+from reportgen.traffic import attention_activation_bytes
 
 GIB = 1024**3
 

@@ -298,12 +298,19 @@ def _unstable(units: Sequence[Mapping[str, Any]]) -> str | None:
 
 def _routing(units: Sequence[Mapping[str, Any]], name: str) -> float | None:
     """The busiest expert's tokens over the mean, averaged over a build's MoE layers (its
-    first round's): random weights route less evenly the deeper a layer sits."""
+    first round's): 1 under the even draw; random-weight routers route less evenly the
+    deeper a layer sits."""
     for u in units:
         routing = ((u.get("builds") or {}).get(name) or {}).get("routing")
         if isinstance(routing, Mapping) and routing.get("mean_max_over_mean") is not None:
             return float(routing["mean_max_over_mean"])
     return None
+
+
+def _drawn(units: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the builds ran the even draw (``reportgen.profile.routing``)."""
+    return any(((u.get("builds") or {}).get(name) or {}).get("routing", {}).get("routing") == "even"
+               for u in units for name in (u.get("builds") or {}))
 
 
 def kept_layers(reduced: Mapping[str, Any], whole: Mapping[str, Any]) -> float | None:
@@ -401,6 +408,7 @@ def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts:
             "worst_share_high": shares[worst]["diff_high"] if worst else None,
             "share_diffs": {c: s["diff"] for c, s in shares.items()}, "shares": shares, "share_method": "hooks",
             "routing_max_over_mean": {"reduced": _routing(kept, str(n)), "whole": _routing(kept, WHOLE)},
+            "routing_drawn": _drawn(kept),
             "kept_layers_rel_diff": _centre([kept_layers(u["builds"][str(n)], u["builds"][WHOLE]) for u in kept]),
             "layer_rel_diff": _centre([layer_cost(u["builds"][str(n)], u["builds"][WHOLE]) for u in kept]),
             "extrapolation_notes": list(dict.fromkeys(x for f in found[n] for x in f["notes"])),
@@ -450,13 +458,14 @@ def _row_line(r: Mapping[str, Any]) -> str:
 
 
 def _routing_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Per mixture of experts: how evenly its random-weight routers spread tokens in each
-    build, and how much slower the layers each reduced build keeps ran in the whole build
+    """Per mixture of experts: how evenly its experts' tokens were spread in each build,
+    and how much slower the layers each reduced build keeps ran in the whole build
     (``kept_layers``): what does not scale with the layer count."""
     out = []
     for model in dict.fromkeys(str(r["model"]) for r in table):
         rows = [r for r in table if r["model"] == model]
         routing = [r.get("routing_max_over_mean") or {} for r in rows]
+        drawn = any(r.get("routing_drawn") for r in rows)
         if not any(x.get("whole") is not None for x in routing):
             continue
         reduced = ", ".join(f"{r['layers']} layers {x['reduced']:.2f}" for r, x in zip(rows, routing)
@@ -465,13 +474,14 @@ def _routing_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
                          if r.get("kept_layers_rel_diff") is not None)
         cost = ", ".join(f"{r['layers']} layers {r['layer_rel_diff']:+.1%}" for r in rows
                          if r.get("layer_rel_diff") is not None)
+        how = ("an even draw: every expert of a layer the same tokens, to one" if drawn else
+               "random-weight routers spread tokens less evenly the more layers precede them, and a reduced "
+               "build's layers have fewer before them")
         out.append(f"{model}: the busiest expert's tokens over the mean, averaged over the layers: "
-                   f"{routing[0]['whole']:.2f} whole, {reduced} (random-weight routers spread tokens less evenly "
-                   "the more layers precede them, and a reduced build's layers have fewer before them); a reduced "
+                   f"{routing[0]['whole']:.2f} whole, {reduced} ({how}); a reduced "
                    f"build's mean layer against the whole build's: {cost or 'not read'}; of which the layers kept, "
-                   f"timed in the whole build: {kept or 'not read'}. What the routing adds does not vanish with more "
-                   "layers measured and is not corrected: the extrapolation assumes each missing layer costs what "
-                   "a kept one did.")
+                   f"timed in the whole build: {kept or 'not read'}. What the choice of layers adds is not "
+                   "corrected: the extrapolation assumes each missing layer costs what a kept one did.")
     return out
 
 

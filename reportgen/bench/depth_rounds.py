@@ -138,7 +138,7 @@ def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale
                 load = expert_load(one.model, one.step, structure)
                 if load is not None:
                     out["builds"][name]["routing"] = {k: load[k] for k in ("max_over_mean", "mean_max_over_mean",
-                                                                           "idle_experts") if k in load}
+                                                                           "idle_experts", "routing") if k in load}
         finally:
             for one in built.values():
                 building.free(one)

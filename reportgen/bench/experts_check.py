@@ -199,38 +199,49 @@ def paired_ratio(reduced: Mapping[int, Sequence[float]], full: Mapping[int, Sequ
 @dataclass(frozen=True)
 class Series:
     """A record's headline attribution per iteration: each category's ms and the iteration's,
-    with the categories reportgen scales in a reduced build scaled by ``scales`` (the
-    router's by full / measured experts, the experts' by the build's measured correction,
-    ``depth.experts_cost``; none with every expert)."""
+    with the categories reportgen corrects in a reduced build corrected as it does: each
+    category of ``scales`` times its factor (the experts' by the build's measured
+    correction, ``depth.experts_cost``; the router's by full / measured experts where no
+    router correction was measured), each of ``adds`` plus its milliseconds per iteration
+    (the router's: what the build's routed layers take more scoring every expert,
+    ``depth.router_cost``); none with every expert."""
 
     method: str
     categories: dict[str, list[float]]
     iteration_ms: list[float]
     scales: dict[str, float] = dataclasses.field(default_factory=dict)
+    adds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def n(self) -> int:
         return len(self.iteration_ms)
 
-    def category(self, name: str, idx: Sequence[int], scales: Mapping[str, float] | None = None) -> float:
+    def _raw(self, name: str, idx: Sequence[int]) -> float:
         values = self.categories.get(name)
-        if values is None:
-            return 0.0
-        return math.fsum(values[i] for i in idx) * (self.scales if scales is None else scales).get(name, 1.0)
+        return 0.0 if values is None else math.fsum(values[i] for i in idx)
 
-    def forward(self, idx: Sequence[int], scales: Mapping[str, float] | None = None) -> float:
-        chosen = self.scales if scales is None else scales
+    def category(self, name: str, idx: Sequence[int], scales: Mapping[str, float] | None = None,
+                 adds: Mapping[str, float] | None = None) -> float:
+        if name not in self.categories:
+            return 0.0
+        scales, adds = (self.scales if scales is None else scales), (self.adds if adds is None else adds)
+        count = len(idx) if isinstance(idx, Sequence) else sum(1 for _ in idx)
+        return self._raw(name, idx) * scales.get(name, 1.0) + count * adds.get(name, 0.0)
+
+    def forward(self, idx: Sequence[int], scales: Mapping[str, float] | None = None,
+                adds: Mapping[str, float] | None = None) -> float:
+        scales, adds = (self.scales if scales is None else scales), (self.adds if adds is None else adds)
         return math.fsum(self.iteration_ms[i] for i in idx) + math.fsum(
-            self.category(c, idx, chosen) * (1.0 - 1.0 / s) for c, s in chosen.items() if s)
+            self.category(c, idx, scales, adds) - self._raw(c, idx) for c in {*scales, *adds})
 
     def share(self, name: str, idx: Sequence[int]) -> float:
         total = self.forward(idx)
         return self.category(name, idx) / total if total > 0 else 0.0
 
-    def factor(self, scales: Mapping[str, float] | None = None) -> float:
-        """What the scaling does to the forward: the reduced median's factor."""
+    def factor(self, scales: Mapping[str, float] | None = None, adds: Mapping[str, float] | None = None) -> float:
+        """What the corrections do to the forward: the reduced median's factor."""
         total = math.fsum(self.iteration_ms)
-        return self.forward(range(self.n), scales) / total if total > 0 else 1.0
+        return self.forward(range(self.n), scales, adds) / total if total > 0 else 1.0
 
 
 def series(record: Mapping[str, Any]) -> Series | None:
@@ -245,13 +256,22 @@ def series(record: Mapping[str, Any]) -> Series | None:
             and len(e["per_iteration_ms"]) == len(walls)}
     section_depth = fields.get(record, "depth")
     scales: dict[str, float] = {}
+    adds: dict[str, float] = {}
     if isinstance(section_depth, Mapping):
-        scales[depth.ROUTER] = depth.expert_ratio(section_depth)
-        cost = depth.experts_cost(section_depth)
+        cost, scoring = depth.experts_cost(section_depth), depth.router_cost(section_depth)
         if cost is not None:
             scales[depth.EXPERTS] = float(cost["factor"])
+        if scoring is not None:
+            adds[depth.ROUTER] = _routed_layers(section_depth) * float(scoring["delta_ms"])
+        else:
+            scales[depth.ROUTER] = depth.expert_ratio(section_depth)
     method = str((fields.get(record, "attribution") or {}).get("headline_method") or depth.PROFILER)
-    return Series(method, cats, walls, {c: v for c, v in scales.items() if v != 1.0})
+    return Series(method, cats, walls, {c: v for c, v in scales.items() if v != 1.0}, adds)
+
+
+def _routed_layers(section: Mapping[str, Any]) -> int:
+    """The routed layers a reduced build measured (its experts' correction counts them)."""
+    return int(((section.get("experts") or {}).get("cost") or {}).get("layers") or 0)
 
 
 def share_differences(reduced: Series, full: Series) -> dict[str, dict[str, float]]:
@@ -293,17 +313,25 @@ def comparison_row(full: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[
     if s_reduced is None or s_full is None:
         return None
     factor = s_reduced.factor()
-    # each replicate takes the correction's own resample (the pairs it was measured in)
+    # each replicate takes the corrections' own resamples (the pairs they were measured in)
     section = fields.get(reduced, "depth")
     cost = depth.experts_cost(section) if isinstance(section, Mapping) else None
+    scoring = depth.router_cost(section) if isinstance(section, Mapping) else None
     pairs = [float(r) for r in (cost or {}).get("ratios") or []]
+    deltas = [float(d) for d in (scoring or {}).get("deltas_ms") or []]
+
+    def resampled(rng: np.random.Generator, values: Sequence[float]) -> float:
+        return float(statistics.median(values[int(i)] for i in rng.integers(0, len(values), len(values))))
 
     def scaled(rng: np.random.Generator) -> float:
-        picked = statistics.median(pairs[int(i)] for i in rng.integers(0, len(pairs), len(pairs)))
-        return s_reduced.factor({**s_reduced.scales, depth.EXPERTS: picked})
+        scales, adds = dict(s_reduced.scales), dict(s_reduced.adds)
+        if pairs:
+            scales[depth.EXPERTS] = resampled(rng, pairs)
+        if deltas and isinstance(section, Mapping):
+            adds[depth.ROUTER] = _routed_layers(section) * resampled(rng, deltas)
+        return s_reduced.factor(scales, adds)
 
-    paired = paired_ratio(round_samples(reduced), round_samples(full), scale=scaled if pairs else
-                          (lambda _rng: factor))
+    paired = paired_ratio(round_samples(reduced), round_samples(full), scale=scaled)
     if paired is None:
         return None
     raw, low, high, per_round = paired

@@ -25,7 +25,17 @@ after one warm-up of each:
   call.
 
 The factor is the median of whole / build over the pairs, its interval a percentile
-bootstrap over them. Only a module of stacked experts called with the tokens, the
+bootstrap over them. It is measured only where the whole model's step reaches more
+experts than the build has (E (1 - (1 - k/E)^T) > N); a step that reaches no more (a
+decode of one token: k experts, one token each, in either) runs the same products.
+
+The router scores every expert: the layer's router (its child beside the experts that
+holds a per-expert weight) is timed the same way, a deep copy widened to E experts
+against its own call with the step's arguments; the difference of the pairs' times, per
+layer, is what each of the whole model's mixture-of-experts layers adds to ``moe.router``
+(the category holds more than the scoring: the top-k, the dispatch, the combination).
+
+Only a module of stacked experts called with the tokens, the
 router's integer expert indices and their weights (transformers' experts modules) can be
 probed; for any other (a list of expert modules the layer calls one by one) ``probe``
 returns None and the figures keep saying the experts' time is understated.
@@ -52,7 +62,7 @@ from reportgen.stats.bootstrap import CONFIDENCE, draws
 METHOD = ("the build's experts module timed in its call of the measured step (replayed) against a copy widened "
           "to the model's experts (or as many as fit in half the free memory, the tokens split over the calls that "
           "makes) called with the step's tokens routed over them the same way, alternately; factor: the median of "
-          "their ratio over the pairs")
+          "their ratio over the pairs. Its router the same way, widened to every expert: the median difference")
 MIN_REPS = 7
 MAX_REPS = 15
 BUDGET_S = 6.0  # timing the pairs past MIN_REPS, up to MAX_REPS
@@ -92,25 +102,34 @@ class _Call:
         return lambda: forward(*args, **kwargs)
 
 
-def widened(module: nn.Module, built: int, width: int) -> nn.Module:
-    """A copy of a stacked experts ``module`` (``built`` experts) holding ``width``: each
-    per-expert parameter repeated into memory of its own, each attribute that counts the
-    experts set to ``width``; no hooks. The original is untouched."""
-    wide = copy.copy(module)
-    for hooks in ("_forward_pre_hooks", "_forward_hooks", "_forward_pre_hooks_with_kwargs",
-                  "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_hooks",
-                  "_backward_pre_hooks"):
-        if hasattr(module, hooks):
-            object.__setattr__(wide, hooks, OrderedDict())
-    object.__setattr__(wide, "_parameters", dict(module._parameters))
+def _counts_experts(name: str) -> bool:
+    return "expert" in name.lower()
+
+
+def widened(module: nn.Module, built: int, width: int, *, deep: bool = False) -> nn.Module:
+    """A copy of ``module`` (built with ``built`` experts) holding ``width``: each
+    per-expert parameter and buffer (leading dimension ``built``) repeated into memory of
+    its own, each attribute named for the experts that counts them set to ``width``; no
+    hooks. The original is untouched. ``deep``: every submodule too (a router's own
+    linear layer), the module copied whole first (small modules only: a router)."""
+    wide = copy.deepcopy(module) if deep else copy.copy(module)
     picks = torch.arange(width) % built
-    for name, param in module._parameters.items():
-        if param is not None and param.dim() >= 2 and int(param.shape[0]) == built:
-            grown = param.detach().index_select(0, picks.to(param.device))
-            wide._parameters[name] = nn.Parameter(grown, requires_grad=False)
-    for name, value in vars(module).items():
-        if type(value) is int and value == built:
-            object.__setattr__(wide, name, width)
+    for part in (wide.modules() if deep else [wide]):
+        for hooks in ("_forward_pre_hooks", "_forward_hooks", "_forward_pre_hooks_with_kwargs",
+                      "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_backward_hooks",
+                      "_backward_pre_hooks"):
+            if hasattr(part, hooks):
+                object.__setattr__(part, hooks, OrderedDict())
+        for store in ("_parameters", "_buffers"):
+            held = dict(getattr(part, store))
+            object.__setattr__(part, store, held)
+            for name, tensor in held.items():
+                if tensor is not None and tensor.dim() >= 1 and int(tensor.shape[0]) == built:
+                    grown = tensor.detach().index_select(0, picks.to(tensor.device))
+                    held[name] = nn.Parameter(grown, requires_grad=False) if store == "_parameters" else grown
+        for name, value in vars(part).items():
+            if type(value) is int and value == built and _counts_experts(name):
+                object.__setattr__(part, name, width)
     return wide
 
 
@@ -143,49 +162,92 @@ def plan(full: int, built: int, tokens: int, top_k: int, fits: int) -> tuple[int
     return width, calls
 
 
+def _router_of(model: nn.Module, structure: Structure, experts_fqn: str, built: int) -> nn.Module | None:
+    """The router beside ``experts_fqn`` in its mixture-of-experts layer: the layer's child,
+    other than its experts and shared experts, that holds a per-expert weight (leading
+    dimension ``built``)."""
+    layer = experts_fqn.rpartition(".")[0]
+    modules = dict(model.named_modules())
+    parent = modules.get(layer)
+    if parent is None:
+        return None
+    for name, child in parent.named_children():
+        fqn = f"{layer}.{name}" if layer else name
+        role = structure.roles.get(fqn)
+        if fqn == experts_fqn or (role is not None and role.role in ("experts", "shared")) or is_experts(child):
+            continue
+        if any(int(t.shape[0]) == built for t in (*child.parameters(), *child.buffers()) if t.dim() >= 1):
+            return child
+    return None
+
+
+def _pairs(first: Callable[[], float], second: Callable[[], float], budget_s: float) -> tuple[list[float], list[float]]:
+    """``first`` and ``second`` timed alternately after one warm-up of each: at least
+    ``MIN_REPS`` pairs, more while ``budget_s`` lasts, at most ``MAX_REPS``."""
+    a: list[float] = []
+    b: list[float] = []
+    first()
+    second()
+    began = time.perf_counter()
+    while len(a) < MAX_REPS and (len(a) < MIN_REPS or time.perf_counter() - began < budget_s):
+        a.append(first())
+        b.append(second())
+    return a, b
+
+
+def _interval(values: list[float], seed: int) -> tuple[float, float, float]:
+    """(median, low, high): a percentile bootstrap of the median over ``values``."""
+    point = statistics.median(values)
+    boot = draws(lambda idx: statistics.median([values[i] for i in idx]), [len(values)], reps=REPLICATES,
+                 seed=seed)
+    low, high = percentiles(boot, CONFIDENCE)
+    return point, min(low, point), max(high, point)
+
+
 def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, top_k: int, tokens: int,
           budget_s: float = BUDGET_S, seed: int = SEED, memory: int | None = None) -> dict[str, Any] | None:
-    """The correction factor for a build with fewer routed experts than ``full``: the
-    first routed experts module's time with the whole model's experts over its time in
-    the measured step (module docstring). ``memory``: bytes the widened copy may take
+    """What a build with fewer routed experts than ``full`` would take with every expert,
+    measured on its first mixture-of-experts layer (module docstring): ``experts``, the
+    factor its experts' time would grow by (only where the step reaches more of the
+    model's experts than the build has), and ``router``, the milliseconds its router would
+    add a layer scoring every expert. ``memory``: bytes the widened experts may take
     (default: ``room``). None where the model has no stacked experts module called with
     an expert index, or builds every expert."""
     modules = dict(model.named_modules())
-    target = next((modules[fqn] for fqn, info in structure.roles.items()
-                   if info.role == "experts" and info.container == "moe" and fqn in modules
-                   and is_experts(modules[fqn]) and not isinstance(modules[fqn], (nn.ModuleList, nn.ModuleDict))),
-                  None)
-    if target is None or tokens <= 0:
+    fqn = next((f for f, info in structure.roles.items()
+                if info.role == "experts" and info.container == "moe" and f in modules
+                and is_experts(modules[f]) and not isinstance(modules[f], (nn.ModuleList, nn.ModuleDict))), None)
+    if fqn is None or tokens <= 0:
         return None
+    target = modules[fqn]
     built = _stacked_count(target)
     if built >= full or top_k > built:
         return None
-    seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    router = _router_of(model, structure, fqn, built)
+    seen: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
-    def capture(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not seen:
-            seen.append((args, kwargs))
+    def capture(name: str) -> Callable[..., None]:
+        def hook(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            seen.setdefault(name, (args, kwargs))
+        return hook
 
     # registered after the step's own routing hook: it sees the indices the experts ran
-    run_hooked(step, [target.register_forward_pre_hook(capture, with_kwargs=True)])
-    if not seen:
+    handles = [target.register_forward_pre_hook(capture("experts"), with_kwargs=True)]
+    if router is not None:
+        handles.append(router.register_forward_pre_hook(capture("router"), with_kwargs=True))
+    run_hooked(step, handles)
+    if "experts" not in seen:
         return None
     try:
-        call = _Call(*seen[0], experts=built)
+        call = _Call(*seen["experts"], experts=built)
     except LookupError:
         return None
     steps = int(call.index.shape[0])
-    per_expert = max(1, expert_bytes(target, built))
-    space = room(call.hidden.device) if memory is None else memory
-    width, calls = plan(full, built, steps, top_k, space // per_expert)
-    wide = widened(target, built, width)
-    generator = torch.Generator().manual_seed(seed)
-    chunks = [len(c) for c in torch.arange(steps).tensor_split(calls)]
-
-    def whole_calls() -> list[Callable[[], Any]]:
-        return [call.routed(wide.forward, draw(n, width, top_k, generator)) for n in chunks if n]
-
-    build = [lambda: target(*call.args, **call.kwargs)]
+    reached = float(full * (1.0 - (1.0 - top_k / full) ** steps))
+    out: dict[str, Any] = {"tokens": steps, "reached": reached, "built": built, "full": full,
+                           "layers": sum(1 for f, info in structure.roles.items()
+                                         if info.role == "experts" and info.container == "moe"),
+                           "method": METHOD}
 
     def timed(runs: list[Callable[[], Any]]) -> float:
         step.sync()
@@ -196,23 +258,37 @@ def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, 
         step.sync()
         return (time.perf_counter() - start) * 1e3
 
-    whole_ms: list[float] = []
-    build_ms: list[float] = []
-    timed(whole_calls())  # warm-up, each side once
-    timed(build)
-    began = time.perf_counter()
-    while len(whole_ms) < MAX_REPS and (len(whole_ms) < MIN_REPS or time.perf_counter() - began < budget_s):
-        whole_ms.append(timed(whole_calls()))
-        build_ms.append(timed(build))
-    ratios = [w / b for w, b in zip(whole_ms, build_ms)]
-    factor = statistics.median(ratios)
-    boot = draws(lambda idx: statistics.median([ratios[i] for i in idx]), [len(ratios)], reps=REPLICATES, seed=seed)
-    low, high = percentiles(boot, CONFIDENCE)
-    return {
-        "factor": factor, "factor_low": min(low, factor), "factor_high": max(high, factor),
-        "ratios": ratios, "whole_ms": statistics.median(whole_ms), "build_ms": statistics.median(build_ms),
-        "tokens": steps, "reached": float(full * (1.0 - (1.0 - top_k / full) ** steps)),
-        "widened_to": width, "calls": len([n for n in chunks if n]),
-        "tokens_per_expert": {"whole": steps * top_k / full, "build": steps * top_k / built},
-        "method": METHOD,
-    }
+    if reached > built + 0.5:  # the whole model's step reaches more experts than the build has
+        per_expert = max(1, expert_bytes(target, built))
+        space = room(call.hidden.device) if memory is None else memory
+        width, calls = plan(full, built, steps, top_k, space // per_expert)
+        wide = widened(target, built, width)
+        generator = torch.Generator().manual_seed(seed)
+        chunks = [len(c) for c in torch.arange(steps).tensor_split(calls) if len(c)]
+        whole_ms, build_ms = _pairs(
+            lambda: timed([call.routed(wide.forward, draw(n, width, top_k, generator)) for n in chunks]),
+            lambda: timed([lambda: target(*call.args, **call.kwargs)]), budget_s)
+        del wide
+        ratios = [w / b for w, b in zip(whole_ms, build_ms)]
+        factor, low, high = _interval(ratios, seed)
+        out["experts"] = {
+            "factor": factor, "factor_low": low, "factor_high": high, "ratios": ratios,
+            "whole_ms": statistics.median(whole_ms), "build_ms": statistics.median(build_ms),
+            "widened_to": width, "calls": len(chunks),
+            "tokens_per_expert": {"whole": steps * top_k / full, "build": steps * top_k / built}}
+    if router is not None and "router" in seen:
+        args, kwargs = seen["router"]
+        try:
+            wide_router = widened(router, built, full, deep=True)
+            with torch.no_grad():
+                wide_router(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - a router that reads its expert count elsewhere: scaled by count
+            wide_router = None
+        if wide_router is not None:
+            wide_ms, own_ms = _pairs(lambda: timed([lambda: wide_router(*args, **kwargs)]),
+                                     lambda: timed([lambda: router(*args, **kwargs)]), budget_s / 4)
+            deltas = [w - o for w, o in zip(wide_ms, own_ms)]
+            delta, low, high = _interval(deltas, seed)
+            out["router"] = {"delta_ms": delta, "delta_low_ms": low, "delta_high_ms": high, "deltas_ms": deltas,
+                             "whole_ms": statistics.median(wide_ms), "build_ms": statistics.median(own_ms)}
+    return out

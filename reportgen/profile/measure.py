@@ -26,7 +26,7 @@ from reportgen.profile.timing import time_step
 from reportgen.records.paths import trace_file
 from reportgen.vocabulary import COMPILE_NONE, TRAIN_MODES
 
-__all__ = ["WORKER_IMPORTS", "OutOfMemory", "attention_activation_bytes", "measure", "measure_in_worker"]
+__all__ = ["WORKER_IMPORTS", "OutOfMemory", "measure", "measure_in_worker"]
 
 # imported inside `measure` (a caller that only builds or times does without them): a
 # worker's fork server imports them once beforehand (``execute.forkserver``)
@@ -37,24 +37,6 @@ WORKER_IMPORTS = ("reportgen.profile.contention", "reportgen.profile.profiling",
 
 class OutOfMemory(RuntimeError):
     """The device ran out of memory; the message is the record's failure reason."""
-
-
-def attention_activation_bytes(info: dict[str, Any], combo: Any) -> int:
-    """Bytes of attention scores live during one attention call, analytically.
-
-    eager / sdpa-math materialise scores and probabilities: B*H*Lq*Lk*bytes*2 (in-place
-    softmax: *1). Fused backends (sdpa flash/efficient/cudnn, flash_attention_2, and plain
-    sdpa, which picks a fused kernel where one applies) keep O(L) state per row and no
-    score matrix, counted here as 0.
-    """
-    copies = traffic.MATERIALISING.get(combo.attn_implementation, 0)
-    heads = info.get("num_heads")
-    if not copies or not heads:
-        return 0
-    # query and key lengths per mode: the same shapes the analytic FLOPs and bytes use
-    s = traffic.shapes(str(info.get("architecture") or "decoder"), str(combo.mode),
-                       int(combo.batch_size), int(combo.seq_len))
-    return int(combo.batch_size) * int(heads) * s["lq"] * s["lk"] * traffic.DTYPE_BYTES[combo.dtype] * copies
 
 
 def _reset_peak(device: torch.device) -> None:
@@ -227,7 +209,7 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     memory.setdefault("peak_allocated_bytes", None)
     memory["peak_reserved_bytes"] = peak_reserved
     activation = dict(memory.get("attention_activation_bytes") or {})
-    activation["analytic"] = attention_activation_bytes(built.info, combo)
+    activation["analytic"] = traffic.attention_activation_bytes(built.info, combo)
     if activation.get("measured") is None:
         activation["measured"] = (memory.get("by_category_bytes") or {}).get("attention.core")
     memory["attention_activation_bytes"] = activation

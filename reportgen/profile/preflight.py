@@ -45,14 +45,14 @@ The estimate comes from the config alone:
   position's logits in prefill/decode, as `inputs.make_step` asks), and, for an
   implementation that materialises scores, one more score-sized tensor ``batch x heads x
   Lq x Lk x bytes``: scaling, masking and softmax each hold input and output at once, so
-  even naive-inplace (which `measure.attention_activation_bytes` counts x1) peaks at two.
+  even naive-inplace (which `traffic.attention_activation_bytes` counts x1) peaks at two.
   The sum is multiplied by ``WORKING_SET_SLACK`` (1.5) for allocator retention and
   fragmentation: on the CPU freed blocks stay in glibc's heap, and peak RSS ran up to
   1.35x the live tensors for bert-base eager s512 and llama-small eager s1024 (1.64x for
   attention-micro naive-inplace before the extra score tensor was counted). Tokens per
   forward: seq_len for forward and prefill; for decode too, because building a decode
   step runs the prefill first; seq_len + 1 for decode-nocache (prefix and new token).
-* **attention_scores**: exactly `measure.attention_activation_bytes` (eager, sdpa-math
+* **attention_scores**: exactly `traffic.attention_activation_bytes` (eager, sdpa-math
   and naive hold scores and probabilities, ``B x H x Lq x Lk x bytes x 2``; naive-inplace
   x1; fused backends 0). For decode the larger of the decode step's and the prefill's
   that builds its cache.
@@ -104,7 +104,7 @@ from typing import Any
 
 import torch
 
-from reportgen import kvcache
+from reportgen import kvcache, traffic
 from reportgen.errors import Skip, UserError
 from reportgen.profile import autoclass, building, dtypes, experts, fitting, inputs, modelspec
 from reportgen.profile.layers import first
@@ -234,8 +234,6 @@ class _Shape:
 
 def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]:
     """kv_cache, activations and attention_scores in bytes (formulas: module docstring)."""
-    from reportgen.profile.measure import attention_activation_bytes
-
     mode = str(combo.mode)
     nbytes = building.torch_dtype(combo.dtype).itemsize
     batch = int(combo.batch_size)
@@ -276,7 +274,7 @@ def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]
         vocab = int(info.get("vocab_size") or 0)
         positions = 1 if (mode != "forward" and shape.keeps_last_logits) else tokens
         working += (2 if shape.logit_softcapping else 1) * batch * positions * vocab * nbytes
-    scores = attention_activation_bytes(info, combo)
+    scores = traffic.attention_activation_bytes(info, combo)
     if mode in TRAIN_MODES:
         # a training step keeps every layer's intermediates (and scores) for the backward,
         # and the backward works on one layer's more at a time
@@ -286,7 +284,7 @@ def _analytic(combo: Any, info: dict[str, Any], shape: _Shape) -> dict[str, int]
         scores *= layers + 1
     if mode == "decode":
         prefill = SimpleNamespace(**{**_as_dict(combo), "mode": "prefill"})
-        scores = max(scores, attention_activation_bytes(info, prefill))
+        scores = max(scores, traffic.attention_activation_bytes(info, prefill))
     if scores:
         # scaling, masking and softmax each hold input and output at once: one score-sized
         # tensor beyond the live scores measure counts (naive-inplace peaks at two as well)

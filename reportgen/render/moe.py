@@ -15,6 +15,8 @@ from reportgen.records import fields
 
 DECODE = "decode"
 """The mode that routes one new token per sequence: its figures describe one step."""
+EVEN, ROUTER = "even", "router"
+"""A record's ``moe.routing``: the experts ran an even draw, or the router's own choices."""
 
 
 def section(record: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -106,6 +108,9 @@ def overview(moe: Mapping[str, Any], layers: Sequence[Mapping[str, Any]]) -> dic
         else (sum(ratios) / len(ratios) if ratios else None),
         "idle_experts": (int(moe["idle_experts"]) if isinstance(moe.get("idle_experts"), int)
                          else sum(r["idle_experts"] for r in layers)),
+        # "even": the experts ran an even draw; "router" or None (a record made before the
+        # draw): the random-weight router's own choices
+        "routing": moe.get("routing") if moe.get("routing") in (EVEN, ROUTER) else None,
     } | _idle_per_layer(moe, layers)
 
 
