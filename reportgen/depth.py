@@ -249,29 +249,28 @@ def expert_ratio(depth: Mapping[str, Any]) -> float:
     return float(experts["full"]) / float(experts["measured"])
 
 
+def _cost_part(depth: Mapping[str, Any], part: str, key: str) -> Mapping[str, Any] | None:
+    """``part`` of the correction an expert-reduced build measured (its ``depth.experts.cost``),
+    where it holds a number at ``key``; else None."""
+    experts = depth.get("experts")
+    cost = experts.get("cost") if isinstance(experts, Mapping) else None
+    found = cost.get(part) if isinstance(cost, Mapping) else None
+    return found if isinstance(found, Mapping) and isinstance(found.get(key), (int, float)) else None
+
+
 def experts_cost(depth: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The experts' correction a build with fewer routed experts measured
     (``reportgen.profile.expertcost``: its experts' time with the whole model's experts
     over their time in the build), or None where it has none (the step reaches no more
     experts than the build has, or nothing could be measured)."""
-    experts = depth.get("experts")
-    cost = experts.get("cost") if isinstance(experts, Mapping) else None
-    part = cost.get("experts") if isinstance(cost, Mapping) else None
-    if not isinstance(part, Mapping) or not isinstance(part.get("factor"), (int, float)):
-        return None
-    return part
+    return _cost_part(depth, "experts", "factor")
 
 
 def router_cost(depth: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The milliseconds a layer's router adds scoring every expert, as the build measured
     it (``reportgen.profile.expertcost``), or None where it has none (its router's time
     then scales by full / measured experts)."""
-    experts = depth.get("experts")
-    cost = experts.get("cost") if isinstance(experts, Mapping) else None
-    part = cost.get("router") if isinstance(cost, Mapping) else None
-    if not isinstance(part, Mapping) or not isinstance(part.get("delta_ms"), (int, float)):
-        return None
-    return part
+    return _cost_part(depth, "router", "delta_ms")
 
 
 def experts_reached(record: Mapping[str, Any]) -> float | None:
@@ -309,7 +308,11 @@ def experts_understated(record: Mapping[str, Any]) -> str:
     cost = experts_cost(section) if isinstance(section, Mapping) else None
     if cost is not None and section.get("whole") is not None:
         full = fields.get(record, "depth.experts.full")
-        return (f"the experts' time scaled by {float(cost['factor']):.2f}, measured widened to all {full} "
+        width, calls = cost.get("widened_to"), cost.get("calls")
+        how = (f"measured widened to {width} of its {full}, the step's tokens over {calls} calls"
+               if isinstance(width, int) and isinstance(full, int) and width < full else
+               f"measured widened to all {full}")
+        return (f"the experts' time scaled by {float(cost['factor']):.2f}, {how} "
                 f"(a step reaches about {reached:.0f} of them a layer, this build has {built})")
     return (f"the experts' time is understated: a step of the whole model reaches about "
             f"{reached:.0f} of its experts a layer, this build has {built}")

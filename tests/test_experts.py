@@ -507,3 +507,17 @@ def test_every_page_showing_a_model_built_with_fewer_experts_says_how_many(commi
                     and f"All combinations of {model} " in line]
         assert rows and settings
         assert all(any(w in line for w in words) for line in rows + settings), (model, words)
+
+
+def test_a_correction_measured_on_fewer_experts_than_the_model_says_how_many_and_in_how_many_calls() -> None:
+    """Where the model's experts do not fit beside the build, the copy holds as many as fit
+    and the step's tokens go over several calls: the words say so, not "all 256"."""
+    cost = {"tokens": 128, "layers": 2, "experts": {"factor": 9.36, "factor_low": 8.98, "factor_high": 9.5,
+                                                    "ratios": [9.36], "widened_to": 24, "calls": 11}}
+    record = {"combination": {"mode": "prefill", "batch_size": 1, "seq_len": 128},
+              "depth": {"experts": {"measured": 8, "full": 256, "top_k": 8, "cost": cost}, "whole": {}}}
+    assert depth.experts_understated(record) == (
+        "the experts' time scaled by 9.36, measured widened to 24 of its 256, the step's tokens over 11 calls "
+        "(a step reaches about 252 of them a layer, this build has 8)")
+    cost["experts"] |= {"widened_to": 256, "calls": 1}
+    assert "measured widened to all 256 (" in depth.experts_understated(record)
