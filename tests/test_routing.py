@@ -1,7 +1,8 @@
 """The routing every mixture-of-experts step runs (``reportgen.profile.routing``): the
 experts of a model built for measurement run an even draw of their indices (each token to
-k distinct experts, fixed per layer and shape), the router still computing its own; the
-record's ``moe`` section says so; a list of expert modules keeps the router's choices."""
+k distinct experts, every expert the same tokens to one, fixed per layer and shape), the
+router still computing its own; the record's ``moe`` section says so; a list of expert
+modules keeps the router's choices."""
 
 from __future__ import annotations
 
@@ -59,9 +60,10 @@ def test_the_experts_run_an_even_draw_fixed_per_layer_and_shape(tmp_path: Any) -
             assert torch.equal(index, second[name][0])  # the same draw every step
         a, b = first.values()
         assert not torch.equal(a[0], b[0])  # each layer its own
-        # 64 picks over 16 experts: about 4 each, not the random router's few busy ones
+        # 64 picks over 16 experts: 4 each, not the random router's few busy ones
         counts = torch.bincount(a[0].reshape(-1), minlength=16)
         assert int((counts > 0).sum()) >= 12
+        assert counts.tolist() == [4] * 16
         load = routing.expert_load(built.model, built.step, derive(built.model, built.step))
         assert load is not None and load["routing"] == routing.EVEN and load["top_k"] == 2
     finally:
@@ -72,7 +74,10 @@ def test_the_draw_is_each_token_to_k_distinct_experts() -> None:
     index = routing.draw(1000, 8, 3, torch.Generator().manual_seed(0))
     assert index.shape == (1000, 3) and all(len(set(r)) == 3 for r in index.tolist())
     counts = torch.bincount(index.reshape(-1), minlength=8).float()
-    assert float(counts.max() / counts.mean()) < 1.15  # even: 375 each, binomial spread
+    assert float(counts.max() / counts.mean()) < 1.15  # even: 375 each
+    # not a multiple of the experts: 3003 picks over 8, each expert 375 or 376
+    odd = torch.bincount(routing.draw(1001, 8, 3, torch.Generator().manual_seed(1)).reshape(-1), minlength=8)
+    assert int(odd.max() - odd.min()) <= 1 and int(odd.sum()) == 3003
 
 
 def test_a_module_called_without_an_expert_index_or_a_list_of_experts_keeps_its_routing() -> None:

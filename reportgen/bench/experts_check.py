@@ -225,8 +225,7 @@ class Series:
         if name not in self.categories:
             return 0.0
         scales, adds = (self.scales if scales is None else scales), (self.adds if adds is None else adds)
-        count = len(idx) if isinstance(idx, Sequence) else sum(1 for _ in idx)
-        return self._raw(name, idx) * scales.get(name, 1.0) + count * adds.get(name, 0.0)
+        return self._raw(name, idx) * scales.get(name, 1.0) + len(idx) * adds.get(name, 0.0)
 
     def forward(self, idx: Sequence[int], scales: Mapping[str, float] | None = None,
                 adds: Mapping[str, float] | None = None) -> float:

@@ -47,7 +47,7 @@ import copy
 import statistics
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -165,12 +165,12 @@ def plan(full: int, built: int, tokens: int, top_k: int, fits: int) -> tuple[int
     return width, calls
 
 
-def _router_of(model: nn.Module, structure: Structure, experts_fqn: str, built: int) -> nn.Module | None:
-    """The router beside ``experts_fqn`` in its mixture-of-experts layer: the layer's child,
-    other than its experts and shared experts, that holds a per-expert weight (leading
-    dimension ``built``)."""
+def _router_of(modules: Mapping[str, nn.Module], structure: Structure, experts_fqn: str,
+               built: int) -> nn.Module | None:
+    """The router beside ``experts_fqn`` in its mixture-of-experts layer (``modules``: the
+    model's, by name): the layer's child, other than its experts and shared experts, that
+    holds a per-expert weight (leading dimension ``built``)."""
     layer = experts_fqn.rpartition(".")[0]
-    modules = dict(model.named_modules())
     parent = modules.get(layer)
     if parent is None:
         return None
@@ -226,7 +226,7 @@ def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, 
     built = _stacked_count(target)
     if built >= full or top_k > built:
         return None
-    router = _router_of(model, structure, fqn, built)
+    router = _router_of(modules, structure, fqn, built)
     seen: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
     def capture(name: str) -> Callable[..., None]:
