@@ -147,9 +147,13 @@ def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
     kinds = sorted(rows)
     router = expert_ratio(depth)
     cost, scoring = experts_cost(depth), router_cost(depth)
-    ratios = [float(r) for r in (cost or {}).get("ratios") or []] or ([float(cost["factor"])] if cost else [])
-    deltas = [float(d) for d in (scoring or {}).get("deltas_ms") or []] or (
-        [float(scoring["delta_ms"])] if scoring else [])
+    # the unit resampled: each round's own figure where the correction was measured in
+    # every round (``pool_costs``), else the pairs of its one measurement
+    pooled = (depth.get("experts") or {}).get("cost")
+    ratios = (round_costs(pooled, "experts", "factor") or [float(r) for r in (cost or {}).get("ratios") or []]
+              or ([float(cost["factor"])] if cost else []))
+    deltas = (round_costs(pooled, "router", "delta_ms") or [float(d) for d in (scoring or {}).get("deltas_ms") or []]
+              or ([float(scoring["delta_ms"])] if scoring else []))
     # the whole model's mixture-of-experts layers: those of the kinds whose layers route
     routed = sum(full[k] for k in kinds if any(r.get(ROUTER, 0.0) > 0 for r in rows[k]))
     resampled = [n for n in (len(ratios), len(deltas)) if n]
@@ -191,17 +195,20 @@ def extrapolate(depth: Mapping[str, Any], timing: Mapping[str, Any] | None,
     single = [k for k in kinds if len(rows[k]) == 1 and missing[k] > 0]
     notes = [f"{k}: one layer measured, so its layer-to-layer spread is not in the intervals" for k in single]
     if scoring is not None and ROUTER in categories:
+        times = len(round_costs(pooled, "router", "delta_ms"))
         notes.append(f"moe.router: {float(scoring['delta_ms']):.3g} ms [{float(scoring['delta_low_ms']):.3g}, "
                      f"{float(scoring['delta_high_ms']):.3g}] added to each of the whole model's {routed} routed "
-                     "layers, what the build's router took more widened to every expert")
+                     "layers, what the build's router took more widened to every expert"
+                     + (f" (the median of {times} rounds' measurements)" if times else ""))
     elif router != 1.0:
         notes.append(f"moe.router scaled by {router:.4g} (the router scores every expert)")
     if cost and EXPERTS in categories:
         spread = (cost["tokens_per_expert"]["whole"], cost["tokens_per_expert"]["build"])
+        times = len(round_costs(pooled, "experts", "factor"))
         notes.append(f"moe.experts scaled by {float(cost['factor']):.3g} [{float(cost['factor_low']):.3g}, "
                      f"{float(cost['factor_high']):.3g}]: the build's experts widened to every expert (about "
                      f"{spread[0]:.3g} tokens an expert, against {spread[1]:.3g} in the build) took that much "
-                     "their time in the build")
+                     "their time in the build" + (f", the median of {times} rounds' measurements" if times else ""))
     elif router != 1.0:
         notes.append("the routed experts' time is the build's own (the step reaches no more experts than "
                      "the build has, or nothing was measured)")
@@ -258,6 +265,75 @@ def _cost_part(depth: Mapping[str, Any], part: str, key: str) -> Mapping[str, An
     return found if isinstance(found, Mapping) and isinstance(found.get(key), (int, float)) else None
 
 
+def pool_costs(costs: Sequence[tuple[int, Mapping[str, Any]]]) -> dict[str, Any] | None:
+    """One correction from those an expert-reduced build measured in each of its rounds
+    (``costs``: (round, ``depth.experts.cost``), the profiled round's among them): each part
+    (the experts' factor, the router's milliseconds) the median over the rounds of each
+    round's own median, with a two-level 95% bootstrap (the rounds drawn with replacement,
+    then the pairs within each) as for a median measured in rounds; ``rounds`` keeps each
+    round's figures and pairs, the part's pairs are every round's end to end. None without
+    a cost; one cost is returned as it is."""
+    import numpy as np
+
+    costs = [(int(r), c) for r, c in costs if isinstance(c, Mapping)]
+    if not costs:
+        return None
+    if len(costs) == 1:
+        return dict(costs[0][1])
+    out = dict(costs[-1][1])  # tokens, reached, built, full, layers, method: the same in every round
+    out["rounds"] = []
+    for r, cost in costs:
+        entry: dict[str, Any] = {"round": r}
+        for part, key, pairs in (("experts", "factor", "ratios"), ("router", "delta_ms", "deltas_ms")):
+            found = cost.get(part)
+            if isinstance(found, Mapping) and isinstance(found.get(key), (int, float)):
+                entry[part] = {key: float(found[key]), pairs: [float(x) for x in found.get(pairs) or [found[key]]]}
+        out["rounds"].append(entry)
+    for part, key, pairs, low, high in (("experts", "factor", "ratios", "factor_low", "factor_high"),
+                                        ("router", "delta_ms", "deltas_ms", "delta_low_ms", "delta_high_ms")):
+        measured = [(e[part][key], np.asarray(e[part][pairs], dtype=float)) for e in out["rounds"] if part in e]
+        if not measured:
+            out.pop(part, None)
+            continue
+        groups = [g for _, g in measured]
+        point = median_of([v for v, _ in measured])
+        lo, hi = percentiles(_median_of_medians(groups), CONFIDENCE)
+        part_out = dict(next(c[part] for _, c in reversed(costs) if isinstance(c.get(part), Mapping)))
+        part_out.update({key: point, low: min(lo, point), high: max(hi, point),
+                         pairs: [float(x) for g in groups for x in g], "rounds": len(measured)})
+        for side in ("whole_ms", "build_ms"):
+            sides = [float(c[part][side]) for _, c in costs
+                     if isinstance(c.get(part), Mapping) and isinstance(c[part].get(side), (int, float))]
+            if sides:
+                part_out[side] = median_of(sides)
+        out[part] = part_out
+    return out
+
+
+def _median_of_medians(groups: Sequence[Any]) -> list[float]:
+    """Two-level bootstrap replicates of the median over ``groups`` (numpy arrays) of each
+    group's median: the groups drawn with replacement, then the values within each."""
+    import numpy as np
+
+    from reportgen.stats.bootstrap import two_level
+
+    def replicate(rng: np.random.Generator, row: Any) -> float:
+        return float(np.median([np.median(groups[g][rng.integers(0, len(groups[g]), len(groups[g]))])
+                                for g in row]))
+
+    return two_level(len(groups), replicate, reps=SHARE_REPLICATES, seed=SEED)
+
+
+def round_costs(cost: Mapping[str, Any] | None, part: str, key: str) -> list[float]:
+    """Each round's own figure (``key``) of ``part`` of a pooled correction (``pool_costs``);
+    [] for a correction measured once."""
+    entries = (cost or {}).get("rounds")
+    if not isinstance(entries, list):
+        return []
+    return [float(e[part][key]) for e in entries if isinstance(e, Mapping) and isinstance(e.get(part), Mapping)
+            and isinstance(e[part].get(key), (int, float))]
+
+
 def experts_cost(depth: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The experts' correction a build with fewer routed experts measured
     (``reportgen.profile.expertcost``: its experts' time with the whole model's experts
@@ -295,17 +371,20 @@ def experts_reached(record: Mapping[str, Any]) -> float | None:
 
 def experts_understated(record: Mapping[str, Any]) -> str:
     """The words a figure of an expert-reduced build carries where its step reaches more
-    experts in the whole model than the build has ("" where it does not): the tokens then
-    share fewer experts' weights, and the experts' time as measured reads low. Where the
-    build measured its experts' correction (``experts_cost``) and the whole-model figures
+    experts in the whole model than the build has: the tokens then share fewer experts'
+    weights, and the experts' time as measured reads low. Where the build measured its
+    experts' correction (``experts_cost``, in a decode step too) and the whole-model figures
     carry it, the words say by what factor they were scaled; else that the time is
-    understated (the expert-reduction figure on the Validation page measures both)."""
+    understated (the expert-reduction figure on the Validation page measures both), or
+    nothing where the step reaches no more experts than the build has ("")."""
     reached = experts_reached(record)
     built = fields.get(record, "depth.experts.measured")
-    if reached is None or not isinstance(built, int) or reached <= built + 0.5:
+    if reached is None or not isinstance(built, int):
         return ""
     section = fields.get(record, "depth")
     cost = experts_cost(section) if isinstance(section, Mapping) else None
+    if reached <= built + 0.5 and (cost is None or section.get("whole") is None):
+        return ""  # the same products in either, and no correction measured
     if cost is not None and section.get("whole") is not None:
         full = fields.get(record, "depth.experts.full")
         width, calls = cost.get("widened_to"), cost.get("calls")

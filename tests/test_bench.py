@@ -978,3 +978,40 @@ def test_a_figure_measured_by_an_earlier_method_says_so_where_its_verdict_is_sho
     section = md[md.index("Other hosts"):]
     assert "- *Instrumentation overhead* on this host: measured with a clock at every module" in section
     assert "This figure was" not in md
+
+
+def _failing_row(key: str, verdict: str, rel: float, low: float, high: float, drop: float, removable: float,
+                  neighbours: float | None, spread: list[float]) -> dict[str, Any]:
+    return {"combination": key, "category": "attention.core", "headline_method": "hooks", "verdict": verdict,
+            "rel_diff": rel, "rel_diff_low": low, "rel_diff_high": high, "drop_ms": drop, "drop_low_ms": drop,
+            "drop_high_ms": drop, "removable_ms": removable, "rounds": 10, "pairs": 200,
+            "hooks_neighbours_ms": neighbours, "hooks_round_rel_diffs": spread, "hooks_verdict": verdict}
+
+
+def test_a_failing_ablation_row_says_what_its_measurements_show_caused_it() -> None:
+    from reportgen.bench.ablation_figure import CAUSE_PREFIX, ablation_summary, failure_causes, with_causes
+
+    # the AMD host's training rows: one past the bound by less than its neighbours sped up,
+    # one whose estimate agrees and whose interval does not, one passing, one unexplained
+    rows = [_failing_row("bert eager", "fail", 0.115, 0.033, 0.256, 138.28, 124.02, 54.57, [0.02, 0.3]),
+            _failing_row("bert sdpa", "fail", 0.049, -0.044, 0.129, 142.26, 135.61, 32.9, [-0.06, 0.01, 0.2]),
+            _failing_row("gpt2 sdpa", "pass", 0.028, -0.038, 0.091, 137.06, 133.36, 5.4, []),
+            _failing_row("llama", "fail", 0.2, 0.1, 0.3, 120.0, 100.0, 5.0, [])]
+    causes = failure_causes(rows)
+    assert causes == [
+        "Why bert eager fails: the drop exceeds the removable attributed time by 14.3 ms, and in the same hooked "
+        "pairs the rest of the step ran 54.6 ms faster with the stand-in in place (hooks_neighbours_ms): the "
+        "stand-in's saving reaches past attention.core into the code after it (caches, the threads' state), time "
+        "no exclusive attribution of attention.core can count.",
+        "Why bert sdpa fails: its estimate agrees (+4.9%) but its interval [-4.4%, +12.9%] reaches past ±10% after "
+        "10 rounds, its rounds' own estimates spreading from -6.0% to +20.0%: the variation between rounds, not "
+        "the attribution's estimate.",
+        "Why llama fails: the drop exceeds the removable attributed time by 20.0 ms; its cause is not measured."]
+    fig = ablation_summary(rows, rounds=10, min_pairs=12, budget_s=60.0)
+    at = next(i for i, n in enumerate(fig["notes"]) if n.startswith("Verdicts by method"))
+    assert fig["notes"][at + 1:at + 4] == causes
+    # said again from the rows, never twice
+    stale = {**fig, "notes": [n for n in fig["notes"] if not n.startswith(CAUSE_PREFIX)] + ["Why old fails: x"]}
+    again = with_causes(stale)
+    assert [n for n in again["notes"] if n.startswith(CAUSE_PREFIX)] == causes
+    assert with_causes(again) == again

@@ -305,7 +305,7 @@ def test_what_does_not_scale_with_depth_is_read_and_said() -> None:
 
 
 def test_a_recorded_unit_is_read_as_the_figure_expects() -> None:
-    """One round of granite-3.0-1b-a400m at 2 of its 24 layers and whole, as ``depth_unit``
+    """One round of granite-3.0-1b-a400m at 2 of its 24 layers and whole, as ``depth_rounds.builds_unit``
     returned it (on a busy host: its times are no measurement of the model, its shape is
     the contract between the measuring loop and the figure)."""
     unit = json.loads((Path(__file__).parent / "data" / "depth_unit_granite.json").read_text())

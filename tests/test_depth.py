@@ -339,7 +339,8 @@ def test_an_expert_reduced_step_that_reaches_more_experts_than_built_says_its_ex
     """A prefill of 128 tokens, each routed to 8 of 256 experts, reaches nearly all 256 in
     the whole model; a build with 8 runs them all on the same 8, so its experts' time reads
     low and its figures say so. A decode step of one token reaches 8, which the build has:
-    no words. A build with every expert: no words."""
+    no words, unless it measured a correction its figures carry. A build with every
+    expert: no words."""
     from reportgen import depth
 
     def record(mode: str, seq: int, built: int, batch: int = 1) -> dict[str, object]:
@@ -355,3 +356,11 @@ def test_an_expert_reduced_step_that_reaches_more_experts_than_built_says_its_ex
     assert "understated" in depth.experts_understated(record("decode", 128, 8, batch=64))
     assert depth.experts_understated(record("prefill", 128, 256)) == ""
     assert depth.experts_reached({"combination": {"mode": "prefill"}}) is None
+    # a decode step measured its correction too (the module's own work over its experts):
+    # its figures say by how much they were scaled
+    decode = record("decode", 128, 8)
+    decode["depth"]["experts"]["cost"] = {"tokens": 1, "layers": 2, "experts": {  # type: ignore[index]
+        "factor": 1.05, "factor_low": 1.03, "factor_high": 1.07, "ratios": [1.03, 1.05, 1.07], "widened_to": 256,
+        "calls": 1}}
+    assert depth.experts_understated(decode) == ("the experts' time scaled by 1.05, measured widened to all 256 "
+                                                 "(a step reaches about 8 of them a layer, this build has 8)")

@@ -521,3 +521,91 @@ def test_a_correction_measured_on_fewer_experts_than_the_model_says_how_many_and
         "(a step reaches about 252 of them a layer, this build has 8)")
     cost["experts"] |= {"widened_to": 256, "calls": 1}
     assert "measured widened to all 256 (" in depth.experts_understated(record)
+
+
+def _round_cost(factor: float, delta: float) -> dict[str, Any]:
+    ratios = [factor * k for k in (0.98, 1.0, 1.02)]
+    return {"tokens": 64, "reached": 15.9, "built": 4, "full": 16, "layers": 1, "method": "m",
+            "experts": {"factor": factor, "factor_low": min(ratios), "factor_high": max(ratios), "ratios": ratios,
+                        "whole_ms": 2.0 * factor, "build_ms": 2.0, "widened_to": 16, "calls": 1,
+                        "tokens_per_expert": {"whole": 8.0, "build": 32.0}},
+            "router": {"delta_ms": delta, "delta_low_ms": delta, "delta_high_ms": delta,
+                       "deltas_ms": [delta, delta], "whole_ms": 1.0 + delta, "build_ms": 1.0}}
+
+
+def test_a_correction_measured_in_every_round_is_their_median_with_the_rounds_spread() -> None:
+    """Each round measured the correction beside its timing: the record's is the median over
+    the rounds of each round's own, its interval a bootstrap over the rounds (then the pairs
+    within each), so one round measured at a bad moment (1.52 where the others read about
+    1.3) neither sets the figure nor hides in a narrow interval."""
+    costs = [(r, _round_cost(f, d)) for r, (f, d) in enumerate([(1.52, 0.3), (1.28, 0.2), (1.30, 0.2),
+                                                                 (1.31, 0.25), (1.29, 0.2), (1.27, 0.2)])]
+    pooled = depth.pool_costs(costs)
+    assert pooled is not None
+    experts = pooled["experts"]
+    assert experts["factor"] == pytest.approx(1.295) and experts["rounds"] == 6
+    assert experts["factor_low"] < 1.29 and 1.30 < experts["factor_high"] < 1.52
+    assert len(experts["ratios"]) == 18 and experts["widened_to"] == 16
+    assert experts["whole_ms"] == pytest.approx(2.0 * 1.295) and experts["build_ms"] == 2.0
+    assert pooled["router"]["delta_ms"] == pytest.approx(0.2) and pooled["router"]["rounds"] == 6
+    assert [e["round"] for e in pooled["rounds"]] == list(range(6))
+    assert pooled["rounds"][0]["experts"]["factor"] == 1.52 and len(pooled["rounds"][0]["experts"]["ratios"]) == 3
+    assert depth.round_costs(pooled, "experts", "factor") == [1.52, 1.28, 1.30, 1.31, 1.29, 1.27]
+    assert depth.round_costs(costs[0][1], "experts", "factor") == []  # one measurement: no rounds
+    assert depth.pool_costs(costs[:1]) == costs[0][1] and depth.pool_costs([]) is None
+    # a round whose step reached no more experts than the build has measured its router only
+    router_only = {k: v for k, v in _round_cost(1.0, 0.4).items() if k != "experts"}
+    mixed = depth.pool_costs([costs[1], (7, router_only)])
+    assert mixed is not None and mixed["experts"]["rounds"] == 1 and mixed["router"]["rounds"] == 2
+    assert mixed["router"]["delta_ms"] == pytest.approx(0.3)
+    jsonschema.validate({"measured": 4, "full": 16, "top_k": 2, "cost": pooled},
+                        json_schema(COMBINATION_KIND)["properties"]["depth"]["properties"]["experts"])
+
+
+def test_the_extrapolation_resamples_the_rounds_corrections() -> None:
+    base = {"layers": 1, "full_layers": 3, "measured": {"moe": 1}, "full": {"moe": 3},
+            "measured_layers": [{"index": 0, "kind": "moe", "layer": "l0"}],
+            "experts": {"measured": 4, "full": 16, "top_k": 2}}
+    cats = {"attention.core": 2.0, "moe.router": 1.0, "moe.experts": 4.0, "head": 1.0}
+    attribution = {"per_layer": [{"layer": "l0", "categories": {c: v for c, v in cats.items() if c != "head"}}],
+                   "methods": {"profiler": {"forward_ms": sum(cats.values()),
+                                            "categories": {c: {"ms": v} for c, v in cats.items()}}}}
+    timing = {"median": 8.0, "ci_low": 8.0, "ci_high": 8.0}
+    steady = depth.pool_costs([(r, _round_cost(1.3, 0.2)) for r in range(6)])
+    wander = depth.pool_costs([(r, _round_cost(f, 0.2)) for r, f in enumerate((1.1, 1.5, 1.2, 1.4, 1.3, 1.3))])
+    a = depth.extrapolate({**base, "experts": {**base["experts"], "cost": steady}}, timing, attribution)
+    b = depth.extrapolate({**base, "experts": {**base["experts"], "cost": wander}}, timing, attribution)
+    assert a is not None and b is not None
+    assert a["median_ms"] == pytest.approx(b["median_ms"])  # both medians 1.3
+    # the rounds' spread is in the interval: resampled by round, not by the pairs of one
+    assert b["factor_high"] - b["factor_low"] > 3 * (a["factor_high"] - a["factor_low"])
+    assert any(n.endswith("the median of 6 rounds' measurements") for n in b["notes"])
+
+
+def test_the_record_pools_the_correction_each_clean_round_measured() -> None:
+    from reportgen.execute import rounds
+
+    def payload(i: int, factor: float, *, contended: bool = False) -> dict[str, Any]:
+        timing = {"method": "perf_counter", "unit": "ms", "samples": [10.0 + i * 0.01] * 5, "median": 10.0,
+                  **({"contention": {"contended": True, "reason": "busy"}} if contended else {})}
+        sections: dict[str, Any] = {"timing": timing}
+        if i == 0:
+            sections["depth"] = {"layers": 1, "full_layers": 3, "measured": {"moe": 1}, "full": {"moe": 3},
+                                 "measured_layers": [{"index": 0, "kind": "moe", "layer": "l0"}],
+                                 "experts": {"measured": 4, "full": 16, "top_k": 2, "cost": _round_cost(factor, 0.2)}}
+            sections["profile"] = {"events": 1}
+        else:
+            sections["expert_cost"] = _round_cost(factor, 0.2)
+        return {"id": "m", "round": i, "rounds": 4, "status": "ok", "started": "s", "finished": "f",
+                "duration_s": 1.0, "sections": sections, "execution": {}, "preflight": {}, "device": None}
+
+    found = {0: payload(0, 1.5), 1: payload(1, 1.3), 2: payload(2, 9.0, contended=True), 3: payload(3, 1.2),
+             4: payload(4, 1.25)}
+    sections = rounds.merged_sections(found, rounds.Policy(rounds=5, min_rounds=4))
+    cost = sections["depth"]["experts"]["cost"]
+    assert [e["round"] for e in cost["rounds"]] == [0, 1, 3, 4]  # the contended round left out here too
+    assert cost["experts"]["factor"] == pytest.approx(1.275)
+    assert "expert_cost" not in sections
+    # one round: the profiled round's own correction, as measured
+    alone = rounds.merged_sections({0: payload(0, 1.5)}, rounds.Policy(rounds=1))
+    assert alone["depth"]["experts"]["cost"] == _round_cost(1.5, 0.2)

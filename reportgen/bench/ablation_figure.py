@@ -133,6 +133,7 @@ def ablation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), 
         f"({worst['rel_diff']:+.1%}, interval {worst['rel_diff_low']:+.1%} to "
         f"{worst['rel_diff_high']:+.1%}).",
         "Verdicts by method (the headline method decides the figure): " + "; ".join(per_method) + ".",
+        *failure_causes(rows),
         *_stand_in_notes(categories),
         "hooks_neighbours_ms: how much the rest of the forward (outside the row's category: "
         "projections, MLP, norms, the blocks' own time) sped up with the stand-in in place, "
@@ -196,6 +197,53 @@ STAND_IN_NOTES: dict[str, str] = {
         "shapes; what the methods still attribute to mixer with the stand-in in place is "
         "left out of removable_ms."),
 }
+
+
+CAUSE_PREFIX = "Why "
+
+
+def failure_causes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """For each failing row, what its own measurements say caused the failure (pure): an
+    estimate that agrees whose interval reaches past the bound (the spread between its
+    rounds), or a drop larger than the removable attributed time by less than the rest of
+    the step sped up in the same hooked pairs (``hooks_neighbours_ms``); else that the
+    cause is not measured."""
+    out = []
+    for r in rows:
+        if r.get("verdict") != "fail":
+            continue
+        key, method, category = row_key(r), r.get("headline_method"), r.get("category", DEFAULT_TARGET)
+        rel, low, high = r["rel_diff"], r["rel_diff_low"], r["rel_diff_high"]
+        head = f"{CAUSE_PREFIX}{key} fails: "
+        if abs(rel) <= AGREEMENT:
+            spread = [float(x) for x in r.get(f"{method}_round_rel_diffs") or [] if x == x]
+            out.append(head + f"its estimate agrees ({rel:+.1%}) but its interval [{low:+.1%}, {high:+.1%}] "
+                       f"reaches past ±{AGREEMENT:.0%} after {r['rounds']} rounds"
+                       + (f", its rounds' own estimates spreading from {min(spread):+.1%} to {max(spread):+.1%}"
+                          if spread else "")
+                       + ": the variation between rounds, not the attribution's estimate.")
+            continue
+        excess = float(r["drop_ms"]) - float(r["removable_ms"])
+        neighbours = r.get("hooks_neighbours_ms")
+        if method == "hooks" and isinstance(neighbours, (int, float)) and 0 < excess <= neighbours:
+            out.append(head + f"the drop exceeds the removable attributed time by {excess:.1f} ms, and in the "
+                       f"same hooked pairs the rest of the step ran {neighbours:.1f} ms faster with the stand-in "
+                       f"in place (hooks_neighbours_ms): the stand-in's saving reaches past {category} into "
+                       "the code after it (caches, the threads' state), time no exclusive attribution of "
+                       f"{category} can count.")
+        else:
+            what = "exceeds" if excess > 0 else "falls short of"
+            out.append(head + f"the drop {what} the removable attributed time by {abs(excess):.1f} ms; its "
+                       "cause is not measured.")
+    return out
+
+
+def with_causes(fig: dict[str, Any]) -> dict[str, Any]:
+    """An ablation figure with its failure causes (``failure_causes``) said again from its
+    rows, in place of any it said before (after its verdicts by method)."""
+    notes = [n for n in fig.get("notes") or [] if not n.startswith(CAUSE_PREFIX)]
+    at = next((i + 1 for i, n in enumerate(notes) if n.startswith("Verdicts by method")), len(notes))
+    return {**fig, "notes": [*notes[:at], *failure_causes(fig.get("rows") or []), *notes[at:]]}
 
 
 def _stand_in_notes(categories: Sequence[str]) -> list[str]:

@@ -112,18 +112,21 @@ class Plan:
     mode: str = MODE
     seq_len: int = SEQ_LEN
     scale: str = "reference"
-    # six rounds, the fewest whose bootstrap over rounds states 95%; in each, cycles of one
-    # forward of every build for 6 s, at least six (a cycle of the two larger models
-    # takes about 1.8 s on a quiet 2-core host: a second whole, the rest its 2, 4 and 8
-    # layers): with three, the resampling within a round left granite's paired latency
-    # interval about 9 points wide while llama-small's 15 cycles gave 3
-    rounds: int = 6
+    # eight rounds; in each, cycles of one forward of every build for 6 s, at least six (a
+    # cycle of the two larger models takes about 1.8 s on a quiet 2-core host: a second
+    # whole, the rest its 2, 4 and 8 layers): with three, the resampling within a round
+    # left granite's paired latency interval about 9 points wide while llama-small's 15
+    # cycles gave 3. Six rounds (the fewest whose bootstrap over rounds states 95%) left
+    # one row of nine, a different one in each of two runs, with an interval end a few
+    # tenths past its bound (falcon's 2 layers at -5.3%, llama-small's MLP share at +2.2
+    # points): two more rounds, and longer hooks passes for the shares
+    rounds: int = 8
     budget_s: float = 6.0
     min_cycles: int = 6
-    # five clocked forwards of each build a round: one burst of a busy host in a pass of
-    # three moved a 2-layer build's first layer to several times its second's
-    hooks_budget_s: float = 1.0
-    hooks_iterations: int = 5
+    # eight clocked forwards of each build a round, 2 s at most: one burst of a busy host
+    # in a pass of three moved a 2-layer build's first layer to several times its second's
+    hooks_budget_s: float = 2.0
+    hooks_iterations: int = 8
     # one unit at most (a model of a billion parameters built, timed and clocked on a
     # busy 2-core host)
     timeout_s: float = 1800.0
@@ -195,6 +198,8 @@ class Block:
     times: Sequence[NDArray[Any]]
     factors: Mapping[int, Sequence[float]]
     diffs: Mapping[int, Mapping[str, Sequence[float]]]
+    # whether the counts are layer counts a line through the medians is judged on
+    line: bool = True
 
     def logs(self, i: int, rows: NDArray[Any]) -> dict[Any, NDArray[Any]]:
         """Round ``i``'s log ratios from the given cycles: per cycle, each count's
@@ -208,7 +213,8 @@ class Block:
         out: dict[Any, NDArray[Any]] = {n: np.log(self.factors[n][i] * t[:, j + 1] / t[:, 0])
                                         for j, n in enumerate(self.counts)}
         medians = np.median(t, axis=0)
-        fitted = len(set(self.counts)) >= stats.MIN_FIT_POINTS  # fewer: no line is judged (``_fit``)
+        # fewer counts: no line is judged (``_fit``)
+        fitted = self.line and len(set(self.counts)) >= stats.MIN_FIT_POINTS
         out["line"] = np.asarray([line_log(self.full_layers, self.counts, list(medians[1:]), float(medians[0]))
                                   if fitted else math.nan])
         return out

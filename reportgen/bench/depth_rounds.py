@@ -1,22 +1,24 @@
-"""The depth figure's measurement (``depth_check``'s figure): each model whole and with
-each of its layer counts, paired forward by forward, in rounds.
+"""The paired measurement of the depth and expert-reduction figures (``depth_check``,
+``experts_check``): a model built several ways (whole and with each of its layer counts,
+or with every routed expert and with fewer), paired forward by forward, in rounds.
 
-A round measures each model (the models in a shuffled order) in a fresh process of its
-own (forked from a fork server that has imported torch, transformers and the models'
-modeling code once): the model built at full width whole and with each layer count, all
-resident at once, each warmed up; then cycles, each one forward of every build back to
-back in the cycle's own shuffled order, for the round's budget (the pass's contention
-reading around them); then each build clocked by the hooks method (``regions.hooks_method``:
-category times and each layer's, what ``--layers N`` extrapolates by, ``reportgen.depth``).
-A reduced build gives its ``depth`` section, a mixture of experts its routing
-(``routing.expert_load``). On a shared 2-core host the speed wanders by tens of percent
-within a minute: the forwards of one cycle fall within seconds of each other, so their
-ratio is steady where the ratio of two medians taken minutes apart is not.
+A round measures each unit (a model, and for the expert figure a mode; the units in a
+shuffled order) in a fresh process of its own (forked from a fork server that has
+imported torch, transformers and the models' modeling code once): the model built at
+full width each way, all resident at once, each warmed up; then cycles, each one forward
+of every build back to back in the cycle's own shuffled order, for the round's budget
+(the pass's contention reading around them); then each build clocked by the hooks method
+(``regions.hooks_method``: category times and each layer's, what ``--layers N``
+extrapolates by, ``reportgen.depth``). A reduced build gives its ``depth`` section, a
+mixture of experts its routing (``routing.expert_load``), a build with fewer routed
+experts the correction its figures are scaled by (``reportgen.profile.expertcost``). On a
+shared 2-core host the speed wanders by tens of percent within a minute: the forwards of
+one cycle fall within seconds of each other, so their ratio is steady where the ratio of
+two medians taken minutes apart is not.
 
-Each (round, model) is one unit, written atomically to
-``<scratch>/units/<model>--r<round>.json`` the moment it arrives: a stopped run loses no
-unit and is resumed where it stopped; a finished one (``complete`` written) is measured
-again from scratch.
+Each (round, unit) is written atomically to ``<scratch>/units/<unit>--r<round>.json``
+the moment it arrives: a stopped run loses no unit and is resumed where it stopped; a
+finished one (``complete`` written) is measured again from scratch.
 """
 
 from __future__ import annotations
@@ -71,20 +73,25 @@ def cycles(builds: Sequence[str], budget_s: float, forward: Callable[[str], floa
     return out
 
 
-def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale: str, budget_s: float,
-               min_cycles: int, hooks_budget_s: float, hooks_iterations: int, seed: str) -> dict[str, Any]:
+def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len: int, scale: str, budget_s: float,
+                min_cycles: int, hooks_budget_s: float, hooks_iterations: int, seed: str,
+                probe_budget_s: float | None = None) -> dict[str, Any]:
     """One model's round, in the process it is called in (a fresh one: ``measure`` forks it):
-    the model built whole and with each of ``counts`` layers, each warmed up (for up to
-    a third of ``budget_s``); an untimed cycle, then cycles of one forward of each for
-    ``budget_s`` (at least ``min_cycles``); each build's hooks pass (at least
-    ``hooks_iterations`` forwards, ``hooks_budget_s``) and, for a mixture of experts, its
-    routing."""
+    the model built at full width once per ``builds`` entry (its key, its layers and its
+    routed experts, None for all), each warmed up (for up to a third of ``budget_s``); an
+    untimed cycle, then cycles of one forward of each for ``budget_s`` (at least
+    ``min_cycles``); each build's hooks pass (at least ``hooks_iterations`` forwards,
+    ``hooks_budget_s``) and, for a mixture of experts, its routing; a build with fewer
+    routed experts than its model, the correction reportgen scales its experts and router
+    by (``reportgen.profile.expertcost``, its pairs timed for ``probe_budget_s``), in its
+    ``depth`` section as a measurement's."""
     import dataclasses
     import gc
 
     from reportgen.profile import building, heap, regions, timing
     from reportgen.profile.contention import PassSampler
-    from reportgen.profile.measure import depth_section
+    from reportgen.profile.expertcost import BUDGET_S
+    from reportgen.profile.measure import depth_section, expert_cost, reduced_experts
     from reportgen.profile.routing import expert_load
     from reportgen.profile.structure import derive
     from reportgen.suite import Combination
@@ -94,21 +101,21 @@ def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale
                        batch_size=1, seq_len=seq_len, device="cpu")
     started = time.time()
     built: dict[str, Any] = {}
-    out: dict[str, Any] = {"model": model, "started": started, "builds": {}}
+    out: dict[str, Any] = {"model": model, "mode": mode, "started": started, "builds": {}}
     with stopwatch() as wall:
         # as in the suite's workers: what outlives the builds frozen, so a collection
         # during a timed forward costs milliseconds, not 0.2 s
         gc.collect()
         gc.freeze()
         try:
-            for layers in [*counts, None]:
-                combo = dataclasses.replace(base, layers=layers)
-                one = built[key(layers)] = build(combo)
+            for name, layers, experts in builds:
+                combo = dataclasses.replace(base, layers=layers, experts=experts)
+                one = built[name] = build(combo)
                 timer = timing.default_timer(one.step)
                 warmup = timing.warm_up(one.step, timer, max_warmup_s=budget_s / 3)
                 section = depth_section(one.depth, combo) if one.depth is not None else None
-                out["builds"][key(layers)] = {
-                    "layers": layers, "warmup_samples": warmup, "depth": section,
+                out["builds"][name] = {
+                    "layers": layers, "experts": experts, "warmup_samples": warmup, "depth": section,
                     "full_layers": section["full_layers"] if section else one.info.get("num_layers")}
 
             def forward(name: str) -> float:
@@ -125,7 +132,7 @@ def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale
             reading = sampler.stop() or {}
             out["contended"] = bool(reading.get("contended"))
             out["contention"] = reading.get("reason")
-            for name, one in built.items():
+            for (name, one), (_n, _l, experts) in zip(built.items(), builds):
                 structure = derive(one.model, one.step)
                 # the hooks' own cost read against this build's cycle forwards: no bare ones
                 hooks = regions.hooks_method(one.model, one.step, structure, budget_s=hooks_budget_s,
@@ -139,6 +146,12 @@ def depth_unit(model: str, counts: Sequence[int], mode: str, seq_len: int, scale
                 if load is not None:
                     out["builds"][name]["routing"] = {k: load[k] for k in ("max_over_mean", "mean_max_over_mean",
                                                                            "idle_experts", "routing") if k in load}
+                section = out["builds"][name]["depth"]
+                if section is not None and reduced_experts(one, dataclasses.replace(base, experts=experts), None):
+                    cost = expert_cost(one, structure, seed=0,
+                                       budget_s=BUDGET_S if probe_budget_s is None else probe_budget_s)
+                    if cost is not None:
+                        section["experts"] = {**section["experts"], "cost": cost}
         finally:
             for one in built.values():
                 building.free(one)
@@ -167,7 +180,8 @@ def _fork_server(models: Sequence[str], tmp: str) -> Iterator[Any]:
                           batch_size=1, seq_len=8, device="cpu") for m in models]
     # what every unit imports before it builds anything, imported once here
     server = ForkServer(log_dir=tmp, preload=preload_for(combos, [
-        f"{__name__}:depth_unit", "reportgen.profile.measure:measure", "reportgen.profile.regions:hooks_method",
+        f"{__name__}:builds_unit", "reportgen.profile.expertcost:probe", "reportgen.profile.measure:measure",
+        "reportgen.profile.regions:hooks_method",
         "reportgen.profile.routing:expert_load"]))
     try:
         yield server
@@ -180,6 +194,29 @@ def measure(plan: Any, scratch: Path, *, log: Callable[[str], None] = print,
     """Every unit of ``plan`` (``depth_check.Plan``) measured into ``scratch/units``
     (resumed where a stopped run left off): (every unit there, notes on units that
     failed or were not measured)."""
+    models = [m.model for m in plan.models]
+
+    def todo(index: int) -> list[tuple[str, str, dict[str, Any]]]:
+        return [(unit_name(m, index), m, {
+            "model": m, "builds": [[key(n), n, None] for n in plan.counts] + [[WHOLE, None, None]],
+            "mode": plan.mode, "seq_len": plan.seq_len, "scale": plan.scale, "budget_s": plan.budget_s,
+            "min_cycles": plan.min_cycles, "hooks_budget_s": plan.hooks_budget_s,
+            "hooks_iterations": plan.hooks_iterations, "seed": f"depth:{index}:{m}"})
+            for m in model_order(models, index)]
+
+    return measure_units(scratch, plan.rounds, todo, models, timeout_s=plan.timeout_s, what="depth", log=log,
+                         stop=stop)
+
+
+def measure_units(scratch: Path, rounds: int, todo: Callable[[int], Sequence[tuple[str, str, dict[str, Any]]]],
+                  models: Sequence[str], *, timeout_s: float, what: str, log: Callable[[str], None] = print,
+                  stop: Callable[[], bool] = lambda: False) -> tuple[list[dict[str, Any]], list[str]]:
+    """``rounds`` rounds of units measured into ``scratch/units``, each unit
+    ``builds_unit(**kwargs)`` in a fresh process forked from a server that has imported
+    ``models``' code: ``todo(round)`` lists the round's units in order as (file name,
+    label, kwargs). A unit measured before (its file exists) is kept: a stopped run is
+    resumed, a finished one (``complete`` written) measured again from scratch. Returns
+    (every unit there, notes on units that failed or were not measured)."""
     from reportgen.execute import fresh
 
     folder = scratch / "units"
@@ -187,29 +224,24 @@ def measure(plan: Any, scratch: Path, *, log: Callable[[str], None] = print,
         shutil.rmtree(folder, ignore_errors=True)
         (scratch / COMPLETE).unlink()
     folder.mkdir(parents=True, exist_ok=True)
-    models = [m.model for m in plan.models]
     notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="bench-depth-") as tmp, _fork_server(models, tmp) as server:
-        for index in range(plan.rounds):
-            todo = [m for m in model_order(models, index) if not (folder / unit_name(m, index)).exists()]
-            for done, model in enumerate(todo):
+    with tempfile.TemporaryDirectory(prefix=f"bench-{what}-") as tmp, _fork_server(models, tmp) as server:
+        for index in range(rounds):
+            units = [u for u in todo(index) if not (folder / u[0]).exists()]
+            for done, (name, label, kwargs) in enumerate(units):
                 if stop():
-                    notes.append(f"time limit reached in round {index + 1}: {len(todo) - done} of its models "
+                    notes.append(f"time limit reached in round {index + 1}: {len(units) - done} of its units "
                                  "not measured")
                     return read_units(folder), notes
-                result = fresh.run(depth_unit, {
-                    "model": model, "counts": list(plan.counts), "mode": plan.mode, "seq_len": plan.seq_len,
-                    "scale": plan.scale, "budget_s": plan.budget_s, "min_cycles": plan.min_cycles,
-                    "hooks_budget_s": plan.hooks_budget_s, "hooks_iterations": plan.hooks_iterations,
-                    "seed": f"depth:{index}:{model}"}, forkserver=server, timeout_s=plan.timeout_s,
-                    log_path=Path(tmp) / unit_name(model, index).replace(".json", ".log"))
+                result = fresh.run(builds_unit, kwargs, forkserver=server, timeout_s=timeout_s,
+                                   log_path=Path(tmp) / name.replace(".json", ".log"))
                 if not result.ok:
-                    notes.append(f"{model} round {index + 1}: {result.reason}")
-                    log(f"  depth {model} round {index + 1}: FAILED {result.reason}")
+                    notes.append(f"{label} round {index + 1}: {result.reason}")
+                    log(f"  {what} {label} round {index + 1}: FAILED {result.reason}")
                     continue
                 unit = {**result.value, "round": index}
-                atomic_write_json(folder / unit_name(model, index), unit)
-                log(f"  depth {model} round {index + 1}: {len(unit['cycles'])} cycles in {unit['wall_s']:.0f} s"
+                atomic_write_json(folder / name, unit)
+                log(f"  {what} {label} round {index + 1}: {len(unit['cycles'])} cycles in {unit['wall_s']:.0f} s"
                     + (" (contended)" if unit["contended"] else ""))
     (scratch / COMPLETE).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n", encoding="utf-8")
     return read_units(folder), notes

@@ -3,59 +3,60 @@
 ``--experts N`` builds each mixture-of-experts layer with N of its routed experts (each
 token still routed to as many, of the same size, beside the same shared experts) and
 takes the forward's time, scaled where the build differs from the whole model, as the
-whole model's (``reportgen.depth``): the router's time by full / measured (it scores
-every expert), the experts' time by the correction the build measured
-(``reportgen.profile.expertcost``: its experts module widened to every expert, against its
-own call). This figure checks that claim on a model that fits with all its experts: the
-same model, at the same reduced depth (the depth extrapolation is validated on its own,
-``depth_check``), measured with all of them and with fewer, in one suite run (prefill at
-128 tokens, where the whole model's step reaches nearly every expert, and a decode step
-after them, where it reaches top-k; batch 1, fp32; each combination in rounds, each round
-a fresh worker process; round r of every combination runs in one shuffled stretch of the
-suite, ``execute.rounds.order``).
+whole model's (``reportgen.depth``): the router's by what the build measured its router
+take more widened to every expert (else by full / measured), the experts' by the
+correction the build measured (``reportgen.profile.expertcost``: its experts module
+widened to every expert, against its own call). This figure checks that claim on models
+that fit with all their experts: each model, at the same reduced depth (the depth
+extrapolation is validated on its own, ``depth_check``), built with all of them and with
+fewer, paired forward by forward (``depth_rounds``): in each round a model's builds for
+one mode share a fresh process and run in cycles, one forward of each back to back; then
+each build's hooks pass and, for each build with fewer experts, its correction measured
+as a measurement in a suite measures it. Prefill at 128 tokens (where the whole model's
+step reaches nearly every expert) and a decode step after them (where it reaches top-k);
+batch 1, fp32.
 
 Two families: Granite's 32 experts and Qwen3's 128 (8 per token in both), each also
 with as few experts as a reduction may keep (8) and with a count between.
 
-Two checks per reduced combination:
+On a shared 2-core host the speed moves by tens of percent between moments a minute
+apart; the forwards of one cycle share their moment. Per round, reportgen's whole-model
+figures of each build (``depth.extrapolate`` over that round's hooks pass: the layers the
+builds lack, by kind, and for a build with fewer experts its experts and router
+corrected by that round's measurement) give each build's factor g, its whole-model time
+over its measured forward's, and:
 
-* **Latency**: its median, scaled as reportgen scales a reduced model's, over the median
-  with every expert. The host's speed wanders by tens of percent within minutes, so the
-  ratio is taken per round (the two combinations' round r ran minutes apart at most) and
-  the interval is a two-level bootstrap over the paired rounds, then the samples within
-  each (``stats.two_level``), as the ablation pairs its forwards; each replicate takes a
-  resample of the correction's own pairs.
-* **Shares**: each category's share by the headline attribution method (the router's and
-  the experts' time scaled the same way) less its share with every expert, with a
-  bootstrap interval over both records' attributed iterations
-  (``stats.two_sample_intervals``).
+* **Latency**: per cycle, the reduced forward times its g over the forward with every
+  expert times its own g; the estimate is the Hodges-Lehmann centre of the cycles' log
+  ratios, less 1.
+* **Shares**: per round, each category's whole-model share with fewer experts less its
+  share with every expert (the hooks method on both sides); the estimate is the
+  Hodges-Lehmann centre of the rounds' differences.
 
-A row passes when the latency ratio and its whole interval lie within
-``LATENCY_TOLERANCE`` of 1 and every share difference and its whole interval within
-``SHARE_TOLERANCE``: an interval that reaches past the bound has not shown agreement (the
-ablation's rule). The computation from records (``rows``, ``summarise``) is pure; ``run``
+Each interval is a 95% two-level percentile bootstrap (rounds drawn with replacement,
+then the cycles within each; shares: rounds only). A row passes when its latency
+estimate and whole interval lie within ``LATENCY_TOLERANCE`` and every share difference
+and its whole interval within ``SHARE_TOLERANCE``, with at least ``MIN_ROUNDS`` rounds
+(``depth_check.within``): an interval that reaches past the bound has not shown
+agreement. The computation from units (``model_rows``, ``summarise``) is pure; ``run``
 measures.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import shutil
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reportgen import depth, shares, stats
-from reportgen.bench.common import failures, run_finished
+from reportgen import depth, stats
+from reportgen.bench.depth_check import WHOLE, Block, extrapolation, within
 from reportgen.bench.results import figure
-from reportgen.intervals import unstable_reason
-from reportgen.records import fields
-from reportgen.records.status import is_ok
+from reportgen.intervals import hierarchical_median_ci
+from reportgen.stats.basic import percentiles
 from reportgen.stats.bootstrap import CONFIDENCE, two_level
 
 if TYPE_CHECKING:
@@ -67,15 +68,18 @@ TITLE = "Expert-reduced measurement"
 QUESTION = (
     "Are the latency and the category shares that reportgen measures on a mixture-of-experts model built "
     "with fewer of its routed experts (--experts N) those of the same model built with all of them?")
-LATENCY_TOLERANCE = 0.05  # reduced (router scaled) / all experts - 1
+LATENCY_TOLERANCE = 0.05  # reduced / every expert, both as reportgen states the whole model, less 1
 SHARE_TOLERANCE = 0.02  # a share with fewer experts less its share with all, in absolute terms (2 points)
 MODES = ("prefill", "decode")
 SEQ_LEN = 128
 SEED = 0
 REPLICATES = 2000
-GOAL = (f"with fewer experts, the latency within {LATENCY_TOLERANCE:.0%} of the latency with every expert "
-        f"and every category share within {SHARE_TOLERANCE * 100:.0f} points of its share with every expert, "
-        "each difference's whole 95% interval inside its bound (rounds paired in time)")
+# the fewest paired rounds whose interval says anything of the rounds' spread
+MIN_ROUNDS = 3
+GOAL = (f"with fewer experts, the whole-model latency within {LATENCY_TOLERANCE:.0%} of the latency with every "
+        f"expert and every category share within {SHARE_TOLERANCE * 100:.0f} points of its share with every "
+        "expert, each estimate and its whole 95% interval (over rounds of cycles paired forward by forward) "
+        "inside its bound")
 
 
 @dataclass(frozen=True)
@@ -102,28 +106,38 @@ MODELS: tuple[ExpertModel, ...] = (
 
 @dataclass(frozen=True)
 class Plan:
-    """What the figure measures and how long (the suite's settings, as ``depth_check.Plan``)."""
+    """What the figure measures and how long: ``rounds`` rounds, in each every (model, mode)
+    built with every expert and with each of its counts, their forwards in cycles for
+    ``budget_s`` (at least ``min_cycles``; each build warmed up for up to a third of that
+    first), then each build clocked by the hooks method (at least ``hooks_iterations``
+    forwards, ``hooks_budget_s``) and each reduced build's correction timed for
+    ``probe_budget_s`` past its fewest pairs (``expertcost.MIN_REPS``)."""
 
     models: tuple[ExpertModel, ...] = MODELS
     modes: tuple[str, ...] = MODES
     seq_len: int = SEQ_LEN
     scale: str = "reference"
-    # every combination takes exactly ``rounds`` rounds (min_rounds = rounds), so each round
-    # index of the reduced combinations has its partner with every expert to pair with;
-    # 1.5 s of timing a round: Granite's 4 layers take about 0.2 s a forward at 128 tokens on
-    # the 2-core host, Qwen3's 2 layers with all 128 experts about 0.6 s (the cpu-today run,
-    # whose rounds of it took 15 s profiled and 3.5 s each after): about 3 minutes in all
-    budget_s: float = 15.0
+    # a prefill cycle of Qwen3's three builds takes about 1 s on the 2-core host (0.6 s
+    # with all 128 experts), Granite's about 0.5 s. With six rounds, 5 s of cycles and 1 s
+    # of hooks, Qwen3's prefill got six cycles a round (its latency interval 8 points wide)
+    # and one round's hooks pass of granite's whole build read its experts 8 points low
+    # (that round's ratio +10%, the interval's end +5.6%); with eight rounds of 8 s and
+    # 2 s of hooks, two rows of eight had an interval end 0.2 and 0.4 points past its
+    # bound: more cycles, longer hooks passes and more rounds, so one such moment stays a
+    # minority
     rounds: int = 10
-    min_rounds: int = 10
-    target: float = 0.05
-    profile_iterations: int = 3
+    budget_s: float = 10.0
+    min_cycles: int = 8
+    hooks_budget_s: float = 2.0
+    hooks_iterations: int = 8
+    probe_budget_s: float = 2.0
     timeout_s: float = 1800.0
 
 
 QUICK = Plan(models=(ExpertModel("granitemoe-1b-a400m", 2, (2,), "the granitemoe preset at tiny widths "
                                  "(4 experts, 2 per token)"),),
-             modes=("prefill",), seq_len=32, scale="tiny", budget_s=0.6, rounds=2, min_rounds=2, timeout_s=600.0)
+             modes=("prefill",), seq_len=32, scale="tiny", rounds=3, budget_s=0.4, min_cycles=3,
+             hooks_budget_s=0.2, hooks_iterations=3, probe_budget_s=0.2, timeout_s=600.0)
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
@@ -131,272 +145,184 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     return dataclasses.asdict(plan)
 
 
-def suite_text(plan: Plan, name: str = "expert-check") -> str:
-    """The suite (TOML) that measures each model of ``plan`` with every expert and with each
-    of its counts: one matrix entry per (model, count)."""
-    def entry(m: ExpertModel, experts: int | None) -> str:
-        return (f"\n[[matrix]]\nmodels = [{json.dumps(m.model)}]\nmodes = {json.dumps(list(plan.modes))}\n"
-                f"seq_lens = [{plan.seq_len}]\nattn = [\"sdpa\"]\n"
-                + (f"layers = {m.layers}\n" if m.layers is not None else "")
-                + (f"experts = {experts}\n" if experts is not None else ""))
-    return (f"name = {json.dumps(name)}\n[settings]\nscale = {json.dumps(plan.scale)}\ndevice = \"cpu\"\n"
-            f"budget_s = {plan.budget_s}\nrounds = {plan.rounds}\nmin_rounds = {plan.min_rounds}\n"
-            f"target = {plan.target}\nprofile_iterations = {plan.profile_iterations}\n"
-            + "".join(entry(m, n) for m in plan.models for n in (None, *m.counts)))
+def unit_label(model: str, mode: str) -> str:
+    """A unit's label (and, made safe, its file name's stem): the model and the mode."""
+    return f"{model} {mode}"
 
 
-# ---------------------------------------------------------------- from records (pure)
+def unit_kwargs(plan: Plan, m: ExpertModel, mode: str, index: int) -> dict[str, Any]:
+    """What ``depth_rounds.builds_unit`` measures for ``m`` in ``mode`` in round ``index``:
+    the model at ``m.layers`` with every expert (``WHOLE``) and with each count."""
+    return {"model": m.model, "builds": [[WHOLE, m.layers, None], *[[str(n), m.layers, n] for n in m.counts]],
+            "mode": mode, "seq_len": plan.seq_len, "scale": plan.scale, "budget_s": plan.budget_s,
+            "min_cycles": plan.min_cycles, "hooks_budget_s": plan.hooks_budget_s,
+            "hooks_iterations": plan.hooks_iterations, "seed": f"experts:{index}:{m.model}:{mode}",
+            "probe_budget_s": plan.probe_budget_s}
 
 
-def round_samples(record: Mapping[str, Any]) -> dict[int, list[float]]:
-    """A record's timed samples by round index, the rounds its interval was built from (a
-    round left out for contention is not; one round where the record has no rounds)."""
-    timing = fields.get(record, "timing") or {}
-    samples = [float(x) for x in timing.get("samples") or []]
-    listed = timing.get("rounds")
-    if not isinstance(listed, list) or not listed:
-        return {0: samples} if samples else {}
-    out: dict[int, list[float]] = {}
-    at = 0
-    for entry in listed:
-        if entry.get("excluded"):  # its samples are the record's excluded ones
-            continue
-        n = int(entry.get("n") or 0)
-        out[int(entry["round"])] = samples[at:at + n]
-        at += n
-    return {r: s for r, s in out.items() if s}
+# ---------------------------------------------------------------- from units (pure)
 
 
-def paired_ratio(reduced: Mapping[int, Sequence[float]], full: Mapping[int, Sequence[float]], *,
-                 reps: int = REPLICATES, seed: int = SEED, confidence: float = CONFIDENCE,
-                 scale: Callable[[np.random.Generator], float] | None = None,
-                 ) -> tuple[float, float, float, dict[int, float]] | None:
-    """The reduced median over the full one, paired by round: the median over rounds of each
-    round's median ratio, a two-level percentile bootstrap interval (the paired rounds drawn
-    with replacement, then each side's samples within each drawn round), and the per-round
-    ratios. None without a round both sides have. ``scale``: a factor each replicate is
-    multiplied by, drawn from the same generator (a correction's own resample; the point
-    and the per-round ratios are left unscaled)."""
+def _share(whole: Mapping[str, Any], category: str) -> float:
+    entry = (whole.get("categories") or {}).get(category) or {}
+    return float(entry.get("share") or 0.0)
+
+
+def _median(cycles: Sequence[Mapping[str, float]], name: str) -> float:
+    return stats.median([row[name] for row in cycles])
+
+
+def _cost(build: Mapping[str, Any], part: str, key: str) -> float | None:
+    section = build.get("depth")
+    found = (depth.experts_cost(section) if part == "experts" else depth.router_cost(section)
+             ) if isinstance(section, Mapping) else None
+    return float(found[key]) if found is not None else None
+
+
+def block(units: Sequence[Mapping[str, Any]], counts: Sequence[int]
+          ) -> tuple[Block | None, dict[int, list[Any]], list[Any], list[int]]:
+    """One (model, mode)'s rounds with every build timed and its whole-model figures stated:
+    (the block, whose factors are each count's g over the g with every expert, or None
+    without a round; each count's whole-model figures by round; those with every expert;
+    the rounds left out)."""
     import numpy as np
 
-    common = sorted(set(reduced) & set(full))
-    if not common:
-        return None
-    a = [np.asarray(reduced[r], dtype=float) for r in common]
-    b = [np.asarray(full[r], dtype=float) for r in common]
-    per_round = {r: float(np.median(x) / np.median(y)) for r, x, y in zip(common, a, b)}
-
-    def replicate(rng: np.random.Generator, picked: NDArray[Any]) -> float:
-        ratios = [np.median(a[g][rng.integers(0, len(a[g]), len(a[g]))])
-                  / np.median(b[g][rng.integers(0, len(b[g]), len(b[g]))]) for g in picked]
-        return float(np.median(ratios)) * (scale(rng) if scale is not None else 1.0)
-
-    low, high = stats.percentiles(two_level(len(common), replicate, reps=reps, seed=seed), confidence)
-    point = float(np.median(list(per_round.values())))
-    return point, low, high, per_round
-
-
-@dataclass(frozen=True)
-class Series:
-    """A record's headline attribution per iteration: each category's ms and the iteration's,
-    with the categories reportgen corrects in a reduced build corrected as it does: each
-    category of ``scales`` times its factor (the experts' by the build's measured
-    correction, ``depth.experts_cost``; the router's by full / measured experts where no
-    router correction was measured), each of ``adds`` plus its milliseconds per iteration
-    (the router's: what the build's routed layers take more scoring every expert,
-    ``depth.router_cost``); none with every expert."""
-
-    method: str
-    categories: dict[str, list[float]]
-    iteration_ms: list[float]
-    scales: dict[str, float] = dataclasses.field(default_factory=dict)
-    adds: dict[str, float] = dataclasses.field(default_factory=dict)
-
-    @property
-    def n(self) -> int:
-        return len(self.iteration_ms)
-
-    def _raw(self, name: str, idx: Sequence[int]) -> float:
-        values = self.categories.get(name)
-        return 0.0 if values is None else math.fsum(values[i] for i in idx)
-
-    def category(self, name: str, idx: Sequence[int], scales: Mapping[str, float] | None = None,
-                 adds: Mapping[str, float] | None = None) -> float:
-        if name not in self.categories:
-            return 0.0
-        scales, adds = (self.scales if scales is None else scales), (self.adds if adds is None else adds)
-        return self._raw(name, idx) * scales.get(name, 1.0) + len(idx) * adds.get(name, 0.0)
-
-    def forward(self, idx: Sequence[int], scales: Mapping[str, float] | None = None,
-                adds: Mapping[str, float] | None = None) -> float:
-        scales, adds = (self.scales if scales is None else scales), (self.adds if adds is None else adds)
-        return math.fsum(self.iteration_ms[i] for i in idx) + math.fsum(
-            self.category(c, idx, scales, adds) - self._raw(c, idx) for c in {*scales, *adds})
-
-    def share(self, name: str, idx: Sequence[int]) -> float:
-        total = self.forward(idx)
-        return self.category(name, idx) / total if total > 0 else 0.0
-
-    def factor(self, scales: Mapping[str, float] | None = None, adds: Mapping[str, float] | None = None) -> float:
-        """What the corrections do to the forward: the reduced median's factor."""
-        total = math.fsum(self.iteration_ms)
-        return self.forward(range(self.n), scales, adds) / total if total > 0 else 1.0
-
-
-def series(record: Mapping[str, Any]) -> Series | None:
-    """``Series`` of a record's headline method; None where it stores no per-iteration times."""
-    section = shares.headline_section(fields.get(record, "attribution"))
-    if not isinstance(section, Mapping) or not section.get("iteration_ms"):
-        return None
-    walls = [float(x) for x in section["iteration_ms"]]
-    cats = {str(c): [float(x) for x in e["per_iteration_ms"]]
-            for c, e in (section.get("categories") or {}).items()
-            if isinstance(e, Mapping) and isinstance(e.get("per_iteration_ms"), list)
-            and len(e["per_iteration_ms"]) == len(walls)}
-    section_depth = fields.get(record, "depth")
-    scales: dict[str, float] = {}
-    adds: dict[str, float] = {}
-    if isinstance(section_depth, Mapping):
-        cost, scoring = depth.experts_cost(section_depth), depth.router_cost(section_depth)
-        if cost is not None:
-            scales[depth.EXPERTS] = float(cost["factor"])
-        if scoring is not None:
-            adds[depth.ROUTER] = _routed_layers(section_depth) * float(scoring["delta_ms"])
+    columns = [WHOLE, *(str(n) for n in counts)]
+    kept: list[Mapping[str, Any]] = []
+    found: dict[int, list[Any]] = {n: [] for n in counts}
+    every: list[Any] = []
+    dropped: list[int] = []
+    for unit in sorted(units, key=lambda u: int(u["round"])):
+        builds, cycles = unit.get("builds") or {}, unit.get("cycles") or []
+        timed = bool(cycles) and all(c in row for row in cycles for c in columns)
+        got = {c: extrapolation(builds.get(c) or {}, _median(cycles, c)) if timed else None for c in columns}
+        if timed and all(v is not None for v in got.values()):
+            kept.append(unit)
+            every.append(got[WHOLE])
+            for n in counts:
+                found[n].append(got[str(n)])
         else:
-            scales[depth.ROUTER] = depth.expert_ratio(section_depth)
-    method = str((fields.get(record, "attribution") or {}).get("headline_method") or depth.PROFILER)
-    return Series(method, cats, walls, {c: v for c, v in scales.items() if v != 1.0}, adds)
+            dropped.append(int(unit["round"]))
+    if not kept:
+        return None, found, every, dropped
+    times = [np.asarray([[row[c] for c in columns] for row in u["cycles"]], dtype=float) for u in kept]
+    diffs: dict[int, dict[str, list[float]]] = {}
+    for n in counts:
+        categories = dict.fromkeys([c for f in [*found[n], *every] for c in f["categories"]])
+        diffs[n] = {}
+        for c in categories:
+            pairs = [(_share(f, c), _share(w, c)) for f, w in zip(found[n], every)]
+            if any(a or b for a, b in pairs):  # a category neither side has is left out
+                diffs[n][c] = [a - b for a, b in pairs]
+    factors = {n: [float(f["factor"]) / float(w["factor"]) for f, w in zip(found[n], every)] for n in counts}
+    full_layers = int(kept[0]["builds"][WHOLE].get("full_layers") or 0)
+    return (Block(tuple(int(u["round"]) for u in kept), tuple(counts), full_layers, times, factors, diffs,
+                  line=False), found, every, dropped)
 
 
-def _routed_layers(section: Mapping[str, Any]) -> int:
-    """The routed layers a reduced build measured (its experts' correction counts them)."""
-    return int(((section.get("experts") or {}).get("cost") or {}).get("layers") or 0)
+def _interval(draws: Sequence[float]) -> tuple[float, float]:
+    kept = [float(d) for d in draws if not math.isnan(d)]
+    return percentiles(kept, CONFIDENCE) if kept else (math.nan, math.nan)
 
 
-def share_differences(reduced: Series, full: Series) -> dict[str, dict[str, float]]:
-    """Per category either side holds time in: its share with fewer experts, with every
-    expert, and the difference with its 95% interval (bootstrap over both sides' iterations)."""
-    names = [c for c in dict.fromkeys([*full.categories, *reduced.categories])
-             if math.fsum(full.categories.get(c, [])) + math.fsum(reduced.categories.get(c, [])) > 0]
-
-    def statistic(ir: Sequence[int], jf: Sequence[int]) -> dict[str, float]:
-        return {c: reduced.share(c, ir) - full.share(c, jf) for c in names}
-
-    point = statistic(range(reduced.n), range(full.n))
-    found = stats.two_sample_intervals(reduced.n, full.n, statistic, seed=SEED)
-    out: dict[str, dict[str, float]] = {}
-    for c in names:
-        low, high = found.get(c, (point[c], point[c]))
-        out[c] = {"reduced": reduced.share(c, range(reduced.n)), "full": full.share(c, range(full.n)),
-                  "diff": point[c], "diff_low": min(low, point[c]), "diff_high": max(high, point[c])}
-    return out
+def _ci(groups: Sequence[Sequence[float]]) -> tuple[float, float, float]:
+    ci = hierarchical_median_ci(groups)
+    return float(ci["median"]), float(ci["ci_low"]), float(ci["ci_high"])
 
 
-def _per_token(s: Series, category: str, median: Any, tokens: int) -> float | None:
-    """A category's milliseconds per token: its share of the attributed iterations times the
-    unprofiled median (what reportgen attributes to it), over the tokens of a forward."""
-    values, total = s.categories.get(category), math.fsum(s.iteration_ms)
-    if not values or total <= 0 or not tokens or not isinstance(median, (int, float)):
+def _unstable(units: Sequence[Mapping[str, Any]]) -> str | None:
+    contended = [u for u in units if u.get("contended")]
+    if not contended:
         return None
-    return math.fsum(values) / total * float(median) / tokens
+    reason = contended[0].get("contention") or "the host was busy"
+    return f"{len(contended)} of {len(units)} rounds contended ({reason}{', ...' if len(contended) > 1 else ''})"
 
 
-def _within(values: Sequence[float], bound: float) -> bool:
-    return all(math.isfinite(v) and abs(v) <= bound for v in values)
+def _centre(values: Sequence[float | None]) -> float | None:
+    found = [float(v) for v in values if v is not None]
+    return stats.hodges_lehmann(found) if found else None
 
 
-def comparison_row(full: Mapping[str, Any], reduced: Mapping[str, Any]) -> dict[str, Any] | None:
-    """One reduced record against its model with every expert; None where either lacks the
-    rounds or the per-iteration attribution the comparison reads."""
-    s_reduced, s_full = series(reduced), series(full)
-    if s_reduced is None or s_full is None:
-        return None
-    factor = s_reduced.factor()
-    # each replicate takes the corrections' own resamples (the pairs they were measured in)
-    section = fields.get(reduced, "depth")
-    cost = depth.experts_cost(section) if isinstance(section, Mapping) else None
-    scoring = depth.router_cost(section) if isinstance(section, Mapping) else None
-    pairs = [float(r) for r in (cost or {}).get("ratios") or []]
-    deltas = [float(d) for d in (scoring or {}).get("deltas_ms") or []]
-
-    def resampled(rng: np.random.Generator, values: Sequence[float]) -> float:
-        return float(statistics.median(values[int(i)] for i in rng.integers(0, len(values), len(values))))
-
-    def scaled(rng: np.random.Generator) -> float:
-        scales, adds = dict(s_reduced.scales), dict(s_reduced.adds)
-        if pairs:
-            scales[depth.EXPERTS] = resampled(rng, pairs)
-        if deltas and isinstance(section, Mapping):
-            adds[depth.ROUTER] = _routed_layers(section) * resampled(rng, deltas)
-        return s_reduced.factor(scales, adds)
-
-    paired = paired_ratio(round_samples(reduced), round_samples(full), scale=scaled)
-    if paired is None:
-        return None
-    raw, low, high, per_round = paired
-    ratio = raw * factor
-    low, high = min(low, ratio), max(high, ratio)
-    diffs = share_differences(s_reduced, s_full)
-    worst = max(diffs, key=lambda c: max(abs(diffs[c]["diff_low"]), abs(diffs[c]["diff_high"])), default=None)
-    latency_ok = _within([ratio - 1.0, low - 1.0, high - 1.0], LATENCY_TOLERANCE)
-    shares_ok = all(_within([d["diff"], d["diff_low"], d["diff_high"]], SHARE_TOLERANCE) for d in diffs.values())
-    tokens = int(fields.get(reduced, "combination.seq_len") or 0) * int(fields.get(reduced, "combination.batch_size")
-                                                                         or 1)
-    counts = fields.get(reduced, "depth.experts") or {}
-    return {
-        "model": fields.get(full, "combination.model"), "mode": fields.get(reduced, "combination.mode"),
-        "combination": fields.get(reduced, "id"),
-        "layers": fields.get(reduced, "combination.layers"),
-        "experts": counts.get("measured"), "full_experts": counts.get("full"), "top_k": counts.get("top_k"),
-        "reduced_ms": fields.get(reduced, "timing.median"), "full_ms": fields.get(full, "timing.median"),
-        "router_factor": factor, "experts_factor": s_reduced.scales.get(depth.EXPERTS),
-        "ratio": ratio, "ratio_low": low, "ratio_high": high,
-        "rounds": len(per_round), "round_ratios": {str(r): v * factor for r, v in per_round.items()},
-        "share_method": s_reduced.method,
-        "worst_share_category": worst,
-        "worst_share_diff": diffs[worst]["diff"] if worst else None,
-        "worst_share_low": diffs[worst]["diff_low"] if worst else None,
-        "worst_share_high": diffs[worst]["diff_high"] if worst else None,
-        "share_diffs": {c: d["diff"] for c, d in diffs.items()}, "shares": diffs,
-        "experts_ms_per_token": _per_token(s_reduced, "moe.experts", fields.get(reduced, "timing.median"), tokens),
-        "full_experts_ms_per_token": _per_token(s_full, "moe.experts", fields.get(full, "timing.median"), tokens),
-        "unstable": unstable_reason(reduced), "full_unstable": unstable_reason(full),
-        "latency_ok": latency_ok, "shares_ok": shares_ok,
-        "verdict": "pass" if latency_ok and shares_ok else "fail",
-    }
+def _per_token(units: Sequence[Mapping[str, Any]], name: str, tokens: int) -> float | None:
+    """A build's ``moe.experts`` milliseconds per token in its hooks pass, the centre over rounds."""
+    return _centre([float(((u["builds"][name].get("hooks") or {}).get("categories") or {})
+                          .get(depth.EXPERTS, {}).get("ms") or 0.0) / tokens for u in units] if tokens else [])
 
 
-def rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A row per reduced record (``combination.experts`` set) whose model was measured at the
-    same depth with every expert (both ``ok``)."""
-    def key(r: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (fields.get(r, "combination.model"), fields.get(r, "combination.mode"),
-                fields.get(r, "combination.layers"), fields.get(r, "combination.scale"),
-                fields.get(r, "combination.seq_len"))
+def model_rows(m: ExpertModel, mode: str, units: Sequence[Mapping[str, Any]], *, seq_len: int,
+               reps: int = REPLICATES, seed: int = SEED) -> tuple[list[dict[str, Any]], list[str]]:
+    """One (model, mode)'s rows (one per count) and notes, from its units (pure). Rounds
+    whose cycles ran while another process took the cores are left out where at least
+    ``MIN_ROUNDS`` others remain (every round is used otherwise, and each row says so)."""
+    import numpy as np
 
-    fulls = {key(r): r for r in records if fields.get(r, "combination.experts") is None and is_ok(r)
-             and not _reduced_by_preflight(r)}
-    reduced = sorted((r for r in records if fields.get(r, "combination.experts") is not None and is_ok(r)),
-                     key=lambda r: (str(fields.get(r, "combination.model")), str(fields.get(r, "combination.mode")),
-                                    int(fields.get(r, "combination.experts") or 0)))
-    out = []
-    for record in reduced:
-        full = fulls.get(key(record))
-        row = comparison_row(full, record) if full is not None else None
-        if row is not None:
-            out.append(row)
-    return out
+    label = unit_label(m.model, mode)
+    clean = [u for u in units if not u.get("contended")]
+    notes = []
+    if len(clean) < len(units) and len(clean) >= MIN_ROUNDS:
+        left = sorted(int(u["round"]) + 1 for u in units if u.get("contended"))
+        notes.append(f"{label}: rounds {', '.join(map(str, left))} left out (contended)")
+        units = clean
+    # a count no round built (its unit asked for another plan) is not measured, and said so
+    # by ``summarise``; it takes no round of the others with it
+    counts = tuple(n for n in m.counts if any(str(n) in (u.get("builds") or {}) for u in units))
+    b, found, every, dropped = block(units, counts)
+    notes += [f"{label}: rounds {', '.join(str(r + 1) for r in dropped)} left out (a build of the round not timed "
+              "or its whole-model figures not stated)"] if dropped else []
+    if b is None:
+        return [], notes
+    k = len(b.rounds)
+    all_cycles = [np.arange(len(t)) for t in b.times]
+    point = b.estimates(range(k), all_cycles)
 
+    def replicate(rng: np.random.Generator, picked: NDArray[Any]) -> dict[Any, Any]:
+        chosen = [int(p) for p in picked]
+        return b.estimates(chosen, [rng.integers(0, len(b.times[i]), size=len(b.times[i])) for i in chosen])
 
-def _reduced_by_preflight(record: Mapping[str, Any]) -> str | None:
-    """Why a record asked for with every expert was built with fewer (the pre-flight's
-    reduction where the model did not fit), or None where it was built with all of them."""
-    counts = fields.get(record, "depth.experts")
-    if not isinstance(counts, Mapping) or counts.get("measured") == counts.get("full"):
-        return None
-    return (f"{fields.get(record, 'id')}: built with {counts.get('measured')} of {counts.get('full')} experts by the "
-            f"pre-flight ({fields.get(record, 'depth.reason') or 'it did not fit'}), so it is no measurement "
-            "with every expert")
+    draws = two_level(k, replicate, reps=reps, seed=seed, picks="per-replicate")
+    kept = [u for u in units if int(u["round"]) in b.rounds]
+    tokens = 1 if mode.startswith("decode") else seq_len
+    full_ms = _ci([list(t[:, 0]) for t in b.times])
+    rows: list[dict[str, Any]] = []
+    for j, n in enumerate(counts, start=1):
+        rel = point[n]["rel"]
+        rel_low, rel_high = _interval([d[n]["rel"] for d in draws])
+        shares: dict[str, dict[str, Any]] = {}
+        for c in b.diffs[n]:
+            low, high = _interval([d[n]["shares"][c] for d in draws])
+            shares[c] = {"reduced": sum(_share(f, c) for f in found[n]) / k,
+                         "full": sum(_share(w, c) for w in every) / k, "diff": point[n]["shares"][c],
+                         "diff_low": low, "diff_high": high}
+        worst = max(shares, key=lambda c: max(abs(shares[c][x]) for x in ("diff", "diff_low", "diff_high")),
+                    default=None)
+        reduced_ms = _ci([list(t[:, j]) for t in b.times])
+        built = (kept[0]["builds"][str(n)].get("depth") or {}).get("experts") or {}
+        latency_ok = within(rel, rel_low, rel_high, LATENCY_TOLERANCE)
+        shares_ok = all(within(s["diff"], s["diff_low"], s["diff_high"], SHARE_TOLERANCE) for s in shares.values())
+        builds = [u["builds"][str(n)] for u in kept]
+        rows.append({
+            "model": m.model, "mode": mode, "combination": f"{m.model}--{mode}--{m.layers}l--{n}e",
+            "layers": m.layers, "experts": n, "full_experts": built.get("full"), "top_k": built.get("top_k"),
+            "rounds": k, "cycles": int(sum(len(t) for t in b.times)),
+            "reduced_ms": reduced_ms[0], "reduced_low_ms": reduced_ms[1], "reduced_high_ms": reduced_ms[2],
+            "full_ms": full_ms[0], "full_low_ms": full_ms[1], "full_high_ms": full_ms[2],
+            "whole_model_factor": _centre(b.factors[n]),
+            "experts_factor": _centre([_cost(x, "experts", "factor") for x in builds]),
+            "router_delta_ms": _centre([_cost(x, "router", "delta_ms") for x in builds]),
+            "ratio": 1.0 + rel, "ratio_low": 1.0 + rel_low, "ratio_high": 1.0 + rel_high,
+            "round_ratios": [math.exp(stats.hodges_lehmann(b.logs(i, all_cycles[i])[n])) for i in range(k)],
+            "worst_share_category": worst,
+            "worst_share_diff": shares[worst]["diff"] if worst else None,
+            "worst_share_low": shares[worst]["diff_low"] if worst else None,
+            "worst_share_high": shares[worst]["diff_high"] if worst else None,
+            "share_diffs": {c: s["diff"] for c, s in shares.items()}, "shares": shares, "share_method": "hooks",
+            "experts_ms_per_token": _per_token(kept, str(n), tokens),
+            "full_experts_ms_per_token": _per_token(kept, WHOLE, tokens),
+            "unstable": _unstable(kept),
+            "latency_ok": latency_ok, "shares_ok": shares_ok,
+            "verdict": "pass" if latency_ok and shares_ok and k >= MIN_ROUNDS else "fail",
+        })
+    return rows, notes
 
 
 def _pct(x: float | None) -> str:
@@ -404,7 +330,14 @@ def _pct(x: float | None) -> str:
 
 
 def _label(row: Mapping[str, Any]) -> str:
-    return f"{row['model']} with {row['experts']} of {row['full_experts']} experts, {row.get('mode') or MODES[0]}"
+    return f"{row['model']} with {row['experts']} of {row['full_experts']} experts, {row['mode']}"
+
+
+def _row_line(r: Mapping[str, Any]) -> str:
+    return (f"{_label(r)}: latency {r['ratio'] - 1.0:+.1%} [{r['ratio_low'] - 1.0:+.1%}, {r['ratio_high'] - 1.0:+.1%}] "
+            f"of the latency with every expert, worst share {r['worst_share_category']} "
+            f"{_pct(r['worst_share_diff'])} points [{_pct(r['worst_share_low'])}, {_pct(r['worst_share_high'])}]"
+            + (f" ({r['rounds']} paired rounds, fewer than {MIN_ROUNDS})" if r["rounds"] < MIN_ROUNDS else ""))
 
 
 def _time_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -413,7 +346,7 @@ def _time_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
     out = []
     for r in table:
         few, every = r.get("experts_ms_per_token"), r.get("full_experts_ms_per_token")
-        if few is None or every is None:
+        if not few or not every:
             continue
         scaled = r.get("experts_factor")
         corrected = (f", {few * scaled * 1e3:.3g} µs scaled by the build's correction ({scaled:.3g})"
@@ -425,68 +358,70 @@ def _time_notes(table: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: float | None = None,
+def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: float | None = None,
               notes: Sequence[str] = ()) -> dict[str, Any]:
-    """The figure from the suite run's records (pure)."""
-    table = rows(records)
-    failed = failures(records)
-    squeezed = [reason for r in records if fields.get(r, "combination.experts") is None
-                for reason in [_reduced_by_preflight(r)] if reason]
+    """The figure from the measured units (pure)."""
+    table: list[dict[str, Any]] = []
+    said: list[str] = []
+    for m in plan.models:
+        for mode in plan.modes:
+            rows, more = model_rows(m, mode, [u for u in units if u.get("model") == m.model
+                                              and u.get("mode", MODES[0]) == mode], seq_len=plan.seq_len)
+            table += rows
+            said += more
     missing = [f"{m.model} with {n} experts, {mode}" for m in plan.models for n in m.counts for mode in plan.modes
                if not any(r["model"] == m.model and r["experts"] == n and r["mode"] == mode for r in table)]
     method_notes = [
         f"{' and '.join(plan.modes)} at {plan.seq_len} tokens (decode: one token after them), batch 1, fp32, "
-        f"SDPA, {plan.scale} widths; each model measured with every routed expert and with fewer, at the same "
-        f"depth, in one suite run: {plan.rounds} rounds of each combination ({plan.budget_s:g} s of timing "
-        "split over them), each round a fresh worker process, round r of every combination in one shuffled "
-        "stretch of the run. Every step runs an even draw of its routing (reportgen.profile.routing).",
+        f"SDPA, {plan.scale} widths; {plan.rounds} rounds, in each every model and mode (in a shuffled order) in "
+        "a fresh process of its own, built with every routed expert and with fewer at the same depth, all "
+        f"resident: cycles of one unprofiled forward of each build back to back, each cycle in its own shuffled "
+        f"order, for {plan.budget_s:g} s (at least {plan.min_cycles}), then each build's hooks pass (at least "
+        f"{plan.hooks_iterations} forwards, {plan.hooks_budget_s:g} s) and each reduced build's correction "
+        f"(reportgen.profile.expertcost, its pairs timed for {plan.probe_budget_s:g} s past the fewest). Every "
+        "step runs an even draw of its routing (reportgen.profile.routing).",
         "Models: " + "; ".join(
             f"`{m.model}`, {m.source}, with {', '.join(str(n) for n in m.counts)} experts beside all" for m in
             plan.models) + ".",
-        "Latency: the reduced median scaled as reportgen scales a reduced model (reportgen.depth; "
-        "`router_factor`): the router's time by full / measured experts, the experts' time by the build's "
-        "measured correction (`experts_factor`: its experts module timed widened to every expert against its own "
-        "call, reportgen.profile.expertcost), over the median with every expert; the median of the rounds' "
-        "ratios (round r of both, minutes apart at most, so the host's drift cancels), with a two-level 95% "
-        "bootstrap over the paired rounds and the samples within each, each replicate scaled by a resample "
-        "of the correction's own pairs.",
-        "Shares: the headline attribution method's (`share_method`; the router's and the experts' time scaled "
-        "the same way), each category's share with fewer experts less its share with every expert, with a 95% "
-        "bootstrap over both records' attributed iterations.",
-        f"A row passes when the latency ratio and its whole interval are within {LATENCY_TOLERANCE:.0%} of 1 "
-        f"and every share difference and its whole interval within {SHARE_TOLERANCE * 100:.0f} points.",
+        "Whole-model figures (reportgen.depth) of each build from its round's hooks pass: the layers the "
+        "builds lack, by kind, and with fewer experts the experts' time scaled by the round's measured "
+        "correction (`experts_factor`: the build's experts module widened to every expert against its own "
+        "call) and the router's increased by what its router took more widened to every expert "
+        "(`router_delta_ms`, per routed layer); `whole_model_factor` is the reduced build's factor over the "
+        "factor with every expert.",
+        "Paired by cycle: each cycle's reduced forward times its round's factor, over the forward with every "
+        "expert of the same cycle times its own; the estimate is the Hodges-Lehmann centre of the cycles' log "
+        "ratios. Shares paired by round: each category's whole-model share with fewer experts less its share "
+        "with every expert, the estimate the Hodges-Lehmann centre of the rounds' differences. Intervals: a 95% "
+        "two-level bootstrap (rounds, then the cycles within each).",
+        f"A row passes when its latency estimate and interval lie within ±{LATENCY_TOLERANCE:.0%} and every "
+        f"category's share difference and interval within ±{SHARE_TOLERANCE * 100:.0f} points, with {MIN_ROUNDS} "
+        f"paired rounds at least. A round whose cycles ran while another process took the cores is left out "
+        f"where {MIN_ROUNDS} others remain.",
     ]
-    extra = {"plan": plan_dict(plan),
-             "tolerances": {"latency": LATENCY_TOLERANCE, "share": SHARE_TOLERANCE}}
+    extra = {"plan": plan_dict(plan), "tolerances": {"latency": LATENCY_TOLERANCE, "share": SHARE_TOLERANCE}}
     if not table:
         return figure(TITLE, QUESTION, value=None, unit="ratio", goal=GOAL, goal_spec=None,
                       status="not measured", duration_s=duration_s, extra=extra,
-                      notes=[*method_notes, *notes, *squeezed,
-                             *(failed or ["no reduced record with its model measured with every expert"])])
+                      notes=[*method_notes, *notes, *said,
+                             "no model measured with every expert and with fewer in the same rounds"])
     worst = max(table, key=lambda r: max(abs(r["ratio_low"] - 1.0), abs(r["ratio_high"] - 1.0)))
     passed = all(r["verdict"] == "pass" for r in table) and not missing
-    contended = [str(fields.get(r, "id")) for r in records if is_ok(r) and unstable_reason(r)]
     summary = [
         f"{sum(r['verdict'] == 'pass' for r in table)} of {len(table)} expert-reduced combinations within "
-        "both tolerances.",
-        *[f"{_label(r)}: latency "
-          f"{r['ratio'] - 1.0:+.1%} [{r['ratio_low'] - 1.0:+.1%}, {r['ratio_high'] - 1.0:+.1%}] of the latency "
-          f"with every expert, worst share {r['worst_share_category']} {_pct(r['worst_share_diff'])} points "
-          f"[{_pct(r['worst_share_low'])}, {_pct(r['worst_share_high'])}]"
-          for r in table if r["verdict"] != "pass"],
+        "both tolerances, interval and all.",
+        *[_row_line(r) for r in table if r["verdict"] != "pass"],
         *_time_notes(table),
         *[f"{m}: not measured beside the model with every expert" for m in missing],
-        *squeezed,
-        *([f"Measured under contention (too few clean rounds, or a contended profiled pass; each row's "
-           f"`unstable` says why): {len(contended)} of {len(records)} combinations: " + ", ".join(contended) + "."]
-          if contended else []),
+        *[f"{_label(r)}: measured under contention: {r['unstable']}" for r in table if r["unstable"]],
     ]
     return figure(
         TITLE, QUESTION, value=worst["ratio"], unit="ratio", interval=[worst["ratio_low"], worst["ratio_high"]],
-        interval_kind="95% two-level bootstrap over the paired rounds of the worst row",
+        interval_kind=("95% two-level bootstrap over rounds (then the paired cycles within each) of the row "
+                       "whose interval reaches furthest from agreement"),
         goal=GOAL, goal_spec={"kind": "ratio_within", "target": LATENCY_TOLERANCE},
         status="pass" if passed else "fail",
-        notes=[*summary, *method_notes, *notes, *(f"Failed: {f}" for f in failed)],
+        notes=[*summary, *method_notes, *notes, *said],
         rows=table, duration_s=duration_s, extra=extra)
 
 
@@ -494,30 +429,26 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: f
 
 
 def run(plan: Plan, scratch: Path, *, log: Callable[[str], None] = print,
-        stop: Callable[[], bool] = lambda: False,
-        command: str = "python scripts/bench.py --only experts") -> dict[str, Any]:
-    """Measure ``plan``'s suite into ``scratch/runs`` and summarise it; a run stopped part
-    way is resumed (its finished rounds kept), a finished one measured again from scratch."""
-    from reportgen.bench import efficiency
-    from reportgen.records.schema import iter_runs
-    from reportgen.suite import load_suite
+        stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    """Measure ``plan``'s units into ``scratch`` (``depth_rounds.measure_units``: a stopped
+    run is resumed, a finished one measured again) and summarise them."""
+    import random
+
+    from reportgen.bench import depth_rounds
 
     if stop():
         return summarise([], plan, notes=["time limit reached before the figure started"])
     t0 = time.perf_counter()
-    runs = scratch / "runs"
-    if run_finished(runs):
-        shutil.rmtree(runs)
-    scratch.mkdir(parents=True, exist_ok=True)
-    path = scratch / "expert-check.toml"
-    path.write_text(suite_text(plan), encoding="utf-8")
-    suite = load_suite(path)
-    log(f"  experts: {len(suite.combinations())} combinations in {plan.rounds} rounds -> {runs}")
-    measured = efficiency.run_suite(suite, runs, command=command, force=False, timeout_s=plan.timeout_s)
-    here = measured.run_dir.resolve()
-    records = next((list(r.combination_records()) for r in iter_runs(runs) if r.path.resolve() == here),
-                   measured.records)
-    for record in records:
-        log(f"  experts {fields.get(record, 'id')}: {fields.get(record, 'status')} "
-            f"{fields.get(record, 'timing.median')} ms")
-    return summarise(records, plan, duration_s=time.perf_counter() - t0)
+    pairs = [(m, mode) for m in plan.models for mode in plan.modes]
+
+    def todo(index: int) -> list[tuple[str, str, dict[str, Any]]]:
+        shuffled = list(pairs)
+        random.Random(f"experts:{SEED}:{index}").shuffle(shuffled)
+        return [(depth_rounds.unit_name(unit_label(m.model, mode), index), unit_label(m.model, mode),
+                 unit_kwargs(plan, m, mode, index)) for m, mode in shuffled]
+
+    log(f"  experts: {sum(len(m.counts) + 1 for m in plan.models) * len(plan.modes)} builds in {plan.rounds} "
+        f"paired rounds -> {scratch}")
+    units, notes = depth_rounds.measure_units(scratch, plan.rounds, todo, [m.model for m in plan.models],
+                                              timeout_s=plan.timeout_s, what="experts", log=log, stop=stop)
+    return summarise(units, plan, duration_s=time.perf_counter() - t0, notes=notes)

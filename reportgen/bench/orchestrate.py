@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resummarise", action="store_true",
                         help="measure nothing: recompute the latency, instrumentation, "
                              "coverage and depth verdicts of --out from their stored rows (the "
-                             "depth figure's from its scratch run's records)")
+                             "depth figure's from its scratch run's records) and what the "
+                             "ablations' rows say caused each failing row")
     parser.add_argument("--merge", action="store_true",
                         help="with --only: keep the other figures of an existing results file")
     parser.add_argument("--ablation-models", default=None, metavar="GROUPS",
@@ -314,11 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     if "experts" in only:
         from reportgen.bench import experts_check
 
-        # --experts N against the same model built with every expert, at the same depth, its
-        # rounds paired in time (quick: the tiny granitemoe at 32 tokens)
+        # --experts N against the same model built with every expert, at the same depth,
+        # paired forward by forward (quick: the tiny granitemoe at 32 tokens)
         step("experts", lambda: {experts_check.NAME: experts_check.run(
-            experts_check.QUICK if p.quick else experts_check.Plan(), SCRATCH / "experts", log=log, stop=stop,
-            command=command)})
+            experts_check.QUICK if p.quick else experts_check.Plan(), SCRATCH / "experts", log=log, stop=stop)})
     if "render" in only:
         from reportgen.bench import render_scaling
 
@@ -348,6 +348,7 @@ def resummarise(path: Path) -> int:
     """Recompute figure verdicts that are pure functions of their stored rows (the
     coverage's rows read again from the bench's two suite runs where they are on disk)."""
     from reportgen.bench import coverage, depth_check, latency, overhead
+    from reportgen.bench.ablation_figure import with_causes
     from reportgen.bench.depth_rounds import read_units
 
     doc = load_results(path)
@@ -375,6 +376,10 @@ def resummarise(path: Path) -> int:
             table = coverage.rows_from_runs(runs[0], runs[1], table) or table  # type: ignore[arg-type]
         new = coverage.summarise(table, duration_s=cov.get("duration_s"))
         figures["interval_coverage"] = {**cov, **new}
+    for name in ("attribution_ablation", "training_ablation"):
+        if figures.get(name, {}).get("rows"):
+            # what caused each failing row, said from the row's own measurements
+            figures[name] = with_causes(figures[name])
     dep = figures.get(depth_check.NAME)
     depth_units = read_units(SCRATCH / "depth" / "units")
     if dep and depth_units and isinstance(dep.get("plan"), dict) and "hooks_iterations" in dep["plan"]:

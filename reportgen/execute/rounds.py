@@ -5,7 +5,10 @@ With ``settings.rounds`` = R > 1 every combination is timed R times, each time w
 1 in another order, and so on, each round in a fresh worker process. The rounds of one
 combination thus fall at different moments of the suite and in different processes,
 which is what the interval of its median must span (``reportgen.intervals``). The
-profiled pass and FLOP counting happen once, in round 0.
+profiled pass and FLOP counting happen once, in round 0; a build with fewer routed
+experts than its model measures its correction (``reportgen.profile.expertcost``) in
+every round, beside the round's timing, and the record holds the median over the clean
+rounds (``reportgen.depth.pool_costs``).
 
 A round's result is written the moment it arrives, atomically, to
 ``rounds/<combination-id>/round-<r>.json`` in the run directory: a killed run loses no
@@ -47,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from reportgen import stats
 from reportgen.depth import finish as finish_depth
+from reportgen.depth import pool_costs
 from reportgen.records.status import OK
 from reportgen.records.store import atomic_write_json
 
@@ -379,7 +383,28 @@ def merged_sections(rounds: Mapping[int, Mapping[str, Any]], policy: Policy | No
         if flops.get("peak_flops_per_s"):
             flops["percent_of_peak"] = 100.0 * flops["achieved_flops_per_s"] / flops["peak_flops_per_s"]
         sections["flops"] = flops
+    _pool_expert_costs(sections, used, profiled)
     return finish_depth(sections)
+
+
+def _pool_expert_costs(sections: dict[str, Any], used: list[Mapping[str, Any]],
+                       profiled: Mapping[str, Any]) -> None:
+    """An expert-reduced build's correction (``depth.experts.cost``) from the rounds the
+    interval is built from: each measured it beside its timing (``expert_cost``), the
+    profiled round after its profiled pass (``reportgen.depth.pool_costs``); a round left
+    out for contention is left out here too."""
+    experts = (sections.get("depth") or {}).get("experts")
+    if not isinstance(experts, Mapping):
+        return
+    costs = []
+    for r in sorted(used, key=lambda r: r["round"]):
+        found = experts.get("cost") if r is profiled else (r["sections"] or {}).get("expert_cost")
+        if isinstance(found, Mapping):
+            costs.append((int(r["round"]), found))
+    if costs and [c for _, c in costs] != [experts.get("cost")]:
+        depth = dict(sections["depth"])
+        depth["experts"] = {**experts, "cost": pool_costs(costs)}
+        sections["depth"] = depth
 
 
 def _lower(text: str) -> str:

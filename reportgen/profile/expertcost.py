@@ -25,9 +25,12 @@ after one warm-up of each:
   call.
 
 The factor is the median of whole / build over the pairs, its interval a percentile
-bootstrap over them. It is measured only where the whole model's step reaches more
-experts than the build has (E (1 - (1 - k/E)^T) > N); a step that reaches no more (a
-decode of one token: k experts, one token each, in either) runs the same products.
+bootstrap over them. It is measured for every step, one that reaches no more experts than
+the build has too (a decode of one token: k experts, one token each, in either): the
+products are the same, but an experts module's own work around them grows with the
+experts it holds (a loop or a mask over every expert, in transformers' implementations).
+On the 2-core host a decode step's experts took 3-6% longer with all of Granite's 32 or
+Qwen3's 128 than with 8, where nothing was corrected.
 
 The router scores every expert: the layer's router (its child beside the experts that
 holds a per-expert weight) is timed the same way, a deep copy widened to E experts
@@ -64,6 +67,9 @@ METHOD = ("the build's experts module timed in its call of the measured step (re
           "makes) called with the step's tokens routed over them the same way, alternately; factor: the median of "
           "their ratio over the pairs. Its router the same way, widened to every expert: the median difference")
 MIN_REPS = 7
+# a round of a combination measured in rounds, whose correction is the median over its
+# rounds (``reportgen.depth.pool_costs``): DeepSeek-V3's widened prefill call takes 6 s
+ROUND_MIN_REPS = 3
 # as many pairs as the budget holds, so that a few seconds' disturbance (four pairs in a
 # row at twice the ratio, seen in a granite prefill's 15) stays a minority the median and
 # its bootstrap pass over: a small build's pair takes about 60 ms here
@@ -184,15 +190,16 @@ def _router_of(modules: Mapping[str, nn.Module], structure: Structure, experts_f
     return None
 
 
-def _pairs(first: Callable[[], float], second: Callable[[], float], budget_s: float) -> tuple[list[float], list[float]]:
+def _pairs(first: Callable[[], float], second: Callable[[], float], budget_s: float,
+           fewest: int = MIN_REPS) -> tuple[list[float], list[float]]:
     """``first`` and ``second`` timed alternately after one warm-up of each: at least
-    ``MIN_REPS`` pairs, more while ``budget_s`` lasts, at most ``MAX_REPS``."""
+    ``fewest`` pairs, more while ``budget_s`` lasts, at most ``MAX_REPS``."""
     a: list[float] = []
     b: list[float] = []
     first()
     second()
     began = time.perf_counter()
-    while len(a) < MAX_REPS and (len(a) < MIN_REPS or time.perf_counter() - began < budget_s):
+    while len(a) < MAX_REPS and (len(a) < fewest or time.perf_counter() - began < budget_s):
         a.append(first())
         b.append(second())
     return a, b
@@ -208,14 +215,14 @@ def _interval(values: list[float], seed: int) -> tuple[float, float, float]:
 
 
 def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, top_k: int, tokens: int,
-          budget_s: float = BUDGET_S, seed: int = SEED, memory: int | None = None) -> dict[str, Any] | None:
+          budget_s: float = BUDGET_S, seed: int = SEED, memory: int | None = None,
+          min_reps: int = MIN_REPS) -> dict[str, Any] | None:
     """What a build with fewer routed experts than ``full`` would take with every expert,
     measured on its first mixture-of-experts layer (module docstring): ``experts``, the
-    factor its experts' time would grow by (only where the step reaches more of the
-    model's experts than the build has), and ``router``, the milliseconds its router would
-    add a layer scoring every expert. ``memory``: bytes the widened experts may take
-    (default: ``room``). None where the model has no stacked experts module called with
-    an expert index, or builds every expert."""
+    factor its experts' time would grow by, and ``router``, the milliseconds its router
+    would add a layer scoring every expert. ``memory``: bytes the widened experts may take
+    (default: ``room``); ``min_reps``: the fewest pairs of each. None where the model has
+    no stacked experts module called with an expert index, or builds every expert."""
     modules = dict(model.named_modules())
     fqn = next((f for f, info in structure.roles.items()
                 if info.role == "experts" and info.container == "moe" and f in modules
@@ -261,24 +268,23 @@ def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, 
         step.sync()
         return (time.perf_counter() - start) * 1e3
 
-    if reached > built + 0.5:  # the whole model's step reaches more experts than the build has
-        per_expert = max(1, expert_bytes(target, built))
-        space = room(call.hidden.device) if memory is None else memory
-        width, calls = plan(full, built, steps, top_k, space // per_expert)
-        wide = widened(target, built, width)
-        generator = torch.Generator().manual_seed(seed)
-        chunks = [len(c) for c in torch.arange(steps).tensor_split(calls) if len(c)]
-        whole_ms, build_ms = _pairs(
-            lambda: timed([call.routed(wide.forward, draw(n, width, top_k, generator)) for n in chunks]),
-            lambda: timed([lambda: target(*call.args, **call.kwargs)]), budget_s)
-        del wide
-        ratios = [w / b for w, b in zip(whole_ms, build_ms)]
-        factor, low, high = _interval(ratios, seed)
-        out["experts"] = {
-            "factor": factor, "factor_low": low, "factor_high": high, "ratios": ratios,
-            "whole_ms": statistics.median(whole_ms), "build_ms": statistics.median(build_ms),
-            "widened_to": width, "calls": len(chunks),
-            "tokens_per_expert": {"whole": steps * top_k / full, "build": steps * top_k / built}}
+    # every step, one that reaches no more experts than the build has too (module docstring)
+    per_expert = max(1, expert_bytes(target, built))
+    space = room(call.hidden.device) if memory is None else memory
+    width, calls = plan(full, built, steps, top_k, space // per_expert)
+    wide = widened(target, built, width)
+    generator = torch.Generator().manual_seed(seed)
+    chunks = [len(c) for c in torch.arange(steps).tensor_split(calls) if len(c)]
+    whole_ms, build_ms = _pairs(
+        lambda: timed([call.routed(wide.forward, draw(n, width, top_k, generator)) for n in chunks]),
+        lambda: timed([lambda: target(*call.args, **call.kwargs)]), budget_s, min_reps)
+    ratios = [w / b for w, b in zip(whole_ms, build_ms)]
+    factor, low, high = _interval(ratios, seed)
+    out["experts"] = {
+        "factor": factor, "factor_low": low, "factor_high": high, "ratios": ratios,
+        "whole_ms": statistics.median(whole_ms), "build_ms": statistics.median(build_ms),
+        "widened_to": width, "calls": len(chunks),
+        "tokens_per_expert": {"whole": steps * top_k / full, "build": steps * top_k / built}}
     if router is not None and "router" in seen:
         args, kwargs = seen["router"]
         try:
@@ -289,7 +295,7 @@ def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, 
             wide_router = None
         if wide_router is not None:
             wide_ms, own_ms = _pairs(lambda: timed([lambda: wide_router(*args, **kwargs)]),
-                                     lambda: timed([lambda: router(*args, **kwargs)]), budget_s / 4)
+                                     lambda: timed([lambda: router(*args, **kwargs)]), budget_s / 4, min_reps)
             deltas = [w - o for w, o in zip(wide_ms, own_ms)]
             delta, low, high = _interval(deltas, seed)
             out["router"] = {"delta_ms": delta, "delta_low_ms": low, "delta_high_ms": high, "deltas_ms": deltas,

@@ -26,7 +26,7 @@ from reportgen.profile.timing import time_step
 from reportgen.records.paths import trace_file
 from reportgen.vocabulary import COMPILE_NONE, TRAIN_MODES
 
-__all__ = ["WORKER_IMPORTS", "OutOfMemory", "measure", "measure_in_worker"]
+__all__ = ["WORKER_IMPORTS", "OutOfMemory", "expert_cost", "measure", "measure_in_worker", "reduced_experts"]
 
 # imported inside `measure` (a caller that only builds or times does without them): a
 # worker's fork server imports them once beforehand (``execute.forkserver``)
@@ -128,6 +128,28 @@ def _flops_section(built: building.BuiltModel, structure: Structure, combo: Any,
     }
 
 
+def reduced_experts(built: building.BuiltModel, combo: Any, compiled: Any) -> bool:
+    """Whether ``built`` has fewer routed experts than its model (an inference step, eager):
+    its experts' and router's correction is measured (``reportgen.profile.expertcost``)."""
+    counts = (built.depth or {}).get("experts")
+    return (isinstance(counts, dict) and int(counts["measured"]) < int(counts["full"])
+            and combo.mode not in TRAIN_MODES and compiled is None)
+
+
+def expert_cost(built: building.BuiltModel, structure: Structure, *, budget_s: float | None = None,
+                 seed: int, round_of_several: bool = False) -> dict[str, Any] | None:
+    """The correction of an expert-reduced build (``reduced_experts``), measured on it now;
+    ``budget_s``: the pairs' timing budget past the fewest (default: the probe's own);
+    ``round_of_several``: one of the rounds it is pooled over, which takes fewer pairs."""
+    from reportgen.profile.expertcost import BUDGET_S, MIN_REPS, ROUND_MIN_REPS, probe
+
+    counts = (built.depth or {})["experts"]
+    return probe(built.model, built.step, structure, full=int(counts["full"]), top_k=int(counts["top_k"]),
+                 tokens=int(built.step.inputs_info.get("tokens") or 0), seed=seed,
+                 budget_s=BUDGET_S if budget_s is None else budget_s,
+                 min_reps=ROUND_MIN_REPS if round_of_several else MIN_REPS)
+
+
 def depth_section(facts: dict[str, Any], combo: Any) -> dict[str, Any]:
     """``--layers``: the layers measured by kind, the whole model's, and its exact
     parameter, weight and analytic FLOP counts (the whole-model timing figures follow
@@ -179,8 +201,17 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     timing["threads"] = {"torch": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     peak_allocated, peak_reserved = _peaks(device)
     if not profiled:
-        # a later round of a combination measured in rounds: its timing only
-        return {"model": built.info, "inputs": dict(built.step.inputs_info), "timing": timing}
+        # a later round of a combination measured in rounds: its timing only, and where the
+        # build has fewer routed experts than the model, its correction measured again
+        # beside this round's timing (``execute.rounds.merged_sections`` pools them)
+        out = {"model": built.info, "inputs": dict(built.step.inputs_info), "timing": timing}
+        if reduced_experts(built, combo, compiled):
+            with _eager(built.step):
+                structure = derive(built.model, built.step)
+            cost = expert_cost(built, structure, budget_s=budget_s, seed=seed, round_of_several=True)
+            if cost is not None:
+                out["expert_cost"] = cost
+        return out
 
     # the model's structure, once (one recorded forward, on the eager model, the FLOP
     # counter counting it): everything below that reads the structure is handed this one
@@ -247,12 +278,9 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         if load is not None:
             result["moe"] = load
         counts = (result.get("depth") or {}).get("experts")
-        if isinstance(counts, dict) and counts["measured"] < counts["full"] and combo.mode not in TRAIN_MODES:
-            from reportgen.profile.expertcost import probe
-
+        if isinstance(counts, dict) and reduced_experts(built, combo, compiled):
             # fewer experts than the model: what its experts would take with all of them
-            cost = probe(built.model, built.step, structure, full=int(counts["full"]), top_k=int(counts["top_k"]),
-                         tokens=int(built.step.inputs_info.get("tokens") or 0), seed=seed)
+            cost = expert_cost(built, structure, seed=seed)
             if cost is not None:
                 counts["cost"] = cost
     if studies:

@@ -243,11 +243,11 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
                             "worst_share_high", "share_diffs", "share_method", "layer_rel_diff", "kept_layers_rel_diff",
                             "profiler_worst_share_category", "profiler_worst_share_diff", "profiled_ratio", "unstable",
                             "verdict"),
-    "expert_reduction": ("combination", "experts", "full_experts", "reduced_ms", "full_ms", "router_factor",
-                         "ratio", "ratio_low", "ratio_high", "rounds", "worst_share_category", "worst_share_diff",
-                         "worst_share_low", "worst_share_high", "share_diffs", "share_method",
-                         "experts_ms_per_token", "full_experts_ms_per_token", "unstable", "full_unstable",
-                         "verdict"),
+    "expert_reduction": ("combination", "mode", "experts", "full_experts", "rounds", "cycles", "reduced_ms",
+                         "full_ms", "experts_factor", "router_delta_ms", "whole_model_factor", "ratio", "ratio_low",
+                         "ratio_high", "worst_share_category", "worst_share_diff", "worst_share_low",
+                         "worst_share_high", "share_diffs", "share_method", "experts_ms_per_token",
+                         "full_experts_ms_per_token", "unstable", "verdict"),
 }
 
 # A second table some figures carry beside their rows: (its key in the figure, its
@@ -379,7 +379,7 @@ def chart_specs(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "attribution_architectures": _bar_chart("attention_core_share", "attention.core share",
                                                 category="model_type"),
         "depth_extrapolation": _depth_chart,
-        "expert_reduction": _ratio_chart("ratio", "fewer experts / every expert (rounds paired)"),
+        "expert_reduction": _ratio_chart("ratio", "fewer experts / every expert (paired by cycle)"),
     }
     for name, build in builders.items():
         fig = figures.get(name)
