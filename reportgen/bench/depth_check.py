@@ -219,6 +219,20 @@ class Block:
                                   if fitted else math.nan])
         return out
 
+    def paired(self, reps: int, seed: int) -> tuple[dict[Any, Any], list[dict[Any, Any]]]:
+        """(the estimates over every round and cycle, their two-level bootstrap replicates:
+        rounds drawn with replacement, then the cycles within each drawn round)."""
+        import numpy as np
+
+        point = self.estimates(range(len(self.rounds)), [np.arange(len(t)) for t in self.times])
+
+        def replicate(rng: np.random.Generator, picked: NDArray[Any]) -> dict[Any, Any]:
+            chosen = [int(p) for p in picked]
+            return self.estimates(chosen, [rng.integers(0, len(self.times[i]), size=len(self.times[i]))
+                                           for i in chosen])
+
+        return point, two_level(len(self.rounds), replicate, reps=reps, seed=seed, picks="per-replicate")
+
     def estimates(self, picked: Sequence[int], rows: Sequence[NDArray[Any]]) -> dict[Any, Any]:
         """The estimates over the ``picked`` rounds (each with its ``rows`` of cycles): each
         count's latency ratio less 1 and its share differences, and the line's ratio less 1."""
@@ -368,13 +382,7 @@ def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts:
     b = found_block
     k = len(b.rounds)
     every = [np.arange(len(t)) for t in b.times]
-    point = b.estimates(range(k), every)
-
-    def replicate(rng: np.random.Generator, picked: NDArray[Any]) -> dict[Any, Any]:
-        chosen = [int(p) for p in picked]
-        return b.estimates(chosen, [rng.integers(0, len(b.times[i]), size=len(b.times[i])) for i in chosen])
-
-    draws = two_level(k, replicate, reps=reps, seed=seed, picks="per-replicate")
+    point, draws = b.paired(reps, seed)
     kept = [u for u in units if int(u["round"]) in b.rounds]
     whole_ms = _ci([list(t[:, 0]) for t in b.times])
     rows: list[dict[str, Any]] = []

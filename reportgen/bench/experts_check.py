@@ -53,15 +53,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reportgen import depth, stats
-from reportgen.bench.depth_check import WHOLE, Block, extrapolation, within
+from reportgen.bench.depth_check import (
+    WHOLE,
+    Block,
+    _centre,
+    _ci,
+    _interval,
+    _unstable,
+    extrapolation,
+    within,
+)
 from reportgen.bench.results import figure
-from reportgen.intervals import hierarchical_median_ci
-from reportgen.stats.basic import percentiles
-from reportgen.stats.bootstrap import CONFIDENCE, two_level
 
 if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
+    pass
 
 NAME = "expert_reduction"
 TITLE = "Expert-reduced measurement"
@@ -220,29 +225,6 @@ def block(units: Sequence[Mapping[str, Any]], counts: Sequence[int]
                   line=False), found, every, dropped)
 
 
-def _interval(draws: Sequence[float]) -> tuple[float, float]:
-    kept = [float(d) for d in draws if not math.isnan(d)]
-    return percentiles(kept, CONFIDENCE) if kept else (math.nan, math.nan)
-
-
-def _ci(groups: Sequence[Sequence[float]]) -> tuple[float, float, float]:
-    ci = hierarchical_median_ci(groups)
-    return float(ci["median"]), float(ci["ci_low"]), float(ci["ci_high"])
-
-
-def _unstable(units: Sequence[Mapping[str, Any]]) -> str | None:
-    contended = [u for u in units if u.get("contended")]
-    if not contended:
-        return None
-    reason = contended[0].get("contention") or "the host was busy"
-    return f"{len(contended)} of {len(units)} rounds contended ({reason}{', ...' if len(contended) > 1 else ''})"
-
-
-def _centre(values: Sequence[float | None]) -> float | None:
-    found = [float(v) for v in values if v is not None]
-    return stats.hodges_lehmann(found) if found else None
-
-
 def _per_token(units: Sequence[Mapping[str, Any]], name: str, tokens: int) -> float | None:
     """A build's ``moe.experts`` milliseconds per token in its hooks pass, the centre over rounds."""
     return _centre([float(((u["builds"][name].get("hooks") or {}).get("categories") or {})
@@ -273,13 +255,7 @@ def model_rows(m: ExpertModel, mode: str, units: Sequence[Mapping[str, Any]], *,
         return [], notes
     k = len(b.rounds)
     all_cycles = [np.arange(len(t)) for t in b.times]
-    point = b.estimates(range(k), all_cycles)
-
-    def replicate(rng: np.random.Generator, picked: NDArray[Any]) -> dict[Any, Any]:
-        chosen = [int(p) for p in picked]
-        return b.estimates(chosen, [rng.integers(0, len(b.times[i]), size=len(b.times[i])) for i in chosen])
-
-    draws = two_level(k, replicate, reps=reps, seed=seed, picks="per-replicate")
+    point, draws = b.paired(reps, seed)
     kept = [u for u in units if int(u["round"]) in b.rounds]
     tokens = 1 if mode.startswith("decode") else seq_len
     full_ms = _ci([list(t[:, 0]) for t in b.times])
