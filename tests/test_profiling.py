@@ -196,3 +196,39 @@ def test_ranges_attribute_every_op_as_module_hooks_do(name: str, tmp_path: Path)
     assert got == reference
     assert {c for _, c, _ in got} >= {*ATTRIBUTED, "embeddings", "other"}
     assert {layer for _, _, layer in got} > {None}
+
+
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_structure_recorded_as_the_warm_up_forward(name: str, tmp_path: Path) -> None:
+    """``first`` runs once, as the warm-up forward the profiler drops: the profiled
+    iterations carry the labels it returns, as they do when the structure was recorded
+    beforehand, and the trace holds the profiled iterations alone."""
+    model, step = build(name)
+
+    def ops(path: Path) -> list[tuple[str, str, str | None]]:
+        trace = json.loads(gzip.decompress(path.read_bytes()))
+        return [(op["name"], op["category"], op["layer"]) for op in classify_ops(trace)]
+
+    before = derive(model, step)
+    calls_before = step.calls
+    reference = profile_step(step, model, iterations=2, warmup=1, trace_path=tmp_path / "a.json.gz",
+                             labels=before.labels)
+    assert step.calls - calls_before == 3
+    seen: list[Any] = []
+
+    def first() -> Mapping[str, ModuleRole]:
+        seen.append(step.calls)
+        structure = derive(model, step)  # a forward of its own, reset by derive
+        return structure.labels
+
+    calls_before = step.calls
+    folded = profile_step(step, model, iterations=2, warmup=1, trace_path=tmp_path / "b.json.gz",
+                          labels=None, first=first)
+    assert seen == [calls_before] and step.calls - calls_before == 3
+    assert len(folded["profile"]["per_iteration_ms"]) == 2
+    assert ops(tmp_path / "b.json.gz") == ops(tmp_path / "a.json.gz")
+    assert {c for c, v in folded["attribution"]["categories"].items() if v["ms"] > 0} == \
+        {c for c, v in reference["attribution"]["categories"].items() if v["ms"] > 0}
+    with pytest.raises(ValueError, match="warmup"):
+        profile_step(step, model, iterations=2, warmup=0, trace_path=tmp_path / "c.json.gz", labels=None,
+                     first=first)

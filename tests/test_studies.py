@@ -110,6 +110,7 @@ def test_tasks_carry_studies_only_when_asked(tmp_path: Path) -> None:
     job.settings = Settings(rounds=2, studies=("instrumentation",))
     later = rounds.task(job, rounds.Unit(combo, 1, 2))
     assert later["options"]["studies"] == ["instrumentation"] and later["options"]["profiled"] is False
+    assert later["options"]["round_of_several"] is True
 
 
 # --- plumbing ---------------------------------------------------------------------------

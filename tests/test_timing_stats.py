@@ -14,6 +14,8 @@ import torch
 from reportgen import stats
 from reportgen.profile.timing import (
     BUDGET_FLOOR,
+    ROUND_BUDGET_FLOOR,
+    ROUND_MIN_SAMPLES,
     CudaEventTimer,
     HostClockTimer,
     default_timer,
@@ -316,6 +318,36 @@ def test_cuda_event_path_with_fake_events() -> None:
     # floor of samples is reached, before the first convergence check.
     assert result["stop_reason"] == "budget"
     assert result["n"] == BUDGET_FLOOR
+
+
+def test_a_round_of_several_stops_within_its_budget_and_converges_from_six() -> None:
+    # a sample of 600 ms (a 500 ms forward and the fake step's 100 ms reset) against a
+    # round's 1.25 s: a lone pass takes three (the third ending past the budget, at
+    # 1.8 s); a round of several stops at two, before a third would overrun it, and
+    # never below its floor, however long the forward
+    long = {"budget_s": 1.25, "prior_warmup": [500.0], "max_warmup_s": 0.1}
+    alone, _ = _run(_cycle(500.0), **long)
+    assert (alone["stop_reason"], alone["n"]) == ("budget", BUDGET_FLOOR)
+    rounds = {"min_samples": ROUND_MIN_SAMPLES, "budget_floor": ROUND_BUDGET_FLOOR, "within_budget": True}
+    round_, _ = _run(_cycle(500.0), **long, **rounds)
+    assert (round_["stop_reason"], round_["n"]) == ("budget", 2) == ("budget", ROUND_BUDGET_FLOOR)
+    # the floor alone does not stop it sooner: the third sample starts within the budget
+    assert _run(_cycle(500.0), **long, **{**rounds, "within_budget": False})[0]["n"] == 3
+    longer, _ = _run(_cycle(2000.0), **{**long, "prior_warmup": [2000.0]}, **rounds)
+    assert longer["n"] == ROUND_BUDGET_FLOOR
+    # samples of 200 ms: seven end past the budget, six within it
+    short = {"budget_s": 1.25, "prior_warmup": [100.0] * 6, "target_rel_halfwidth": None}
+    assert _run(_cycle(100.0), **short)[0]["n"] == 7
+    assert _run(_cycle(100.0), **short, **rounds)[0]["n"] == 6
+    # a stable short forward: the round's own interval is checked from six samples, the
+    # fewest whose order-statistic interval states 95%, where a lone pass waits for ten
+    steady = {"budget_s": 10.0, "target_rel_halfwidth": 0.05}
+    lone, _ = _run(_cycle(100.0, 101.0, 99.0), **steady)
+    assert (lone["stop_reason"], lone["n"]) == ("converged", 10)
+    quick, _ = _run(_cycle(100.0, 101.0, 99.0), **steady, **rounds)
+    assert (quick["stop_reason"], quick["n"]) == ("converged", 6) and quick["confidence"] >= 0.95
+    with pytest.raises(ValueError, match="budget_floor"):
+        _run(_cycle(1.0), budget_floor=0)
 
 
 def test_default_timer_follows_device() -> None:

@@ -187,7 +187,7 @@ def task(job: Job, unit: Unit) -> dict[str, Any]:
         # a round stops at the target or its share of the budget; the interval quoted is
         # built across rounds (reportgen.intervals)
         policy = Policy.of(job.settings)
-        options = {**out.get("options", {}), "profiled": unit.profiled}
+        options = {**out.get("options", {}), "profiled": unit.profiled, "round_of_several": True}
         if policy.target is None:
             options["converge"] = False
         else:

@@ -22,7 +22,7 @@ from reportgen.profile import building, compiling, flops, heap
 from reportgen.profile import flops as flops_mod
 from reportgen.profile.step import StepLike
 from reportgen.profile.structure import Structure, derive
-from reportgen.profile.timing import time_step
+from reportgen.profile.timing import BUDGET_FLOOR, ROUND_BUDGET_FLOOR, ROUND_MIN_SAMPLES, time_step
 from reportgen.records.paths import trace_file
 from reportgen.vocabulary import COMPILE_NONE, TRAIN_MODES
 
@@ -170,7 +170,8 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
              profile_iterations: int, holder: list[building.BuiltModel], profiled: bool = True,
              studies: Sequence[str] = (), study_budget_s: float | None = None,
              converge: bool = True, target_rel_halfwidth: float | None = None,
-             gpu_index: int | None = None, reuse: bool = False) -> dict[str, Any]:
+             gpu_index: int | None = None, reuse: bool = False,
+             round_of_several: bool = False) -> dict[str, Any]:
     from reportgen.profile.contention import PassSampler
     from reportgen.profile.profiling import profile_step
     from reportgen.profile.regions import attribute
@@ -195,8 +196,14 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
     prior = [built.trial_ms] if built.trial_ms is not None and compiled is None else []
     sampler = PassSampler(device.type, gpu_index)
     until: dict[str, Any] = {} if target_rel_halfwidth is None else {"target_rel_halfwidth": target_rel_halfwidth}
+    if round_of_several:
+        # its median joins the interval across rounds: it stops within its budget, at two
+        # samples or more, except in the profiled round, which takes three, its samples
+        # being also the hooks pass's bare reference (``regions.hooks_method``)
+        until.update(min_samples=ROUND_MIN_SAMPLES, within_budget=True,
+                     budget_floor=BUDGET_FLOOR if profiled else ROUND_BUDGET_FLOOR)
     timing = time_step(built.step, budget_s=budget_s, prior_warmup=prior, sampler=sampler,
-                       **(until if converge else {"target_rel_halfwidth": None}))
+                       **(until if converge else {**until, "target_rel_halfwidth": None}))
     timing["heap"] = steady_heap
     timing["threads"] = {"torch": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     peak_allocated, peak_reserved = _peaks(device)
@@ -214,16 +221,27 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         return out
 
     # the model's structure, once (one recorded forward, on the eager model, the FLOP
-    # counter counting it): everything below that reads the structure is handed this one
-    structure, count = _derive_counting(built)
+    # counter counting it): everything below that reads the structure is handed this one.
+    # An eager step records it as the profiled pass's first warm-up forward, whose events
+    # the profiler drops, and its labels give the profiled forwards their ranges; module
+    # hooks cannot fire inside a compiled graph: a compiled forward is read from its
+    # kernels alone (reportgen.attribution, category "compiled"), its structure recorded
+    # on the eager model beforehand
+    derived: list[tuple[Structure, flops_mod.FlopCount | Exception]] = []
+    if compiled is not None:
+        derived.append(_derive_counting(built))
+
+    def structure_forward() -> Any:
+        derived.append(_derive_counting(built))
+        return derived[0][0].labels
+
     trace_path = trace_file(run_dir, combo_id)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
-    # module hooks cannot fire inside a compiled graph: a compiled forward is read from
-    # its kernels alone (reportgen.attribution, category "compiled")
     sampler.start()
     recorded = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path,
-                            labels=structure.labels if compiled is None else None)
+                            labels=None, first=structure_forward if compiled is None else None)
     pass_reading = sampler.stop()
+    structure, count = derived[0]
     profile = dict(recorded["profile"])
     if pass_reading is not None:
         # a profiled pass that fell into a busy moment would report the host's load as
@@ -296,7 +314,7 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
             profile_iterations: int = 3, profiled: bool = True, studies: Sequence[str] = (),
             study_budget_s: float | None = None, converge: bool = True,
             target_rel_halfwidth: float | None = None, gpu_index: int | None = None,
-            keep_model: bool = False) -> dict[str, Any]:
+            keep_model: bool = False, round_of_several: bool = False) -> dict[str, Any]:
     """Measure one combination; see the module docstring. Out-of-memory becomes
     `OutOfMemory` ("out of memory: ..."), raised after the model is freed. With
     ``profiled`` False only the unprofiled timing pass runs (``model``, ``inputs`` and
@@ -305,7 +323,9 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
     ``study_budget_s`` (default ``budget_s``), into the ``studies`` section. With
     ``converge`` False the timing pass spends its whole budget (one round of several:
     ``reportgen.profile.timing.time_step``); ``target_rel_halfwidth`` replaces its default
-    target. ``gpu_index`` (the GPU's NVML index) lets each pass read the device's side of
+    target; ``round_of_several``: one round of a combination measured in several, whose
+    timing takes `timing.ROUND_MIN_SAMPLES` and `timing.ROUND_BUDGET_FLOOR`
+    (``reportgen.execute.rounds``). ``gpu_index`` (the GPU's NVML index) lets each pass read the device's side of
     contention (``reportgen.profile.contention``). ``keep_model``: the model stays in this
     process after a clean measurement, for the next combination of the same model to take
     instead of building it again (`building.free`; on the CPU only, and never a training
@@ -323,7 +343,8 @@ def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: 
         result = _measure(combo, run_dir=run_dir, combo_id=combo_id, budget_s=budget_s, seed=seed,
                           profile_iterations=profile_iterations, holder=holder, profiled=profiled,
                           studies=studies, study_budget_s=study_budget_s, converge=converge,
-                          target_rel_halfwidth=target_rel_halfwidth, gpu_index=gpu_index, reuse=reuse)
+                          target_rel_halfwidth=target_rel_halfwidth, gpu_index=gpu_index, reuse=reuse,
+                          round_of_several=round_of_several)
         done = True
         return result
     except torch.OutOfMemoryError as exc:

@@ -11,7 +11,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,23 +64,37 @@ def phase_ranges(step: StepLike) -> Iterator[None]:
 
 
 def record_pass(step: StepLike, model: nn.Module, iterations: int, warmup: int, out: Path,
-                labels: Mapping[str, ModuleRole] | None) -> profile:
+                labels: Mapping[str, ModuleRole] | None,
+                first: Callable[[], Mapping[str, ModuleRole] | None] | None = None) -> profile:
     """Run the profiled forwards, export their Chrome trace to ``out`` and return the
     profiler (its ``key_averages()`` covers the same ``iterations``). ``labels``: the
     model's roles (a `structure.Structure`'s), whose modules get their ranges; None
-    leaves the module hooks out."""
+    leaves the module hooks out. ``first`` runs in place of the first warm-up forward,
+    whose events the profiler drops: a forward of the step's own (the structure's
+    recorded one, `structure.derive`) that returns the labels the iterations after it
+    carry, so the structure costs no forward of its own."""
+    if first is not None and warmup < 1:
+        raise ValueError("first runs as a warm-up forward: need warmup >= 1")
     activities = [ProfilerActivity.CPU]
     if step.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    hooks = install_hooks(model, labels) if labels is not None else contextlib.nullcontext()
-    with hooks, phase_ranges(step):
+    with contextlib.ExitStack() as hooks, phase_ranges(step):
+        if first is None and labels is not None:
+            hooks.enter_context(install_hooks(model, labels))
         with profile(activities=activities,
                      schedule=schedule(wait=0, warmup=warmup, active=iterations, repeat=1),
                      record_shapes=True, profile_memory=True, with_flops=True) as prof:
-            for _ in range(warmup + iterations):
+            for index in range(warmup + iterations):
                 # The sync sits inside the range: on a GPU the iteration's wall time must
                 # include the work it queued, or the overhead ratio is meaningless.
                 with record_function(ITERATION_LABEL):
+                    if index == 0 and first is not None:
+                        labels = first()  # runs the step and resets it itself
+                        step.sync()
+                        if labels is not None:
+                            hooks.enter_context(install_hooks(model, labels))
+                        prof.step()
+                        continue
                     step()
                     step.sync()
                 step.reset()
@@ -90,7 +104,8 @@ def record_pass(step: StepLike, model: nn.Module, iterations: int, warmup: int, 
 
 
 def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmup: int = 1,
-                 trace_path: Path, labels: Mapping[str, ModuleRole] | None) -> dict[str, Any]:
+                 trace_path: Path, labels: Mapping[str, ModuleRole] | None,
+                 first: Callable[[], Mapping[str, ModuleRole] | None] | None = None) -> dict[str, Any]:
     """Profile ``iterations`` forwards of ``step`` (after ``warmup`` profiled-but-dropped
     ones) and attribute them.
 
@@ -100,7 +115,8 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     ``per_iteration``: (forward ms, category ms) of each profiled iteration alone (and for
     a training step ``per_iteration_phases``, each iteration's phases).
     ``labels``: the model's roles (its `structure.Structure`'s ``roles``); None leaves the
-    module hooks out (a compiled forward, where they would not fire).
+    module hooks out (a compiled forward, where they would not fire). ``first``: the
+    first warm-up forward's stand-in, which gives the labels (`record_pass`).
     """
     if iterations < 1 or warmup < 0:
         raise ValueError(f"need iterations >= 1 and warmup >= 0, got {iterations}, {warmup}")
@@ -111,7 +127,7 @@ def profile_step(step: StepLike, model: nn.Module, *, iterations: int = 3, warmu
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        record_pass(step, model, iterations, warmup, tmp, labels)
+        record_pass(step, model, iterations, warmup, tmp, labels, first)
         raw = trace_name(tmp.read_bytes(), trace_ref(trace_path))
     finally:
         tmp.unlink(missing_ok=True)

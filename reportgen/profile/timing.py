@@ -24,6 +24,13 @@ WARMUP_WINDOW = 3
 WARMUP_TOLERANCE = 0.05
 WARMUP_MAX_ITERATIONS = 200
 BUDGET_FLOOR = 3  # the budget never stops a run with fewer samples than min(min_samples, this)
+# One round of several (``reportgen.execute.rounds``) gives the interval across rounds its
+# median, not an interval of its own: it stops before a sample that would take it past
+# its share of the budget, which is the most it gets, at two samples or more (a forward
+# longer than a third of the round's budget spends it in two), and its own interval is
+# checked from the fewest samples that can state 95% (the order-statistic interval of six).
+ROUND_BUDGET_FLOOR = 2
+ROUND_MIN_SAMPLES = stats.MIN_EXACT_N
 
 
 
@@ -117,15 +124,19 @@ def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float | 
               min_samples: int = 10, max_samples: int = 10000, max_warmup_s: float | None = None,
               timer: Timer | None = None, wall: Callable[[], float] = time.monotonic,
               confidence: float = 0.95, prior_warmup: Sequence[float] = (),
-              sampler: Any = None) -> dict[str, Any]:
+              sampler: Any = None, budget_floor: int = BUDGET_FLOOR,
+              within_budget: bool = False) -> dict[str, Any]:
     """Time ``step`` and return the record's ``timing`` section.
 
     Stops ``converged`` when the median's CI half-width <= target * median (checked from
     ``min_samples`` on, and only once the interval reaches its confidence), ``budget``
-    when ``budget_s`` of timed iterations is spent (never before min(min_samples, 3)
-    samples), or ``max_samples``. A target of None never converges: one round of a
+    when ``budget_s`` of timed iterations is spent (never before min(min_samples,
+    ``budget_floor``) samples), or ``max_samples``; ``within_budget`` stops it before a
+    sample that would end past ``budget_s`` (the samples' mean foretelling it) instead
+    of after the first that does. A target of None never converges: one round of a
     combination measured in rounds spends its budget, because the interval quoted is
-    built across the rounds (``reportgen.intervals``), not inside one. Warm-up is
+    built across the rounds (``reportgen.intervals``), not inside one (such a round takes
+    ``ROUND_MIN_SAMPLES``, ``ROUND_BUDGET_FLOOR`` and ``within_budget``). Warm-up is
     separate, capped at ``max_warmup_s`` (default a quarter of the budget), starts from
     ``prior_warmup`` (iterations already run and timed, e.g. the build's trial) and is
     kept as ``warmup_samples``. ``sampler`` (``contention.PassSampler``), started and
@@ -137,12 +148,14 @@ def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float | 
         raise ValueError("budget_s must be positive")
     if min_samples < 1 or max_samples < min_samples:
         raise ValueError("need 1 <= min_samples <= max_samples")
+    if budget_floor < 1:
+        raise ValueError("budget_floor must be at least 1")
     timer = timer or default_timer(step)
     warmup = warm_up(step, timer, max_warmup_s=budget_s / 4 if max_warmup_s is None else max_warmup_s,
                      wall=wall, prior=prior_warmup)
 
     samples: list[float] = []
-    floor = min(min_samples, BUDGET_FLOOR)
+    floor = min(min_samples, budget_floor)
     next_check = max(min_samples, stats.MIN_EXACT_N)
     window = float(getattr(sampler, "min_window_s", 0.0) or 0.0)
     if sampler is not None:
@@ -162,9 +175,11 @@ def time_step(step: StepLike, *, budget_s: float, target_rel_halfwidth: float | 
         if n >= max_samples:
             stop = "max_samples"
             break
-        if n >= floor and wall() - start >= budget_s:
-            stop = "budget"
-            break
+        if n >= floor:
+            spent = wall() - start
+            if spent >= budget_s or (within_budget and spent + spent / n > budget_s):
+                stop = "budget"
+                break
 
     reading = sampler.stop() if sampler is not None else None
     return {

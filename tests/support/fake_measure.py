@@ -38,7 +38,8 @@ def behaviour(combo_id: str) -> str:
 
 def measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed: int,
             profile_iterations: int, profiled: bool = True, converge: bool = True,
-            target_rel_halfwidth: float | None = None, gpu_index: int | None = None) -> dict[str, Any]:
+            target_rel_halfwidth: float | None = None, gpu_index: int | None = None,
+            round_of_several: bool = False) -> dict[str, Any]:
     assert combo_id == combo.id and Path(run_dir).is_dir() and budget_s > 0 and profile_iterations >= 1
     log = os.environ.get("REPORTGEN_FAKE_LOG")
     if log:
