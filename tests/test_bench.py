@@ -934,6 +934,21 @@ def test_instrumentation_verdict() -> None:
     rows[-1]["labelled"] = 7
     assert "10 modules, 7 with a range, bare forward" in \
         instrumentation_summary(rows, rounds=4, budget_s=0.5)["notes"][0]
+    # a failure says its cause from the row's own measurements: what each range cost, and
+    # what the same ranges at that cost are of the same model's longer step
+    step = {"combination": "m--decode--fp32--sdpa--b1--s128", "mode": "decode", "ratio": 1.08,
+            "ratio_low": 1.04, "ratio_high": 1.11, "modules": 163, "bare_ms": 22.0, "instrumented_ms": 23.76}
+    longer = {**step, "combination": "m--prefill--fp32--sdpa--b1--s128", "mode": "prefill", "ratio": 1.01,
+              "ratio_low": 0.99, "ratio_high": 1.02, "bare_ms": 110.0, "instrumented_ms": 111.0}
+    other_attn = {**longer, "combination": "m--prefill--fp32--eager--b1--s128", "bare_ms": 100.0}
+    fig = instrumentation_summary([step, longer, other_attn], rounds=4, budget_s=0.5)
+    cause = [n for n in fig["notes"] if n.startswith("Why ")]
+    assert fig["status"] == "fail" and cause == [
+        "Why m--decode--fp32--sdpa--b1--s128 is over: its instrumented step took 1.76 ms more than the bare "
+        "one (22.00 ms), 10.8 µs for each of its 163 module ranges (every module wrapped); a range costs the "
+        "same whatever the step computes, and a decode step runs every module for little arithmetic: at that "
+        "cost the same ranges are 1.6% of its prefill (110.0 ms), which measured 1.010."]
+    assert not [n for n in instrumentation_summary([longer], rounds=4, budget_s=0.5)["notes"] if n.startswith("Why")]
 
 
 def test_render_scaling_copy_of_the_config_finds_the_repositorys_hooks(tmp_path: Path) -> None:

@@ -346,13 +346,16 @@ def ablation_targets(p: Plan, groups: set[str] | frozenset[str] = frozenset(ABLA
 
 def resummarise(path: Path) -> int:
     """Recompute figure verdicts that are pure functions of their stored rows (the
-    coverage's rows read again from the bench's two suite runs where they are on disk)."""
+    coverage's rows and the depth figure's units read again from the bench's scratch runs
+    where they are on disk, and only for this host's own file: another host's figures
+    were measured there, not in this host's scratch)."""
     from reportgen.bench import coverage, depth_check, latency, overhead
     from reportgen.bench.ablation_figure import with_causes
     from reportgen.bench.depth_rounds import read_units
 
     doc = load_results(path)
     figures = dict(doc["figures"])
+    here = path.stem == _hardware_guess()
     p = plan(bool(doc.get("quick")))
     lat = figures.get("latency_agreement")
     if lat and lat.get("rows"):
@@ -370,7 +373,7 @@ def resummarise(path: Path) -> int:
     cov = figures.get("interval_coverage")
     if cov and cov.get("rows"):
         table = cov["rows"]
-        runs = [_scratch_run(SCRATCH / "runs"), _scratch_run(SCRATCH / "runs-again")]
+        runs = [_scratch_run(SCRATCH / "runs"), _scratch_run(SCRATCH / "runs-again")] if here else [None]
         if all(run is not None for run in runs):
             # the re-measured intervals, where the rows predate them and the runs are still here
             table = coverage.rows_from_runs(runs[0], runs[1], table) or table  # type: ignore[arg-type]
@@ -381,7 +384,7 @@ def resummarise(path: Path) -> int:
             # what caused each failing row, said from the row's own measurements
             figures[name] = with_causes(figures[name])
     dep = figures.get(depth_check.NAME)
-    depth_units = read_units(SCRATCH / "depth" / "units")
+    depth_units = read_units(SCRATCH / "depth" / "units") if here else []
     if dep and depth_units and isinstance(dep.get("plan"), dict) and "hooks_iterations" in dep["plan"]:
         # the depth figure's verdict again from the units of its scratch run, where still here
         depth_plan = depth_check.plan_of(dep.get("plan"), depth_check.QUICK if doc.get("quick")

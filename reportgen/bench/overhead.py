@@ -118,6 +118,36 @@ def instrumentation_overhead(combos: Sequence[Any], *, rounds: int = 6, budget_s
                                    duration_s=wall[0])
 
 
+def over_causes(over: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why each combination significantly over the goal is over, from the figure's own
+    rows: what its ranges cost per call, and what the same ranges at that cost are in a
+    longer step of the same model (its forward or prefill at the same length)."""
+    out = []
+    for r in over:
+        ranges = r.get("labelled")
+        count = int(ranges if ranges is not None else r["modules"])
+        bare = float(r["bare_ms"])
+        extra = (float(r["instrumented_ms"]) - bare if r.get("instrumented_ms") is not None
+                 else (float(r["ratio"]) - 1.0) * bare)
+        per_us = 1e3 * extra / max(1, count)
+        what = f"{count} ranges" if ranges is not None else f"{count} module ranges (every module wrapped)"
+        # the same model, attention and length in another mode: model--mode--dtype--attn--bN--sL
+        parts = str(r["combination"]).split("--")
+        longer = [x for x in rows if x["mode"] != r["mode"] and float(x["bare_ms"]) > bare
+                  and (lambda o: o[:1] + o[2:] == parts[:1] + parts[2:])(str(x["combination"]).split("--"))]
+        line = (f"Why {r['combination']} is over: its instrumented step took {extra:.2f} ms more than "
+                f"the bare one ({bare:.2f} ms), {per_us:.1f} µs for each of its {what}; "
+                f"a range costs the same whatever the step computes, and a {r['mode']} step runs every "
+                "module for little arithmetic")
+        if longer:
+            other = min(longer, key=lambda x: float(x["bare_ms"]))
+            line += (f": at that cost the same ranges are {100 * extra / float(other['bare_ms']):.1f}% of "
+                     f"its {other['mode']} ({float(other['bare_ms']):.1f} ms), which measured "
+                     f"{float(other['ratio']):.3f}")
+        out.append(line + ".")
+    return out
+
+
 def instrumentation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str] = (), *,
                             rounds: int, budget_s: float,
                             duration_s: float | None = None) -> dict[str, Any]:
@@ -150,6 +180,7 @@ def instrumentation_summary(rows: Sequence[dict[str, Any]], notes: Sequence[str]
         "Median ratio by mode: " + ", ".join(f"{m} {median(v):.4f}" for m, v in by_mode.items()) + ".",
         f"{rounds} interleaved rounds per combination, reportgen timing budget {budget_s} s per "
         "round; per-combination interval = paired bootstrap over rounds.",
+        *over_causes(over, rows),
         *notes,
     ]
     return figure(
