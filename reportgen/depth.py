@@ -388,7 +388,8 @@ def experts_understated(record: Mapping[str, Any]) -> str:
     if cost is not None and section.get("whole") is not None:
         full = fields.get(record, "depth.experts.full")
         width, calls = cost.get("widened_to"), cost.get("calls")
-        how = (f"measured widened to {width} of its {full}, the step's tokens over {calls} calls"
+        over = "in one call" if calls == 1 else f"over {calls} calls"
+        how = (f"measured widened to {width} of its {full}, the step's tokens {over}"
                if isinstance(width, int) and isinstance(full, int) and width < full else
                f"measured widened to all {full}")
         return (f"the experts' time scaled by {float(cost['factor']):.2f}, {how} "

@@ -519,6 +519,9 @@ def test_a_correction_measured_on_fewer_experts_than_the_model_says_how_many_and
     assert depth.experts_understated(record) == (
         "the experts' time scaled by 9.36, measured widened to 24 of its 256, the step's tokens over 11 calls "
         "(a step reaches about 252 of them a layer, this build has 8)")
+    # a decode step's few tokens go in one call, said as one
+    cost["experts"] |= {"calls": 1}
+    assert "measured widened to 24 of its 256, the step's tokens in one call (" in depth.experts_understated(record)
     cost["experts"] |= {"widened_to": 256, "calls": 1}
     assert "measured widened to all 256 (" in depth.experts_understated(record)
 
