@@ -208,7 +208,8 @@ def _fake_profile(monkeypatch: pytest.MonkeyPatch, median_ms: float = 12.0) -> l
     calls: list[dict[str, Any]] = []
 
     def profile_step(step: Any, model: Any, *, iterations: int, trace_path: Path, **kw: Any) -> dict[str, Any]:
-        calls.append({"iterations": iterations, "trace_path": trace_path, "first": kw.get("first")})
+        calls.append({"iterations": iterations, "trace_path": trace_path, "first": kw.get("first"),
+                      "labels": kw.get("labels"), "warmup": kw.get("warmup", 1)})
         if kw.get("first") is not None:
             kw["first"]()  # the warm-up forward: the structure's, which resets the step itself
         else:
@@ -239,11 +240,12 @@ def test_measure_composition_with_fake_profile(tmp_path: Path, monkeypatch: pyte
     assert seen["budget_s"] == 1.5
     # the build's trial iteration, timed, is the warm-up's first sample
     assert len(seen["prior_warmup"]) == 1 and seen["prior_warmup"][0] > 0
-    assert [{k: v for k, v in call.items() if k != "first"} for call in calls] == [
+    assert [{k: call[k] for k in ("iterations", "trace_path")} for call in calls] == [
         {"iterations": 4, "trace_path": tmp_path / "traces" / "abc.trace.json.gz"}]
-    # the structure is recorded as the profiled pass's warm-up forward (no forward of its
-    # own), and the FLOP counter counted that forward
-    assert callable(calls[0]["first"])
+    # the structure is recorded as the build's trial iteration (no forward of its own),
+    # the FLOP counter counting that forward; the profiled forwards carry its labels, and
+    # on a CPU the profiler takes no warm-up forward of its own (the model is warm)
+    assert calls[0]["first"] is None and calls[0]["labels"] and calls[0]["warmup"] == 0
     assert record["flops"]["total_counted"] and record["flops"]["counted"]["mlp"] > 0
     assert record["profile"]["overhead_ratio"] == pytest.approx(1.2)
     assert record["memory"]["by_category_bytes"] == {"mlp": 5}

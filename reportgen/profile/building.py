@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,8 @@ class BuiltModel:
     # never reused), and its modules' hooks as built (`_wiring`)
     key: tuple[Any, ...] | None = None
     wiring: tuple[Any, ...] = ()
+    # what ``build``'s ``trial`` returned, where it ran as the trial iteration
+    trial_result: Any = None
 
 
 def _json_safe(value: Any) -> Any:
@@ -262,14 +264,19 @@ def _default_builds(spec: ModelSpec, impl: str, exc: Exception) -> None:
 _SKIP_RUNTIME = ("No available kernel", "not implemented for", "No viable backend")
 
 
-def _trial(step: StepLike) -> float:
+def _trial(step: StepLike, run: Callable[[], Any] | None = None) -> tuple[float, Any]:
     """One iteration outside the samples: lazy initialisation stays out of them, and a
     backend the shapes/dtype/device cannot use surfaces as a Skip, not a failure.
-    Returns its milliseconds (host clock around the call and its sync)."""
+    Returns its milliseconds (host clock around the call and its sync) and what ``run``
+    returned: ``run`` (which runs the step once and resets it) in place of a plain call."""
+    result = None
     try:
         step.sync()
         start = time.perf_counter_ns()
-        step()
+        if run is None:
+            step()
+        else:
+            result = run()
         step.sync()
         elapsed = (time.perf_counter_ns() - start) / 1e6
     except RuntimeError as exc:
@@ -279,16 +286,20 @@ def _trial(step: StepLike) -> float:
         if any(s in message for s in _SKIP_RUNTIME):
             raise Skip(message.strip().splitlines()[0]) from exc
         raise
-    step.reset()
-    return elapsed
+    if run is None:
+        step.reset()
+    return elapsed, result
 
 
 def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0,
-          reuse: bool = False) -> BuiltModel:
+          reuse: bool = False, trial: Callable[[BuiltModel], Any] | None = None) -> BuiltModel:
     """Build ``combo``'s model with random weights on ``device`` (default combo.device),
     its info dict and its Step. Raises Skip for combinations that cannot run here.
     ``reuse``: take the model `free` kept (``keep``) where it is the very model this
-    combination builds; a kept model that is not is dropped before anything is built."""
+    combination builds; a kept model that is not is dropped before anything is built.
+    ``trial`` runs as the trial iteration in place of a plain forward (one forward of the
+    step, reset after it: the structure's recorded forward), its result kept as
+    ``trial_result``."""
     if combo.model == MICRO:
         _drop_kept()
         from reportgen.profile import (
@@ -304,7 +315,7 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     impl, backend = attn_backend(combo.attn_implementation, dev, dtype)
     scale = getattr(combo, "scale", "reference")
     try:
-        return _build(combo, spec, dev, dtype, impl, backend, seed, scale, reuse=reuse)
+        return _build(combo, spec, dev, dtype, impl, backend, seed, scale, reuse=reuse, trial=trial)
     except (Skip, UserError, torch.OutOfMemoryError):
         raise
     except Exception as exc:
@@ -315,7 +326,7 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
     # architecture again at its own widths, shrunk in depth (and experts) alone
     free(None)
     try:
-        built = _build(combo, spec, dev, dtype, impl, backend, seed, "tiny-depth")
+        built = _build(combo, spec, dev, dtype, impl, backend, seed, "tiny-depth", trial=trial)
     except (Skip, UserError, torch.OutOfMemoryError):
         raise
     except Exception as second:
@@ -335,7 +346,8 @@ def build(combo: Any, device: torch.device | str | None = None, *, seed: int = 0
 
 
 def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, impl: str,
-           backend: Any, seed: int, scale: str, *, reuse: bool = False) -> BuiltModel:
+           backend: Any, seed: int, scale: str, *, reuse: bool = False,
+           trial: Callable[[BuiltModel], Any] | None = None) -> BuiltModel:
     needed = positions_needed(combo.mode, combo.seq_len)
     if scale == "tiny-depth":
         config = spec.make_config("reference")
@@ -380,12 +392,13 @@ def _build(combo: Any, spec: ModelSpec, dev: torch.device, dtype: torch.dtype, i
                                    name=spec.name)
         if combo.mode in TRAIN_MODES:
             built_step = train_step(built_step, combo.mode)
+    built = BuiltModel(model, info, built_step, None, depth, key, wiring)
     try:
-        trial_ms = _trial(built_step)
+        built.trial_ms, built.trial_result = _trial(built_step, None if trial is None else lambda: trial(built))
     except BaseException:
         free(BuiltModel(model, info, built_step))
         raise
-    return BuiltModel(model, info, built_step, trial_ms, depth, key, wiring)
+    return built
 
 
 def free(result: BuiltModel | None, *, keep: bool = False) -> None:

@@ -84,6 +84,15 @@ def _derive_counting(built: building.BuiltModel) -> tuple[Structure, flops_mod.F
             return derive(built.model, built.step), exc
 
 
+def profiler_warmup(device: torch.device, first: bool) -> int:
+    """The profiled pass's warm-up forwards: one on a GPU (CUPTI starts in it) or where
+    the structure is recorded there (``first``); none on a CPU otherwise: the timing pass
+    has warmed the model, and the profiler's own start costs a CPU forward nothing
+    measurable (BERT-base's first profiled forward in a fresh worker as fast as the
+    others, at 128 and 512 tokens)."""
+    return 1 if first or device.type == "cuda" else 0
+
+
 def _flops_section(built: building.BuiltModel, structure: Structure, combo: Any, median_ms: float,
                    device: torch.device, count: flops_mod.FlopCount | Exception) -> dict[str, Any]:
     hints = flops.analytic_hints(built.model, structure.roles)
@@ -182,7 +191,11 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
         raise Skip(f"{combo.mode} is measured eagerly only: a compiled training step's backward "
                    "keeps no module boundaries and is not attributed yet")
     steady_heap = heap.steady()  # before the build: the model's own blocks too
-    built = building.build(combo, device, seed=seed, reuse=reuse)
+    # the profiled round of an eager step records the model's structure as the build's
+    # trial iteration (one recorded forward, the FLOP counter counting it), which the
+    # timing counts as its first warm-up sample: the structure costs no forward of its own
+    built = building.build(combo, device, seed=seed, reuse=reuse,
+                           trial=_derive_counting if profiled and compile_mode == COMPILE_NONE else None)
     holder.append(built)
     compiled: dict[str, Any] | None = None
     if compile_mode != COMPILE_NONE:
@@ -222,24 +235,28 @@ def _measure(combo: Any, *, run_dir: Path, combo_id: str, budget_s: float, seed:
 
     # the model's structure, once (one recorded forward, on the eager model, the FLOP
     # counter counting it): everything below that reads the structure is handed this one.
-    # An eager step records it as the profiled pass's first warm-up forward, whose events
-    # the profiler drops, and its labels give the profiled forwards their ranges; module
-    # hooks cannot fire inside a compiled graph: a compiled forward is read from its
-    # kernels alone (reportgen.attribution, category "compiled"), its structure recorded
-    # on the eager model beforehand
+    # An eager step recorded it as its trial iteration; a model built without one (the
+    # micro-benchmark) records it as the profiled pass's first warm-up forward, whose
+    # events the profiler drops. Module hooks cannot fire inside a compiled graph: a
+    # compiled forward is read from its kernels alone (reportgen.attribution, category
+    # "compiled"), its structure recorded on the eager model beforehand
     derived: list[tuple[Structure, flops_mod.FlopCount | Exception]] = []
-    if compiled is not None:
+    if isinstance(built.trial_result, tuple):
+        derived.append(built.trial_result)
+    elif compiled is not None:
         derived.append(_derive_counting(built))
 
     def structure_forward() -> Any:
         derived.append(_derive_counting(built))
         return derived[0][0].labels
 
+    first = structure_forward if not derived else None
     trace_path = trace_file(run_dir, combo_id)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     sampler.start()
     recorded = profile_step(built.step, built.model, iterations=profile_iterations, trace_path=trace_path,
-                            labels=None, first=structure_forward if compiled is None else None)
+                            labels=derived[0][0].labels if derived and compiled is None else None, first=first,
+                            warmup=profiler_warmup(device, first is not None))
     pass_reading = sampler.stop()
     structure, count = derived[0]
     profile = dict(recorded["profile"])

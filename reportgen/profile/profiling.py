@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,14 @@ def record_pass(step: StepLike, model: nn.Module, iterations: int, warmup: int, 
     activities = [ProfilerActivity.CPU]
     if step.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
+    with warnings.catch_warnings():
+        # no warm-up is the caller's choice (``measure.profiler_warmup``), not an oversight
+        warnings.filterwarnings("ignore", message="Profiler won't be using warmup")
+        plan = schedule(wait=0, warmup=warmup, active=iterations, repeat=1)
     with contextlib.ExitStack() as hooks, phase_ranges(step):
         if first is None and labels is not None:
             hooks.enter_context(install_hooks(model, labels))
-        with profile(activities=activities,
-                     schedule=schedule(wait=0, warmup=warmup, active=iterations, repeat=1),
+        with profile(activities=activities, schedule=plan,
                      record_shapes=True, profile_memory=True, with_flops=True) as prof:
             for index in range(warmup + iterations):
                 # The sync sits inside the range: on a GPU the iteration's wall time must

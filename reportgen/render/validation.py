@@ -228,7 +228,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "suite_time": ("suite", "combinations", "wall_s"),
     "report_time": ("step", "wall_s"),
     "tiny_effort": ("combination", "status", "rounds", "median_ms", "duration_s"),
-    "reference_effort": ("combination", "status", "rounds", "median_ms", "optimum_benchmark_p50_ms",
+    "reference_effort": ("run", "combination", "status", "rounds", "median_ms", "optimum_benchmark_p50_ms",
                          "duration_s"),
     "contention": ("combination", "quiet_ms", "busy_ms", "ratio", "interval_width_medians",
                    "contended_rounds", "rounds", "unstable", "ok"),
