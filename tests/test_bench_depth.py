@@ -252,13 +252,17 @@ def test_a_tiny_model_measured_whole_and_reduced(tmp_path: Path, monkeypatch: py
     assert len(fig["fits"]) == 1 and fig["status"] in ("pass", "fail")
     # the verdict again from the scratch run's units, under the plan the figure stored
     monkeypatch.setattr(orchestrate, "SCRATCH", tmp_path)
-    path = R.write_results(tmp_path / "bench.json", R.results_document(
-        {D.NAME: {**fig, "status": "info", "measured_at": "then"}}, environment={}, created="c", quick=False,
-        duration_s=1.0, command="c"))
+    stored = R.results_document({D.NAME: {**fig, "status": "info", "measured_at": "then"}}, environment={},
+                                created="c", quick=False, duration_s=1.0, command="c")
+    path = R.write_results(tmp_path / f"{orchestrate._hardware_guess()}.json", stored)
     assert orchestrate.resummarise(path) == 0
     again = B.load_results(path)["figures"][D.NAME]
     assert again["status"] == fig["status"] and again["rows"] == fig["rows"] and again["measured_at"] == "then"
     assert D.plan_of(again["plan"], D.Plan()) == plan
+    # another host's file was measured there, not in this host's scratch: left as it was
+    elsewhere = R.write_results(tmp_path / "cpu-another-host.json", stored)
+    assert orchestrate.resummarise(elsewhere) == 0
+    assert B.load_results(elsewhere)["figures"][D.NAME]["status"] == "info"
 
 
 @pytest.mark.parametrize(("whole", "reduced"), [("granitemoe-1b-a400m", "granitemoe-1b-a400m-4l"),
