@@ -246,6 +246,10 @@ def test_measure_composition_with_fake_profile(tmp_path: Path, monkeypatch: pyte
     # the FLOP counter counting that forward; the profiled forwards carry its labels, and
     # on a CPU the profiler takes no warm-up forward of its own (the model is warm)
     assert calls[0]["first"] is None and calls[0]["labels"] and calls[0]["warmup"] == 0
+    # a GPU keeps the profiler's warm-up forward (CUPTI starts in it), as does a step whose
+    # structure is recorded there
+    assert measure_mod.profiler_warmup(torch.device("cuda"), False) == 1
+    assert measure_mod.profiler_warmup(torch.device("cpu"), True) == 1
     assert record["flops"]["total_counted"] and record["flops"]["counted"]["mlp"] > 0
     assert record["profile"]["overhead_ratio"] == pytest.approx(1.2)
     assert record["memory"]["by_category_bytes"] == {"mlp": 5}

@@ -316,6 +316,18 @@ def _unstable(units: Sequence[Mapping[str, Any]]) -> str | None:
     return f"{len(contended)} of {len(units)} rounds contended ({reason}{more})"
 
 
+def _clean(units: Sequence[Mapping[str, Any]], label: str,
+           fewest: int = MIN_ROUNDS) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """The rounds a figure reads: those whose cycles no other process disturbed, where at
+    least ``fewest`` remain (every round otherwise, ``_unstable`` saying so), and the
+    note naming the rounds left out."""
+    clean = [u for u in units if not u.get("contended")]
+    if len(clean) < len(units) and len(clean) >= fewest:
+        left = sorted(int(u["round"]) + 1 for u in units if u.get("contended"))
+        return clean, [f"{label}: rounds {', '.join(map(str, left))} left out (contended)"]
+    return list(units), []
+
+
 def _routing(units: Sequence[Mapping[str, Any]], name: str) -> float | None:
     """The busiest expert's tokens over the mean, averaged over a build's MoE layers (its
     first round's): 1 under the even draw; random-weight routers route less evenly the
@@ -368,12 +380,7 @@ def model_figures(model: DepthModel, units: Sequence[Mapping[str, Any]], counts:
     ``MIN_ROUNDS`` others remain (every round is used otherwise, and each row says so)."""
     import numpy as np
 
-    clean = [u for u in units if not u.get("contended")]
-    notes = []
-    if len(clean) < len(units) and len(clean) >= MIN_ROUNDS:
-        left = sorted(int(u["round"]) + 1 for u in units if u.get("contended"))
-        notes.append(f"{model.model}: rounds {', '.join(map(str, left))} left out (contended)")
-        units = clean
+    units, notes = _clean(units, model.model)
     found_block, found, dropped = block(units, counts)
     notes += [f"{model.model}: rounds {', '.join(str(r + 1) for r in dropped)} left out (a build of the round not "
               "timed or not extrapolated)"] if dropped else []

@@ -58,6 +58,7 @@ from reportgen.bench.depth_check import (
     Block,
     _centre,
     _ci,
+    _clean,
     _interval,
     _unstable,
     extrapolation,
@@ -239,12 +240,7 @@ def model_rows(m: ExpertModel, mode: str, units: Sequence[Mapping[str, Any]], *,
     import numpy as np
 
     label = unit_label(m.model, mode)
-    clean = [u for u in units if not u.get("contended")]
-    notes = []
-    if len(clean) < len(units) and len(clean) >= MIN_ROUNDS:
-        left = sorted(int(u["round"]) + 1 for u in units if u.get("contended"))
-        notes.append(f"{label}: rounds {', '.join(map(str, left))} left out (contended)")
-        units = clean
+    units, notes = _clean(units, label, MIN_ROUNDS)
     # a count no round built (its unit asked for another plan) is not measured, and said so
     # by ``summarise``; it takes no round of the others with it
     counts = tuple(n for n in m.counts if any(str(n) in (u.get("builds") or {}) for u in units))
