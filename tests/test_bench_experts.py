@@ -6,6 +6,7 @@ and one tiny real run."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -212,7 +213,7 @@ def test_each_round_builds_every_expert_and_each_count_at_the_same_depth() -> No
     assert kwargs["builds"] == [["whole", 2, None], ["8", 2, 8], ["32", 2, 32]]
     assert (kwargs["model"], kwargs["mode"], kwargs["seq_len"], kwargs["scale"]) == (
         "qwen3-30b-a3b", "decode", 128, "reference")
-    assert kwargs["seed"] == "experts:3:qwen3-30b-a3b:decode" and kwargs["probe_budget_s"] == E.Plan().probe_budget_s
+    assert kwargs["seed"] == "experts:3:qwen3-30b-a3b:decode"
     assert {m.model for m in E.MODELS} == {"granitemoe-1b-a400m", "qwen3-30b-a3b"}
     assert E.Plan().rounds >= E.MIN_ROUNDS
 
@@ -252,3 +253,9 @@ def test_the_tiny_granite_measured_with_every_expert_and_with_half(tmp_path: Pat
     assert fig["status"] in ("pass", "fail")
     units = sorted((tmp_path / "experts" / "units").glob("*.json"))
     assert [p.name for p in units] == [f"granitemoe-1b-a400m_prefill--r{r}.json" for r in range(3)]
+    # the correction's pairs took a slot of each cycle: one pair a cycle, the rows the builds' alone
+    unit = json.loads(units[0].read_text())
+    cost = unit["builds"]["2"]["depth"]["experts"]["cost"]
+    assert len(cost["experts"]["ratios"]) == len(cost["router"]["deltas_ms"]) == len(unit["cycles"]) >= 3
+    assert "one pair in each cycle" in cost["method"]
+    assert all(set(row) == {"whole", "2"} for row in unit["cycles"])

@@ -41,6 +41,7 @@ WHOLE = "whole"
 COMPLETE = "complete"
 
 
+
 def key(layers: int | None) -> str:
     """A build's key in a unit: ``whole`` or the layer count."""
     return WHOLE if layers is None else str(layers)
@@ -73,25 +74,31 @@ def cycles(builds: Sequence[str], budget_s: float, forward: Callable[[str], floa
     return out
 
 
+PAIR = "correction:"  # a cycle's slot for a reduced build's correction pair, before the build's key
+
+
 def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len: int, scale: str, budget_s: float,
-                min_cycles: int, hooks_budget_s: float, hooks_iterations: int, seed: str,
-                probe_budget_s: float | None = None) -> dict[str, Any]:
+                min_cycles: int, hooks_budget_s: float, hooks_iterations: int, seed: str) -> dict[str, Any]:
     """One model's round, in the process it is called in (a fresh one: ``measure`` forks it):
     the model built at full width once per ``builds`` entry (its key, its layers and its
     routed experts, None for all), each warmed up (for up to a third of ``budget_s``); an
     untimed cycle, then cycles of one forward of each for ``budget_s`` (at least
     ``min_cycles``); each build's hooks pass (at least ``hooks_iterations`` forwards,
-    ``hooks_budget_s``) and, for a mixture of experts, its routing; a build with fewer
-    routed experts than its model, the correction reportgen scales its experts and router
-    by (``reportgen.profile.expertcost``, its pairs timed for ``probe_budget_s``), in its
-    ``depth`` section as a measurement's."""
+    ``hooks_budget_s``) and, for a mixture of experts, its routing. A build with fewer
+    routed experts than its model also gets the correction reportgen scales its experts
+    and router by (``reportgen.profile.expertcost``), in its ``depth`` section as a
+    measurement's: its pairs (the widened experts' call and the build's own, then the
+    routers') take a slot of each cycle of their own, in the cycle's shuffled order, so
+    that the factor and the latencies it scales come from the same moments (on the 2-core
+    host the factor, a memory-bound call's time over a compute-bound one's, moved by a
+    tenth within seconds)."""
     import dataclasses
     import gc
 
     from reportgen.profile import building, heap, regions, timing
     from reportgen.profile.contention import PassSampler
-    from reportgen.profile.expertcost import BUDGET_S
-    from reportgen.profile.measure import depth_section, expert_cost, reduced_experts
+    from reportgen.profile.expertcost import Correction, method
+    from reportgen.profile.measure import depth_section, expert_correction, reduced_experts
     from reportgen.profile.routing import expert_load
     from reportgen.profile.structure import derive
     from reportgen.suite import Combination
@@ -107,6 +114,7 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
         # during a timed forward costs milliseconds, not 0.2 s
         gc.collect()
         gc.freeze()
+        corrections: dict[str, Correction] = {}
         try:
             for name, layers, experts in builds:
                 combo = dataclasses.replace(base, layers=layers, experts=experts)
@@ -117,23 +125,56 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
                 out["builds"][name] = {
                     "layers": layers, "experts": experts, "warmup_samples": warmup, "depth": section,
                     "full_layers": section["full_layers"] if section else one.info.get("num_layers")}
+            structures = {name: derive(one.model, one.step) for name, one in built.items()}
+            for (name, one), (_n, _l, experts) in zip(built.items(), builds):
+                if out["builds"][name]["depth"] is not None and reduced_experts(
+                        one, dataclasses.replace(base, experts=experts), None):
+                    found = expert_correction(one, structures[name], seed=0)
+                    if found is not None:
+                        corrections[name] = found
+            pairs: dict[str, dict[str, list[float]]] = {
+                name: {"whole": [], "build": [], "router_whole": [], "router_build": []} for name in corrections}
 
             def forward(name: str) -> float:
+                if name.startswith(PAIR):
+                    own = name[len(PAIR):]
+                    found, kept = corrections[own], pairs[own]
+                    whole_ms, build_ms = found.experts_pair()
+                    kept["whole"].append(whole_ms)
+                    kept["build"].append(build_ms)
+                    router = found.router_pair()
+                    if router is not None:
+                        kept["router_whole"].append(router[0])
+                        kept["router_build"].append(router[1])
+                    return whole_ms
                 step = built[name].step
                 ms = timer.time(step)
                 step.reset()
                 return ms
 
-            for name in built:  # one untimed cycle: every build run once with all of them resident
+            slots = [*built, *(PAIR + name for name in corrections)]
+            for name in slots:  # one untimed cycle: every build run once with all of them resident
                 forward(name)
+            for kept in pairs.values():
+                for values in kept.values():
+                    values.clear()
             sampler = PassSampler("cpu")
             sampler.start()
-            out["cycles"] = cycles(list(built), budget_s, forward, min_cycles=min_cycles, seed=seed)
+            timed = cycles(slots, budget_s, forward, min_cycles=min_cycles, seed=seed)
             reading = sampler.stop() or {}
+            out["cycles"] = [{k: v for k, v in row.items() if k in built} for row in timed]
             out["contended"] = bool(reading.get("contended"))
             out["contention"] = reading.get("reason")
-            for (name, one), (_n, _l, experts) in zip(built.items(), builds):
-                structure = derive(one.model, one.step)
+            for name, found in corrections.items():
+                kept = pairs[name]
+                cost = found.result((kept["whole"], kept["build"]),
+                                    (kept["router_whole"], kept["router_build"]) if found.router is not None else None,
+                                    method=method("one pair in each cycle of the build's forwards"))
+                section = out["builds"][name]["depth"]
+                section["experts"] = {**section["experts"], "cost": cost}
+            corrections.clear()  # the widened copies go before the hooks passes
+            for name, one in built.items():
+                structure = structures[name]
                 # the hooks' own cost read against this build's cycle forwards: no bare ones
                 hooks = regions.hooks_method(one.model, one.step, structure, budget_s=hooks_budget_s,
                                              min_iterations=hooks_iterations,
@@ -146,13 +187,8 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
                 if load is not None:
                     out["builds"][name]["routing"] = {k: load[k] for k in ("max_over_mean", "mean_max_over_mean",
                                                                            "idle_experts", "routing") if k in load}
-                section = out["builds"][name]["depth"]
-                if section is not None and reduced_experts(one, dataclasses.replace(base, experts=experts), None):
-                    cost = expert_cost(one, structure, seed=0,
-                                       budget_s=BUDGET_S if probe_budget_s is None else probe_budget_s)
-                    if cost is not None:
-                        section["experts"] = {**section["experts"], "cost": cost}
         finally:
+            corrections.clear()
             for one in built.values():
                 building.free(one)
     out["wall_s"] = wall[0]
@@ -180,7 +216,7 @@ def _fork_server(models: Sequence[str], tmp: str) -> Iterator[Any]:
                           batch_size=1, seq_len=8, device="cpu") for m in models]
     # what every unit imports before it builds anything, imported once here
     server = ForkServer(log_dir=tmp, preload=preload_for(combos, [
-        f"{__name__}:builds_unit", "reportgen.profile.expertcost:probe", "reportgen.profile.measure:measure",
+        f"{__name__}:builds_unit", "reportgen.profile.expertcost:prepare", "reportgen.profile.measure:measure",
         "reportgen.profile.regions:hooks_method",
         "reportgen.profile.routing:expert_load"]))
     try:

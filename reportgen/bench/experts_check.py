@@ -10,9 +10,15 @@ widened to every expert, against its own call). This figure checks that claim on
 that fit with all their experts: each model, at the same reduced depth (the depth
 extrapolation is validated on its own, ``depth_check``), built with all of them and with
 fewer, paired forward by forward (``depth_rounds``): in each round a model's builds for
-one mode share a fresh process and run in cycles, one forward of each back to back; then
-each build's hooks pass and, for each build with fewer experts, its correction measured
-as a measurement in a suite measures it. Prefill at 128 tokens (where the whole model's
+one mode share a fresh process and run in cycles, one forward of each back to back, and
+for each build with fewer experts one pair of its correction's calls (the same calls a
+measurement in a suite times, ``expertcost.Correction``) in a slot of each cycle of its
+own; then each build's hooks pass. A suite times the correction's pairs back to back in
+its profiled round and pools them over its rounds; here they share the cycles' moments,
+so the figure tests the correction itself rather than how far the host's speed moved
+between the phases of a round (the factor, a memory-bound call's time over a
+compute-bound one's, moved by a tenth within seconds on the 2-core host; with the pairs
+timed after the cycles, Qwen3's prefill read 4-5% low over ten rounds). Prefill at 128 tokens (where the whole model's
 step reaches nearly every expert) and a decode step after them (where it reaches top-k);
 batch 1, fp32.
 
@@ -116,8 +122,8 @@ class Plan:
     built with every expert and with each of its counts, their forwards in cycles for
     ``budget_s`` (at least ``min_cycles``; each build warmed up for up to a third of that
     first), then each build clocked by the hooks method (at least ``hooks_iterations``
-    forwards, ``hooks_budget_s``) and each reduced build's correction timed for
-    ``probe_budget_s`` past its fewest pairs (``expertcost.MIN_REPS``)."""
+    forwards, ``hooks_budget_s``); each reduced build's correction is timed a pair in each
+    cycle."""
 
     models: tuple[ExpertModel, ...] = MODELS
     modes: tuple[str, ...] = MODES
@@ -136,14 +142,13 @@ class Plan:
     min_cycles: int = 8
     hooks_budget_s: float = 2.0
     hooks_iterations: int = 8
-    probe_budget_s: float = 2.0
     timeout_s: float = 1800.0
 
 
 QUICK = Plan(models=(ExpertModel("granitemoe-1b-a400m", 2, (2,), "the granitemoe preset at tiny widths "
                                  "(4 experts, 2 per token)"),),
              modes=("prefill",), seq_len=32, scale="tiny", rounds=3, budget_s=0.4, min_cycles=3,
-             hooks_budget_s=0.2, hooks_iterations=3, probe_budget_s=0.2, timeout_s=600.0)
+             hooks_budget_s=0.2, hooks_iterations=3, timeout_s=600.0)
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
@@ -162,8 +167,7 @@ def unit_kwargs(plan: Plan, m: ExpertModel, mode: str, index: int) -> dict[str, 
     return {"model": m.model, "builds": [[WHOLE, m.layers, None], *[[str(n), m.layers, n] for n in m.counts]],
             "mode": mode, "seq_len": plan.seq_len, "scale": plan.scale, "budget_s": plan.budget_s,
             "min_cycles": plan.min_cycles, "hooks_budget_s": plan.hooks_budget_s,
-            "hooks_iterations": plan.hooks_iterations, "seed": f"experts:{index}:{m.model}:{mode}",
-            "probe_budget_s": plan.probe_budget_s}
+            "hooks_iterations": plan.hooks_iterations, "seed": f"experts:{index}:{m.model}:{mode}"}
 
 
 # ---------------------------------------------------------------- from units (pure)
@@ -347,10 +351,11 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
         f"{' and '.join(plan.modes)} at {plan.seq_len} tokens (decode: one token after them), batch 1, fp32, "
         f"SDPA, {plan.scale} widths; {plan.rounds} rounds, in each every model and mode (in a shuffled order) in "
         "a fresh process of its own, built with every routed expert and with fewer at the same depth, all "
-        f"resident: cycles of one unprofiled forward of each build back to back, each cycle in its own shuffled "
-        f"order, for {plan.budget_s:g} s (at least {plan.min_cycles}), then each build's hooks pass (at least "
-        f"{plan.hooks_iterations} forwards, {plan.hooks_budget_s:g} s) and each reduced build's correction "
-        f"(reportgen.profile.expertcost, its pairs timed for {plan.probe_budget_s:g} s past the fewest). Every "
+        "resident: cycles of one unprofiled forward of each build and one pair of each reduced build's correction "
+        "(reportgen.profile.expertcost: its widened experts' call and its own, then its routers') back to back, "
+        f"each cycle in its own shuffled order, for {plan.budget_s:g} s (at least {plan.min_cycles}), then each "
+        f"build's hooks pass (at least {plan.hooks_iterations} forwards, {plan.hooks_budget_s:g} s). A suite "
+        "times the same pairs back to back in its profiled round; here they share the cycles' moments. Every "
         "step runs an even draw of its routing (reportgen.profile.routing).",
         "Models: " + "; ".join(
             f"`{m.model}`, {m.source}, with {', '.join(str(n) for n in m.counts)} experts beside all" for m in

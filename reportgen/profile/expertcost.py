@@ -62,10 +62,16 @@ from reportgen.profile.structure import Structure, is_experts
 from reportgen.stats.basic import percentiles
 from reportgen.stats.bootstrap import CONFIDENCE, draws
 
-METHOD = ("the build's experts module timed in its call of the measured step (replayed) against a copy widened "
-          "to the model's experts (or as many as fit in half the free memory, the tokens split over the calls that "
-          "makes) called with the step's tokens routed over them the same way, alternately; factor: the median of "
-          "their ratio over the pairs. Its router the same way, widened to every expert: the median difference")
+
+def method(timed: str) -> str:
+    """The correction's method, its pairs timed as ``timed`` says."""
+    return ("the build's experts module timed in its call of the measured step (replayed) against a copy widened "
+            "to the model's experts (or as many as fit in half the free memory, the tokens split over the calls that "
+            f"makes) called with the step's tokens routed over them the same way, {timed}; factor: the median of "
+            "their ratio over the pairs. Its router the same way, widened to every expert: the median difference")
+
+
+METHOD = method("alternately")
 MIN_REPS = 7
 # a round of a combination measured in rounds, whose correction is the median over its
 # rounds (``reportgen.depth.pool_costs``): DeepSeek-V3's widened prefill call takes 6 s
@@ -214,15 +220,92 @@ def _interval(values: list[float], seed: int) -> tuple[float, float, float]:
     return point, min(low, point), max(high, point)
 
 
-def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, top_k: int, tokens: int,
-          budget_s: float = BUDGET_S, seed: int = SEED, memory: int | None = None,
-          min_reps: int = MIN_REPS) -> dict[str, Any] | None:
-    """What a build with fewer routed experts than ``full`` would take with every expert,
-    measured on its first mixture-of-experts layer (module docstring): ``experts``, the
-    factor its experts' time would grow by, and ``router``, the milliseconds its router
-    would add a layer scoring every expert. ``memory``: bytes the widened experts may take
-    (default: ``room``); ``min_reps``: the fewest pairs of each. None where the model has
-    no stacked experts module called with an expert index, or builds every expert."""
+class Correction:
+    """The correction's calls on a build, captured and widened, ready to time pair by pair
+    (``prepare``): ``experts_pair`` times the widened copy's call and the build's own, one
+    each; ``router_pair`` the widened router's and its own; ``result`` states the figures
+    from the pairs timed. ``probe`` times its pairs back to back; a caller with other
+    forwards to time may interleave them with those instead (the expert figure of the
+    bench times one pair in each of its cycles)."""
+
+    def __init__(self, step: StepLike, target: nn.Module, call: _Call, wide: nn.Module, chunks: list[int],
+                 width: int, top_k: int, seed: int, info: dict[str, Any],
+                 router: tuple[nn.Module, nn.Module, tuple[Any, ...], dict[str, Any]] | None) -> None:
+        self.step, self.target, self.call, self.wide = step, target, call, wide
+        self.chunks, self.width, self.top_k, self.seed = chunks, width, top_k, seed
+        self.info, self.router = info, router
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def _timed(self, runs: list[Callable[[], Any]]) -> float:
+        self.step.sync()
+        start = time.perf_counter()
+        with torch.no_grad():
+            for run in runs:
+                run()
+        self.step.sync()
+        return (time.perf_counter() - start) * 1e3
+
+    def whole_ms(self) -> float:
+        """The widened copy's call with the step's tokens routed over its experts afresh."""
+        return self._timed([self.call.routed(self.wide.forward, draw(n, self.width, self.top_k, self.generator))
+                            for n in self.chunks])
+
+    def build_ms(self) -> float:
+        """The build's own call with the arguments it had in the step."""
+        return self._timed([lambda: self.target(*self.call.args, **self.call.kwargs)])
+
+    def experts_pair(self) -> tuple[float, float]:
+        """(widened, build) milliseconds, timed one after the other."""
+        return self.whole_ms(), self.build_ms()
+
+    def router_whole_ms(self) -> float:
+        """The router widened to every expert, with the arguments it had in the step."""
+        assert self.router is not None
+        wide, _own, args, kwargs = self.router
+        return self._timed([lambda: wide(*args, **kwargs)])
+
+    def router_build_ms(self) -> float:
+        """The build's own router, with the arguments it had in the step."""
+        assert self.router is not None
+        _wide, own, args, kwargs = self.router
+        return self._timed([lambda: own(*args, **kwargs)])
+
+    def router_pair(self) -> tuple[float, float] | None:
+        """(widened router, its own) milliseconds, or None without a router to widen."""
+        return None if self.router is None else (self.router_whole_ms(), self.router_build_ms())
+
+    def result(self, experts: tuple[list[float], list[float]],
+               router: tuple[list[float], list[float]] | None, method: str = METHOD) -> dict[str, Any]:
+        """The correction from the pairs timed: ``experts`` (widened, build) milliseconds
+        pair by pair, ``router`` likewise (or None)."""
+        whole_ms, build_ms = experts
+        ratios = [w / b for w, b in zip(whole_ms, build_ms)]
+        factor, low, high = _interval(ratios, self.seed)
+        full = int(self.info["full"])
+        steps = int(self.info["tokens"])
+        out = {**self.info, "method": method}
+        out["experts"] = {
+            "factor": factor, "factor_low": low, "factor_high": high, "ratios": ratios,
+            "whole_ms": statistics.median(whole_ms), "build_ms": statistics.median(build_ms),
+            "widened_to": self.width, "calls": len(self.chunks),
+            "tokens_per_expert": {"whole": steps * self.top_k / full,
+                                  "build": steps * self.top_k / int(self.info["built"])}}
+        if router is not None and router[0]:
+            wide_ms, own_ms = router
+            deltas = [w - o for w, o in zip(wide_ms, own_ms)]
+            delta, dlow, dhigh = _interval(deltas, self.seed)
+            out["router"] = {"delta_ms": delta, "delta_low_ms": dlow, "delta_high_ms": dhigh, "deltas_ms": deltas,
+                             "whole_ms": statistics.median(wide_ms), "build_ms": statistics.median(own_ms)}
+        return out
+
+
+def prepare(model: nn.Module, step: StepLike, structure: Structure, *, full: int, top_k: int, tokens: int,
+            seed: int = SEED, memory: int | None = None) -> Correction | None:
+    """The correction's calls on a build with fewer routed experts than ``full``, on its
+    first mixture-of-experts layer (module docstring), captured from one run of ``step``
+    and widened; ``memory``: bytes the widened experts may take (default: ``room``). None
+    where the model has no stacked experts module called with an expert index, or builds
+    every expert."""
     modules = dict(model.named_modules())
     fqn = next((f for f, info in structure.roles.items()
                 if info.role == "experts" and info.container == "moe" and f in modules
@@ -254,37 +337,16 @@ def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, 
         return None
     steps = int(call.index.shape[0])
     reached = float(full * (1.0 - (1.0 - top_k / full) ** steps))
-    out: dict[str, Any] = {"tokens": steps, "reached": reached, "built": built, "full": full,
-                           "layers": sum(1 for f, info in structure.roles.items()
-                                         if info.role == "experts" and info.container == "moe"),
-                           "method": METHOD}
-
-    def timed(runs: list[Callable[[], Any]]) -> float:
-        step.sync()
-        start = time.perf_counter()
-        with torch.no_grad():
-            for run in runs:
-                run()
-        step.sync()
-        return (time.perf_counter() - start) * 1e3
-
+    info: dict[str, Any] = {"tokens": steps, "reached": reached, "built": built, "full": full,
+                            "layers": sum(1 for f, i in structure.roles.items()
+                                          if i.role == "experts" and i.container == "moe")}
     # every step, one that reaches no more experts than the build has too (module docstring)
     per_expert = max(1, expert_bytes(target, built))
     space = room(call.hidden.device) if memory is None else memory
     width, calls = plan(full, built, steps, top_k, space // per_expert)
     wide = widened(target, built, width)
-    generator = torch.Generator().manual_seed(seed)
     chunks = [len(c) for c in torch.arange(steps).tensor_split(calls) if len(c)]
-    whole_ms, build_ms = _pairs(
-        lambda: timed([call.routed(wide.forward, draw(n, width, top_k, generator)) for n in chunks]),
-        lambda: timed([lambda: target(*call.args, **call.kwargs)]), budget_s, min_reps)
-    ratios = [w / b for w, b in zip(whole_ms, build_ms)]
-    factor, low, high = _interval(ratios, seed)
-    out["experts"] = {
-        "factor": factor, "factor_low": low, "factor_high": high, "ratios": ratios,
-        "whole_ms": statistics.median(whole_ms), "build_ms": statistics.median(build_ms),
-        "widened_to": width, "calls": len(chunks),
-        "tokens_per_expert": {"whole": steps * top_k / full, "build": steps * top_k / built}}
+    routers = None
     if router is not None and "router" in seen:
         args, kwargs = seen["router"]
         try:
@@ -294,10 +356,23 @@ def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, 
         except Exception:  # noqa: BLE001 - a router that reads its expert count elsewhere: scaled by count
             wide_router = None
         if wide_router is not None:
-            wide_ms, own_ms = _pairs(lambda: timed([lambda: wide_router(*args, **kwargs)]),
-                                     lambda: timed([lambda: router(*args, **kwargs)]), budget_s / 4, min_reps)
-            deltas = [w - o for w, o in zip(wide_ms, own_ms)]
-            delta, low, high = _interval(deltas, seed)
-            out["router"] = {"delta_ms": delta, "delta_low_ms": low, "delta_high_ms": high, "deltas_ms": deltas,
-                             "whole_ms": statistics.median(wide_ms), "build_ms": statistics.median(own_ms)}
-    return out
+            routers = (wide_router, router, args, kwargs)
+    return Correction(step, target, call, wide, chunks, width, top_k, seed, info, routers)
+
+
+def probe(model: nn.Module, step: StepLike, structure: Structure, *, full: int, top_k: int, tokens: int,
+          budget_s: float = BUDGET_S, seed: int = SEED, memory: int | None = None,
+          min_reps: int = MIN_REPS) -> dict[str, Any] | None:
+    """What a build with fewer routed experts than ``full`` would take with every expert,
+    measured on its first mixture-of-experts layer (module docstring): ``experts``, the
+    factor its experts' time would grow by, and ``router``, the milliseconds its router
+    would add a layer scoring every expert, their pairs timed back to back. ``memory``:
+    bytes the widened experts may take (default: ``room``); ``min_reps``: the fewest pairs
+    of each. None where ``prepare`` finds nothing to widen."""
+    found = prepare(model, step, structure, full=full, top_k=top_k, tokens=tokens, seed=seed, memory=memory)
+    if found is None:
+        return None
+    experts = _pairs(found.whole_ms, found.build_ms, budget_s, min_reps)
+    router = None if found.router is None else _pairs(found.router_whole_ms, found.router_build_ms,
+                                                      budget_s / 4, min_reps)
+    return found.result(experts, router)

@@ -145,18 +145,30 @@ def reduced_experts(built: building.BuiltModel, combo: Any, compiled: Any) -> bo
             and combo.mode not in TRAIN_MODES and compiled is None)
 
 
+def _correction_counts(built: building.BuiltModel) -> dict[str, int]:
+    counts = (built.depth or {})["experts"]
+    return {"full": int(counts["full"]), "top_k": int(counts["top_k"]),
+            "tokens": int(built.step.inputs_info.get("tokens") or 0)}
+
+
 def expert_cost(built: building.BuiltModel, structure: Structure, *, budget_s: float | None = None,
-                 seed: int, round_of_several: bool = False) -> dict[str, Any] | None:
+                seed: int, round_of_several: bool = False) -> dict[str, Any] | None:
     """The correction of an expert-reduced build (``reduced_experts``), measured on it now;
     ``budget_s``: the pairs' timing budget past the fewest (default: the probe's own);
     ``round_of_several``: one of the rounds it is pooled over, which takes fewer pairs."""
     from reportgen.profile.expertcost import BUDGET_S, MIN_REPS, ROUND_MIN_REPS, probe
 
-    counts = (built.depth or {})["experts"]
-    return probe(built.model, built.step, structure, full=int(counts["full"]), top_k=int(counts["top_k"]),
-                 tokens=int(built.step.inputs_info.get("tokens") or 0), seed=seed,
+    return probe(built.model, built.step, structure, **_correction_counts(built), seed=seed,
                  budget_s=BUDGET_S if budget_s is None else budget_s,
                  min_reps=ROUND_MIN_REPS if round_of_several else MIN_REPS)
+
+
+def expert_correction(built: building.BuiltModel, structure: Structure, *, seed: int) -> Any:
+    """The correction's calls on an expert-reduced build, ready to time pair by pair
+    (``expertcost.prepare``: a ``Correction``, or None where there is nothing to widen)."""
+    from reportgen.profile.expertcost import prepare
+
+    return prepare(built.model, built.step, structure, **_correction_counts(built), seed=seed)
 
 
 def depth_section(facts: dict[str, Any], combo: Any) -> dict[str, Any]:
