@@ -7,7 +7,8 @@ measurements of models that fit. This figure is that validation: a dense, a
 mixture-of-experts and a hybrid model that fit this host whole, each measured whole and
 with 2, 4 and 8 of its layers (prefill, 128 tokens, batch 1, fp32), paired forward by
 forward (``depth_rounds``): in each round a model's builds (whole and reduced) share a
-fresh process and run in cycles, one forward of each back to back.
+fresh process and run in cycles, one forward of each back to back, then their hooks
+passes in cycles the same way.
 
 On a shared 2-core host the speed moves by tens of percent between moments a minute
 apart, which a ratio of two medians taken at different moments does not cancel; the
@@ -525,8 +526,8 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
         "each every model (in a shuffled order) in a fresh process of its own, built whole and with "
         f"{', '.join(str(n) for n in plan.counts)} of its layers, all resident: cycles of one unprofiled forward "
         f"of each build back to back, each cycle in its own shuffled order, for {plan.budget_s:g} s (at least "
-        f"{plan.min_cycles}), then each build's hooks pass (at least {plan.hooks_iterations} forwards, "
-        f"{plan.hooks_budget_s:g} s).",
+        f"{plan.min_cycles}), then the builds' hooks passes interleaved the same way (cycles of one hooked forward "
+        f"of each, at least {plan.hooks_iterations}, for {plan.hooks_budget_s:g} s a build).",
         "Models: " + "; ".join(described) + ".",
         f"Extrapolation (reportgen.depth): {depth.METHOD}; here each round's, from that round's reduced timing and "
         "its hooks pass. Shares on both sides are the hooks method's (the module-boundary clocks the "

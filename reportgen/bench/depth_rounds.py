@@ -7,9 +7,10 @@ shuffled order) in a fresh process of its own (forked from a fork server that ha
 imported torch, transformers and the models' modeling code once): the model built at
 full width each way, all resident at once, each warmed up; then cycles, each one forward
 of every build back to back in the cycle's own shuffled order, for the round's budget
-(the pass's contention reading around them); then each build clocked by the hooks method
-(``regions.hooks_method``: category times and each layer's, what ``--layers N``
-extrapolates by, ``reportgen.depth``). A reduced build gives its ``depth`` section, a
+(the pass's contention reading around them); then every build clocked by the hooks method
+in cycles the same way (``regions.HooksPass``: category times and each layer's, what
+``--layers N`` extrapolates by, ``reportgen.depth``), so that each build's proportions, as
+its latencies, come from the moments the others' do. A reduced build gives its ``depth`` section, a
 mixture of experts its routing (``routing.expert_load``), a build with fewer routed
 experts the correction its figures are scaled by (``reportgen.profile.expertcost``). On a
 shared 2-core host the speed wanders by tens of percent within a minute: the forwards of
@@ -83,8 +84,9 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
     the model built at full width once per ``builds`` entry (its key, its layers and its
     routed experts, None for all), each warmed up (for up to a third of ``budget_s``); an
     untimed cycle, then cycles of one forward of each for ``budget_s`` (at least
-    ``min_cycles``); each build's hooks pass (at least ``hooks_iterations`` forwards,
-    ``hooks_budget_s``) and, for a mixture of experts, its routing. A build with fewer
+    ``min_cycles``); then the builds' hooks passes, interleaved the same way (cycles of one
+    hooked forward of each, for ``hooks_budget_s`` a build, at least ``hooks_iterations``),
+    and, for a mixture of experts, each build's routing. A build with fewer
     routed experts than its model also gets the correction reportgen scales its experts
     and router by (``reportgen.profile.expertcost``), in its ``depth`` section as a
     measurement's: its pairs (the widened experts' call and the build's own, then the
@@ -173,12 +175,15 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
                 section = out["builds"][name]["depth"]
                 section["experts"] = {**section["experts"], "cost": cost}
             corrections.clear()  # the widened copies go before the hooks passes
+            # the builds' hooked forwards interleaved as their timed ones were, each round of
+            # them in its own shuffled order: every build's proportions from the same moments
+            passes = {name: regions.HooksPass(one.model, one.step, structures[name]) for name, one in built.items()}
+            cycles(list(passes), hooks_budget_s * len(passes), lambda name: passes[name].hooked(),
+                   min_cycles=hooks_iterations, seed=f"{seed}:hooks")
             for name, one in built.items():
                 structure = structures[name]
                 # the hooks' own cost read against this build's cycle forwards: no bare ones
-                hooks = regions.hooks_method(one.model, one.step, structure, budget_s=hooks_budget_s,
-                                             min_iterations=hooks_iterations,
-                                             bare_ms=[row[name] for row in out["cycles"]])
+                hooks = passes[name].section(bare_ms=[row[name] for row in out["cycles"]])
                 # what reportgen.depth reads of the method: its forward, categories and layers
                 out["builds"][name]["hooks"] = {
                     "forward_ms": hooks["forward_ms"], "per_layer": hooks["per_layer"],
@@ -217,7 +222,7 @@ def _fork_server(models: Sequence[str], tmp: str) -> Iterator[Any]:
     # what every unit imports before it builds anything, imported once here
     server = ForkServer(log_dir=tmp, preload=preload_for(combos, [
         f"{__name__}:builds_unit", "reportgen.profile.expertcost:prepare", "reportgen.profile.measure:measure",
-        "reportgen.profile.regions:hooks_method",
+        "reportgen.profile.regions:HooksPass",
         "reportgen.profile.routing:expert_load"]))
     try:
         yield server

@@ -13,7 +13,7 @@ fewer, paired forward by forward (``depth_rounds``): in each round a model's bui
 one mode share a fresh process and run in cycles, one forward of each back to back, and
 for each build with fewer experts one pair of its correction's calls (the same calls a
 measurement in a suite times, ``expertcost.Correction``) in a slot of each cycle of its
-own; then each build's hooks pass. A suite times the correction's pairs back to back in
+own; then the builds' hooks passes, in cycles the same way. A suite times the correction's pairs back to back in
 its profiled round and pools them over its rounds; here they share the cycles' moments,
 so the figure tests the correction itself rather than how far the host's speed moved
 between the phases of a round (the factor, a memory-bound call's time over a
@@ -354,7 +354,9 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
         "resident: cycles of one unprofiled forward of each build and one pair of each reduced build's correction "
         "(reportgen.profile.expertcost: its widened experts' call and its own, then its routers') back to back, "
         f"each cycle in its own shuffled order, for {plan.budget_s:g} s (at least {plan.min_cycles}), then each "
-        f"build's hooks pass (at least {plan.hooks_iterations} forwards, {plan.hooks_budget_s:g} s). A suite "
+        f"build's hooks pass, the builds' hooked forwards in cycles the same way (at least "
+        f"{plan.hooks_iterations} of each, {plan.hooks_budget_s:g} s a build). The widened call routes the step's "
+        "tokens by one draw, the same at every call, as a step repeats its routing. A suite "
         "times the same pairs back to back in its profiled round; here they share the cycles' moments. Every "
         "step runs an even draw of its routing (reportgen.profile.routing).",
         "Models: " + "; ".join(

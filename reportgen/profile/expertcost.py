@@ -16,13 +16,13 @@ after one warm-up of each:
   tokens, routed as every step routes them, ``reportgen.profile.routing``);
 * **whole**: a copy of the module widened to M experts, the build's weights repeated into
   M experts' memory of their own, called with the step's tokens routed over M experts the
-  same way. M is E where E experts' weights fit in half the memory the device has free
-  (one layer's experts: the whole model's call, the same implementation, shapes and
-  layout); where they do not, M is the most that fit and the tokens are split into C =
-  E / M calls of T / C tokens each (each expert still gets T k / E tokens on average;
-  the C - 1 extra calls' fixed cost, a few tensors allocated and indexed, is then in the
-  figure). A step whose tokens reach no more experts than M (a decode of one token) is one
-  call.
+  same way (one even draw, the same at every call, as a step repeats its routing). M is E
+  where E experts' weights fit in half the memory the device has free (one layer's
+  experts: the whole model's call, the same implementation, shapes and layout); where
+  they do not, M is the most that fit and the tokens are split into C = E / M calls of
+  T / C tokens each (each expert still gets T k / E tokens on average; the C - 1 extra
+  calls' fixed cost, a few tensors allocated and indexed, is then in the figure). A step
+  whose tokens reach no more experts than M (a decode of one token) is one call.
 
 The factor is the median of whole / build over the pairs, its interval a percentile
 bootstrap over them. It is measured for every step, one that reaches no more experts than
@@ -234,7 +234,12 @@ class Correction:
         self.step, self.target, self.call, self.wide = step, target, call, wide
         self.chunks, self.width, self.top_k, self.seed = chunks, width, top_k, seed
         self.info, self.router = info, router
-        self.generator = torch.Generator().manual_seed(seed)
+        # one draw, called every time: a step routes its tokens the same way every time
+        # (``routing``: one even draw per shape, or the router on the same inputs), so the
+        # whole model's layer reads the same experts' weights step after step, and so does
+        # the widened call
+        generator = torch.Generator().manual_seed(seed)
+        self.indices = [draw(n, width, top_k, generator) for n in chunks]
 
     def _timed(self, runs: list[Callable[[], Any]]) -> float:
         self.step.sync()
@@ -246,9 +251,8 @@ class Correction:
         return (time.perf_counter() - start) * 1e3
 
     def whole_ms(self) -> float:
-        """The widened copy's call with the step's tokens routed over its experts afresh."""
-        return self._timed([self.call.routed(self.wide.forward, draw(n, self.width, self.top_k, self.generator))
-                            for n in self.chunks])
+        """The widened copy's call with the step's tokens routed over its experts."""
+        return self._timed([self.call.routed(self.wide.forward, index) for index in self.indices])
 
     def build_ms(self) -> float:
         """The build's own call with the arguments it had in the step."""

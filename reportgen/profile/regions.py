@@ -356,6 +356,66 @@ def _bare(step: StepLike, clock: Any) -> float:
     return clock.resolve([start, end])[1]
 
 
+class HooksPass:
+    """The hooks method's iterations on one model, taken one at a time (``hooked``,
+    ``bare``) and stated as the method's record section (``section``): ``hooks_method``
+    runs them in its own loop; a caller timing several models may interleave theirs."""
+
+    def __init__(self, model: nn.Module, step: StepLike, structure: Structure, clock: Any | None = None) -> None:
+        self.model, self.step, self.structure = model, step, structure
+        self.clock = device_clock(step) if clock is None else clock
+        self.training = hasattr(step, "phase_hook")  # a training step: its phases and backward too
+        self.phases: list[dict[str, dict[str, float]]] = []
+        self.layers: list[dict[str, dict[str, float]]] = []
+        self.per_iteration: list[dict[str, float]] = []
+        self.walls: list[float] = []
+        self.bare_walls: list[float] = []
+        self.calls = 0
+        self.sources: dict[str, float] = {}
+
+    def hooked(self) -> float:
+        """One iteration under the module-boundary clocks; its wall milliseconds."""
+        recorder = _Recorder(self.model, self.clock, self.structure, training=self.training)
+        try:
+            ms, cats, self.calls = recorder.iteration(self.step, self.sources, self.phases, self.layers)
+        finally:
+            recorder.remove()
+        self.step.reset()
+        self.walls.append(ms)
+        self.per_iteration.append(cats)
+        return ms
+
+    def bare(self) -> float:
+        """One iteration without the clocks, the hooks' cost's reference."""
+        ms = _bare(self.step, self.clock)
+        self.step.reset()
+        self.bare_walls.append(ms)
+        return ms
+
+    def section(self, bare_ms: Sequence[float] | None = None) -> dict[str, Any]:
+        """The method's record section from the iterations taken; ``bare_ms``: the bare
+        reference taken elsewhere (the same process's timing samples of this step), in
+        place of the pass's own bare iterations (which are then paired with the hooked)."""
+        walls = self.walls
+        if bare_ms is None:
+            bare = self.bare_walls
+            ratio, low, high = _ratio(walls, bare, paired=True)
+            reference = "alternated"
+        else:
+            bare = [float(x) for x in bare_ms]
+            ratio, low, high = _ratio(walls, bare, paired=False)
+            reference = "timing samples"
+        return shares.method_section(
+            self.per_iteration, walls, phases=self.phases if self.training else None, clock=self.clock.method,
+            basis="device" if self.clock.method == "cuda-events" else "cpu",
+            calls_per_forward=self.calls, per_layer=layer_means(self.layers),
+            other_sources_ms={k: v / len(walls) for k, v in sorted(self.sources.items())},
+            cost={"hooked_ms": _median(walls), "bare_ms": _median(bare), "ratio": ratio,
+                  "ratio_low": low, "ratio_high": high, "pairs": len(bare) if bare_ms is None else 0,
+                  "hooked": len(walls), "bare": len(bare), "bare_reference": reference,
+                  "bare_iteration_ms": bare})
+
+
 def hooks_method(model: nn.Module, step: StepLike, structure: Structure, *, min_iterations: int = 6,
                  max_iterations: int = 40, budget_s: float = 2.0,
                  wall: Callable[[], float] = time.monotonic,
@@ -370,49 +430,19 @@ def hooks_method(model: nn.Module, step: StepLike, structure: Structure, *, min_
     the pairs are resampled together. Reusing the timing pass's samples spares a bare
     forward per hooked one, half the pass, where the forward is long.
     """
-    if clock is None:
-        clock = device_clock(step)
-    training = hasattr(step, "phase_hook")  # a training step: its phases and backward too
-    phases: list[dict[str, dict[str, float]]] = []
-    layers: list[dict[str, dict[str, float]]] = []
-    per_iteration: list[dict[str, float]] = []
-    walls: list[float] = []
-    bare: list[float] = []
-    calls = 0
-    sources: dict[str, float] = {}
+    one = HooksPass(model, step, structure, clock)
     started = wall()
-    while len(walls) < max_iterations and (len(walls) < min_iterations
-                                           or wall() - started < budget_s):
-        order = ("hooked", "bare") if len(walls) % 2 == 0 else ("bare", "hooked")
-        for kind in order if bare_ms is None else ("hooked",):
-            if kind == "bare":
-                bare.append(_bare(step, clock))
-                step.reset()
-                continue
-            recorder = _Recorder(model, clock, structure, training=training)
-            try:
-                ms, cats, calls = recorder.iteration(step, sources, phases, layers)
-            finally:
-                recorder.remove()
-            step.reset()
-            walls.append(ms)
-            per_iteration.append(cats)
-    if bare_ms is None:
-        ratio, low, high = _ratio(walls, bare, paired=True)
-        reference = "alternated"
-    else:
-        bare = [float(x) for x in bare_ms]
-        ratio, low, high = _ratio(walls, bare, paired=False)
-        reference = "timing samples"
-    return shares.method_section(
-        per_iteration, walls, phases=phases if training else None, clock=clock.method,
-        basis="device" if clock.method == "cuda-events" else "cpu",
-        calls_per_forward=calls, per_layer=layer_means(layers),
-        other_sources_ms={k: v / len(walls) for k, v in sorted(sources.items())},
-        cost={"hooked_ms": _median(walls), "bare_ms": _median(bare), "ratio": ratio,
-              "ratio_low": low, "ratio_high": high, "pairs": len(bare) if bare_ms is None else 0,
-              "hooked": len(walls), "bare": len(bare), "bare_reference": reference,
-              "bare_iteration_ms": bare})
+    while len(one.walls) < max_iterations and (len(one.walls) < min_iterations
+                                               or wall() - started < budget_s):
+        if bare_ms is not None:
+            one.hooked()
+        elif len(one.walls) % 2 == 0:
+            one.hooked()
+            one.bare()
+        else:
+            one.bare()
+            one.hooked()
+    return one.section(bare_ms)
 
 
 def layer_means(layers: Sequence[Mapping[str, Mapping[str, float]]]) -> list[dict[str, Any]]:
