@@ -99,7 +99,7 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
 
     from reportgen.profile import building, heap, regions, timing
     from reportgen.profile.contention import PassSampler
-    from reportgen.profile.expertcost import Correction, method
+    from reportgen.profile.expertcost import Correction
     from reportgen.profile.measure import depth_section, expert_correction, reduced_experts
     from reportgen.profile.routing import expert_load
     from reportgen.profile.structure import derive
@@ -131,9 +131,8 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
             for (name, one), (_n, _l, experts) in zip(built.items(), builds):
                 if out["builds"][name]["depth"] is not None and reduced_experts(
                         one, dataclasses.replace(base, experts=experts), None):
-                    found = expert_correction(one, structures[name], seed=0)
-                    if found is not None:
-                        corrections[name] = found
+                    corrections[name] = expert_correction(one, structures[name], seed=0)
+            corrections = {name: c for name, c in corrections.items() if c is not None}
             pairs: dict[str, dict[str, list[float]]] = {
                 name: {"whole": [], "build": [], "router_whole": [], "router_build": []} for name in corrections}
 
@@ -167,14 +166,10 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
             out["cycles"] = [{k: v for k, v in row.items() if k in built} for row in timed]
             out["contended"] = bool(reading.get("contended"))
             out["contention"] = reading.get("reason")
-            for name, found in corrections.items():
-                kept = pairs[name]
-                cost = found.result((kept["whole"], kept["build"]),
-                                    (kept["router_whole"], kept["router_build"]) if found.router is not None else None,
-                                    method=method("one pair in each cycle of the build's forwards"))
+            # stated, and the widened copies let go, before the hooks passes
+            for name in list(corrections):
                 section = out["builds"][name]["depth"]
-                section["experts"] = {**section["experts"], "cost": cost}
-            corrections.clear()  # the widened copies go before the hooks passes
+                section["experts"] = {**section["experts"], "cost": _stated(corrections.pop(name), pairs[name])}
             # the builds' hooked forwards interleaved as their timed ones were, each round of
             # them in its own shuffled order: every build's proportions from the same moments
             passes = {name: regions.HooksPass(one.model, one.step, structures[name]) for name, one in built.items()}
@@ -198,6 +193,15 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
                 building.free(one)
     out["wall_s"] = wall[0]
     return out
+
+
+def _stated(found: Any, kept: dict[str, list[float]]) -> dict[str, Any]:
+    """A correction's figures from the pairs the cycles timed (``builds_unit``)."""
+    from reportgen.profile.expertcost import method
+
+    router = (kept["router_whole"], kept["router_build"]) if found.router is not None else None
+    return dict(found.result((kept["whole"], kept["build"]), router,
+                             method=method("one pair in each cycle of the build's forwards")))
 
 
 def read_units(folder: Path) -> list[dict[str, Any]]:
