@@ -93,7 +93,7 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
     routers') take a slot of each cycle of their own, in the cycle's shuffled order, so
     that the factor and the latencies it scales come from the same moments (on the 2-core
     host the factor, a memory-bound call's time over a compute-bound one's, moved by a
-    tenth within seconds)."""
+    tenth and more within a quarter of a minute)."""
     import dataclasses
     import gc
 

@@ -17,7 +17,7 @@ own; then the builds' hooks passes, in cycles the same way. A suite times the co
 its profiled round and pools them over its rounds; here they share the cycles' moments,
 so the figure tests the correction itself rather than how far the host's speed moved
 between the phases of a round (the factor, a memory-bound call's time over a
-compute-bound one's, moved by a tenth within seconds on the 2-core host; with the pairs
+compute-bound one's, moved by a tenth and more within a quarter of a minute on the 2-core host; with the pairs
 timed after the cycles, Qwen3's prefill read 4-5% low over ten rounds). Prefill at 128 tokens (where the whole model's
 step reaches nearly every expert) and a decode step after them (where it reaches top-k);
 batch 1, fp32.
