@@ -259,3 +259,35 @@ def test_the_tiny_granite_measured_with_every_expert_and_with_half(tmp_path: Pat
     assert len(cost["experts"]["ratios"]) == len(cost["router"]["deltas_ms"]) == len(unit["cycles"]) >= 3
     assert "one pair in each cycle" in cost["method"]
     assert all(set(row) == {"whole", "2"} for row in unit["cycles"])
+
+
+@pytest.mark.slow
+def test_a_round_keeps_the_widened_copies_through_the_hooks_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit lets the corrections' widened copies go only after the builds' hooks passes:
+    gigabytes freed just before them put a one-off stall into one hooked forward, which the
+    pass's mean carries into that build's layers. In the process of the call (no fork)."""
+    import weakref
+
+    from reportgen.bench import depth_rounds
+    from reportgen.profile import measure, regions
+
+    made: list[weakref.ref[Any]] = []
+    alive_in_hooks: list[bool] = []
+    correction, hooked = measure.expert_correction, regions.HooksPass.hooked
+
+    def tracked(*args: Any, **kwargs: Any) -> Any:
+        found = correction(*args, **kwargs)
+        if found is not None:
+            made.append(weakref.ref(found))
+        return found
+
+    def clocked(self: Any) -> float:
+        alive_in_hooks.append(bool(made) and all(ref() is not None for ref in made))
+        return hooked(self)
+
+    monkeypatch.setattr(measure, "expert_correction", tracked)
+    monkeypatch.setattr(regions.HooksPass, "hooked", clocked)
+    unit = depth_rounds.builds_unit(**E.unit_kwargs(E.QUICK, E.QUICK.models[0], "prefill", 0))
+    assert "cost" in unit["builds"]["2"]["depth"]["experts"]
+    assert len(made) == 1 and alive_in_hooks and all(alive_in_hooks)
+    assert made[0]() is None  # let go once the unit is done

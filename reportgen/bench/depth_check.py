@@ -120,14 +120,19 @@ class Plan:
     # cycles gave 3. Six rounds (the fewest whose bootstrap over rounds states 95%) left
     # one row of nine, a different one in each of two runs, with an interval end a few
     # tenths past its bound (falcon's 2 layers at -5.3%, llama-small's MLP share at +2.2
-    # points): two more rounds, and longer hooks passes for the shares
-    rounds: int = 8
+    # points): two more rounds, and longer hooks passes for the shares. Eight rounds, in
+    # runs on two days, passed every row but left falcon's line estimate at -1.7% and
+    # +3.0% with intervals about 9 points wide (a line through 2 to 8 layers read at 36
+    # multiplies the slope's noise), and llama-small's MLP share at 2 layers +0.5 points
+    # [-1.2, +3.0] (the whole build's hooks passes read its attention core's share between
+    # 7.6% and 10.8% over the rounds): ten rounds, and twelve clocked forwards a build
+    rounds: int = 10
     budget_s: float = 6.0
     min_cycles: int = 6
-    # eight clocked forwards of each build a round, 2 s at most: one burst of a busy host
+    # twelve clocked forwards of each build a round, 3 s at most: one burst of a busy host
     # in a pass of three moved a 2-layer build's first layer to several times its second's
-    hooks_budget_s: float = 2.0
-    hooks_iterations: int = 8
+    hooks_budget_s: float = 3.0
+    hooks_iterations: int = 12
     # one unit at most (a model of a billion parameters built, timed and clocked on a
     # busy 2-core host)
     timeout_s: float = 1800.0

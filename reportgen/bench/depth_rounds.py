@@ -166,10 +166,14 @@ def builds_unit(model: str, builds: Sequence[Sequence[Any]], mode: str, seq_len:
             out["cycles"] = [{k: v for k, v in row.items() if k in built} for row in timed]
             out["contended"] = bool(reading.get("contended"))
             out["contention"] = reading.get("reason")
-            # stated, and the widened copies let go, before the hooks passes
-            for name in list(corrections):
+            # stated before the hooks passes; the widened copies are let go only after them
+            # (``finally``): freed just before, gigabytes of them put a one-off stall of about a
+            # quarter of a second into one hooked forward of the first cycles (qwen3's decode:
+            # in 7 of 8 rounds tried, in its attention core; in none of 3 with them kept), which
+            # the pass's mean over its iterations carries into that build's layers
+            for name in corrections:
                 section = out["builds"][name]["depth"]
-                section["experts"] = {**section["experts"], "cost": _stated(corrections.pop(name), pairs[name])}
+                section["experts"] = {**section["experts"], "cost": _stated(corrections[name], pairs[name])}
             # the builds' hooked forwards interleaved as their timed ones were, each round of
             # them in its own shuffled order: every build's proportions from the same moments
             passes = {name: regions.HooksPass(one.model, one.step, structures[name]) for name, one in built.items()}
