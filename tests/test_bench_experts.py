@@ -291,3 +291,27 @@ def test_a_round_keeps_the_widened_copies_through_the_hooks_passes(monkeypatch: 
     assert "cost" in unit["builds"]["2"]["depth"]["experts"]
     assert len(made) == 1 and alive_in_hooks and all(alive_in_hooks)
     assert made[0]() is None  # let go once the unit is done
+
+
+def test_a_row_missing_by_its_correction_says_so_from_its_rounds() -> None:
+    """Half the rounds' corrections read 12% over the truth (the widened copy ran slow in
+    their processes): the row fails, and its cause is said from the rounds themselves, the
+    corrections against the factor the same rounds' hooks passes read."""
+    made = units(rounds=6)
+    for unit in made[1::2]:
+        unit["builds"]["8"]["depth"]["experts"]["cost"] = experts_cost(1.25 * 1.12)
+    fig = E.summarise(made, PLAN)
+    (row,) = fig["rows"]
+    assert row["verdict"] == "fail"
+    assert row["round_factors"] == pytest.approx([1.25, 1.4] * 3)
+    assert row["round_hooks_factors"] == pytest.approx([1.25] * 6)
+    (why,) = [n for n in fig["notes"] if n.startswith("Why ")]
+    assert "its correction read 1.250 to 1.400" in why and "at 1.250 to 1.250 (centre 1.250)" in why
+    assert "follow their corrections (correlation 1.00)" in why
+    # a passing figure says no cause
+    assert not [n for n in E.summarise(units(rounds=6), PLAN)["notes"] if n.startswith("Why ")]
+
+
+def test_the_plan_a_figure_stored_is_read_back() -> None:
+    assert E.plan_of(E.plan_dict(E.QUICK), E.Plan()) == E.QUICK
+    assert E.plan_of(None, E.QUICK) == E.QUICK

@@ -156,6 +156,16 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     return dataclasses.asdict(plan)
 
 
+def plan_of(stored: Mapping[str, Any] | None, default: Plan) -> Plan:
+    """The plan a figure stored (``plan_dict``), else ``default``."""
+    if not isinstance(stored, Mapping) or "hooks_iterations" not in stored:
+        return default
+    values = {f.name: stored[f.name] for f in dataclasses.fields(Plan) if f.name in stored}
+    values["models"] = tuple(ExpertModel(**{**m, "counts": tuple(m["counts"])}) for m in values.get("models", ()))
+    values["modes"] = tuple(values.get("modes", ()))
+    return dataclasses.replace(default, **values)
+
+
 def unit_label(model: str, mode: str) -> str:
     """A unit's label (and, made safe, its file name's stem): the model and the mode."""
     return f"{model} {mode}"
@@ -236,6 +246,38 @@ def _per_token(units: Sequence[Mapping[str, Any]], name: str, tokens: int) -> fl
                           .get(depth.EXPERTS, {}).get("ms") or 0.0) / tokens for u in units] if tokens else [])
 
 
+def _hooks_factor(unit: Mapping[str, Any], name: str) -> float | None:
+    """The experts' time with every expert over the build ``name``'s, as one round's hooks
+    passes read them: the factor its correction estimates, where the builds' routing draws
+    give every expert the same tokens."""
+    def experts_ms(build: str) -> float:
+        hooks = (unit["builds"].get(build) or {}).get("hooks") or {}
+        return float(((hooks.get("categories") or {}).get(depth.EXPERTS) or {}).get("ms") or 0.0)
+
+    own = experts_ms(name)
+    return experts_ms(WHOLE) / own if own > 0 else None
+
+
+def _why_line(r: Mapping[str, Any]) -> str | None:
+    """Why a failing row misses, where the rounds show it: its correction against the
+    factor the same rounds' hooks passes read, and how closely the rounds' ratios follow it."""
+    import numpy as np
+
+    pairs = [(f, h, q) for f, h, q in zip(r.get("round_factors") or [], r.get("round_hooks_factors") or [],
+                                          r.get("round_ratios") or []) if f and h and q]
+    if len(pairs) < MIN_ROUNDS or r.get("experts_factor") is None:
+        return None
+    factors, hooked, ratios = (np.asarray(v, dtype=float) for v in zip(*pairs))
+    line = (f"Why {_label(r)} misses: its correction read {factors.min():.3f} to {factors.max():.3f} over the "
+            f"rounds (centre {r['experts_factor']:.3f}), while the same rounds' hooks passes read the experts "
+            f"with every expert over the build's at {hooked.min():.3f} to {hooked.max():.3f} (centre "
+            f"{_centre(list(hooked)):.3f})")
+    if factors.std() > 0 and ratios.std() > 0:
+        line += (f"; the rounds' latency ratios follow their corrections (correlation "
+                 f"{float(np.corrcoef(factors, ratios)[0, 1]):.2f})")
+    return line + "."
+
+
 def model_rows(m: ExpertModel, mode: str, units: Sequence[Mapping[str, Any]], *, seq_len: int,
                reps: int = REPLICATES, seed: int = SEED) -> tuple[list[dict[str, Any]], list[str]]:
     """One (model, mode)'s rows (one per count) and notes, from its units (pure). Rounds
@@ -287,6 +329,10 @@ def model_rows(m: ExpertModel, mode: str, units: Sequence[Mapping[str, Any]], *,
             "router_delta_ms": _centre([_cost(x, "router", "delta_ms") for x in builds]),
             "ratio": 1.0 + rel, "ratio_low": 1.0 + rel_low, "ratio_high": 1.0 + rel_high,
             "round_ratios": [math.exp(stats.hodges_lehmann(b.logs(i, all_cycles[i])[n])) for i in range(k)],
+            # each round's correction, and what the same round's hooks passes read it to be:
+            # the experts with every expert over the build's own, per token
+            "round_factors": [_cost(x, "experts", "factor") for x in builds],
+            "round_hooks_factors": [_hooks_factor(u, str(n)) for u in kept],
             "worst_share_category": worst,
             "worst_share_diff": shares[worst]["diff"] if worst else None,
             "worst_share_low": shares[worst]["diff_low"] if worst else None,
@@ -390,6 +436,7 @@ def summarise(units: Sequence[Mapping[str, Any]], plan: Plan, *, duration_s: flo
         f"{sum(r['verdict'] == 'pass' for r in table)} of {len(table)} expert-reduced combinations within "
         "both tolerances, interval and all.",
         *[_row_line(r) for r in table if r["verdict"] != "pass"],
+        *[why for r in table if r["verdict"] != "pass" and (why := _why_line(r))],
         *_time_notes(table),
         *[f"{m}: not measured beside the model with every expert" for m in missing],
         *[f"{_label(r)}: measured under contention: {r['unstable']}" for r in table if r["unstable"]],

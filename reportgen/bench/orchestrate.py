@@ -349,7 +349,7 @@ def resummarise(path: Path) -> int:
     coverage's rows and the depth figure's units read again from the bench's scratch runs
     where they are on disk, and only for this host's own file: another host's figures
     were measured there, not in this host's scratch)."""
-    from reportgen.bench import coverage, depth_check, latency, overhead
+    from reportgen.bench import coverage, depth_check, experts_check, latency, overhead
     from reportgen.bench.ablation_figure import with_causes
     from reportgen.bench.depth_rounds import read_units
 
@@ -391,10 +391,19 @@ def resummarise(path: Path) -> int:
                                          else depth_check.Plan())
         new_depth = depth_check.summarise(depth_units, depth_plan, duration_s=dep.get("duration_s"))
         figures[depth_check.NAME] = {**dep, **new_depth}
+    exp = figures.get(experts_check.NAME)
+    expert_units = read_units(SCRATCH / "experts" / "units") if here else []
+    if exp and expert_units and isinstance(exp.get("plan"), dict):
+        # the expert figure's again from the units of its scratch run, where still here
+        expert_plan = experts_check.plan_of(exp["plan"], experts_check.QUICK if doc.get("quick")
+                                            else experts_check.Plan())
+        figures[experts_check.NAME] = {**exp, **experts_check.summarise(expert_units, expert_plan,
+                                                                         duration_s=exp.get("duration_s"))}
     out = R.results_document(figures, environment=doc["environment"], created=doc["created"],
                              quick=doc["quick"], duration_s=doc["duration_s"], command=doc["command"])
     R.write_results(path, out)
-    for name in ("latency_agreement", "instrumentation_overhead", "interval_coverage", depth_check.NAME):
+    for name in ("latency_agreement", "instrumentation_overhead", "interval_coverage", depth_check.NAME,
+                 experts_check.NAME):
         if name in figures:
             f = out["figures"][name]
             log(f"{name}: {f['status']} value={f['value']} interval={f['interval']}")
