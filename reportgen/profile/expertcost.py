@@ -67,7 +67,8 @@ def method(timed: str) -> str:
     """The correction's method, its pairs timed as ``timed`` says."""
     return ("the build's experts module timed in its call of the measured step (replayed) against a copy widened "
             "to the model's experts (or as many as fit in half the free memory, the tokens split over the calls that "
-            f"makes) called with the step's tokens routed over them the same way, {timed}; factor: the median of "
+            "makes) called with the step's tokens routed over them by one even draw, the same at every call (as a step "
+            f"repeats its routing), {timed}; factor: the median of "
             "their ratio over the pairs. Its router the same way, widened to every expert: the median difference")
 
 
