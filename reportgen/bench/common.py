@@ -12,10 +12,10 @@ import gc
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 
 def build(combo: Any, device: str = "cpu") -> Any:
@@ -237,3 +237,24 @@ def run_finished(runs: Path) -> bool:
 
     found = list(iter_runs(runs)) if runs.is_dir() else []
     return bool(found) and all(fields.run_get(r.record, "status") == "complete" for r in found)
+
+
+P = TypeVar("P")
+
+
+def stored_plan(stored: Mapping[str, Any] | None, default: P, model: type) -> P:
+    """The plan a figure stored (``dataclasses.asdict`` of a frozen plan whose ``models``
+    are ``model``s), read back with its lists as tuples; ``default`` where none is stored,
+    or one from before the figure measured in paired rounds (no ``hooks_iterations``)."""
+    import dataclasses
+
+    if not isinstance(stored, Mapping) or "hooks_iterations" not in stored:
+        return default
+
+    def frozen(value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value
+
+    values = {f.name: frozen(stored[f.name]) for f in dataclasses.fields(default)  # type: ignore[arg-type]
+              if f.name in stored}
+    values["models"] = tuple(model(**{k: frozen(v) for k, v in m.items()}) for m in values.get("models", ()))
+    return dataclasses.replace(default, **values)  # type: ignore[type-var]

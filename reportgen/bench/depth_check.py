@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reportgen import depth, stats
+from reportgen.bench.common import stored_plan
 from reportgen.bench.results import figure
 from reportgen.intervals import hierarchical_median_ci
 from reportgen.stats.basic import percentiles
@@ -146,12 +147,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
 def plan_of(stored: Mapping[str, Any] | None, default: Plan) -> Plan:
     """The plan a figure stored (``plan_dict``), else ``default`` (a figure stored before
     it kept its plan, or before it measured in paired rounds: then ``default``)."""
-    if not isinstance(stored, Mapping) or "hooks_iterations" not in stored:
-        return default
-    values = {f.name: stored[f.name] for f in dataclasses.fields(Plan) if f.name in stored}
-    values["models"] = tuple(DepthModel(**m) for m in values.get("models", ()))
-    values["counts"] = tuple(values.get("counts", ()))
-    return dataclasses.replace(default, **values)
+    return stored_plan(stored, default, DepthModel)
 
 
 QUICK = Plan(models=MODELS[:1], seq_len=32, rounds=MIN_ROUNDS, budget_s=1.0, hooks_budget_s=0.3, timeout_s=900.0)

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reportgen import depth, stats
+from reportgen.bench.common import stored_plan
 from reportgen.bench.depth_check import (
     WHOLE,
     Block,
@@ -158,12 +159,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
 
 def plan_of(stored: Mapping[str, Any] | None, default: Plan) -> Plan:
     """The plan a figure stored (``plan_dict``), else ``default``."""
-    if not isinstance(stored, Mapping) or "hooks_iterations" not in stored:
-        return default
-    values = {f.name: stored[f.name] for f in dataclasses.fields(Plan) if f.name in stored}
-    values["models"] = tuple(ExpertModel(**{**m, "counts": tuple(m["counts"])}) for m in values.get("models", ()))
-    values["modes"] = tuple(values.get("modes", ()))
-    return dataclasses.replace(default, **values)
+    return stored_plan(stored, default, ExpertModel)
 
 
 def unit_label(model: str, mode: str) -> str:

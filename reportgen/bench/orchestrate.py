@@ -383,22 +383,13 @@ def resummarise(path: Path) -> int:
         if figures.get(name, {}).get("rows"):
             # what caused each failing row, said from the row's own measurements
             figures[name] = with_causes(figures[name])
-    dep = figures.get(depth_check.NAME)
-    depth_units = read_units(SCRATCH / "depth" / "units") if here else []
-    if dep and depth_units and isinstance(dep.get("plan"), dict) and "hooks_iterations" in dep["plan"]:
-        # the depth figure's verdict again from the units of its scratch run, where still here
-        depth_plan = depth_check.plan_of(dep.get("plan"), depth_check.QUICK if doc.get("quick")
-                                         else depth_check.Plan())
-        new_depth = depth_check.summarise(depth_units, depth_plan, duration_s=dep.get("duration_s"))
-        figures[depth_check.NAME] = {**dep, **new_depth}
-    exp = figures.get(experts_check.NAME)
-    expert_units = read_units(SCRATCH / "experts" / "units") if here else []
-    if exp and expert_units and isinstance(exp.get("plan"), dict):
-        # the expert figure's again from the units of its scratch run, where still here
-        expert_plan = experts_check.plan_of(exp["plan"], experts_check.QUICK if doc.get("quick")
-                                            else experts_check.Plan())
-        figures[experts_check.NAME] = {**exp, **experts_check.summarise(expert_units, expert_plan,
-                                                                         duration_s=exp.get("duration_s"))}
+    for check, folder in ((depth_check, "depth"), (experts_check, "experts")):
+        fig = figures.get(check.NAME)
+        units = read_units(SCRATCH / folder / "units") if here else []
+        if fig and units and isinstance(fig.get("plan"), dict) and "hooks_iterations" in fig["plan"]:
+            # the figure's verdict again from the units of its scratch run, where still here
+            stored = check.plan_of(fig["plan"], check.QUICK if doc.get("quick") else check.Plan())
+            figures[check.NAME] = {**fig, **check.summarise(units, stored, duration_s=fig.get("duration_s"))}
     out = R.results_document(figures, environment=doc["environment"], created=doc["created"],
                              quick=doc["quick"], duration_s=doc["duration_s"], command=doc["command"])
     R.write_results(path, out)
